@@ -1,0 +1,136 @@
+"""Writing an agent: a `LitAgent` subclass or a function decorated with `@agentgrad.rollout`.
+
+The agent receives the task and the resources it asks for, and returns its reward (a number)
+or None when it reports rewards itself with `emit_reward`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout
+
+RESOURCE_CLASSES: tuple[type, ...] = (LLM, PromptTemplate)
+
+
+class AgentError(TypeError):
+    """The agent cannot be called with what the rollout provides, or returned something unusable."""
+
+
+class LitAgent:
+    """Base class of agents. Implement `rollout`, sync or async.
+
+    `rollout(task, resources, rollout)` gets the task, every named resource of the snapshot the
+    rollout runs with (LLM endpoints already routed to this attempt), and the rollout record.
+    """
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def rollout(self, task: Any, resources: NamedResources, rollout: Rollout) -> float | None:
+        raise NotImplementedError(f"{type(self).__name__} must implement rollout(task, resources, rollout)")
+
+    async def run(self, task: Any, resources: NamedResources, rollout: Rollout) -> float | None:
+        """Run one rollout; sync agents run in a worker thread so the event loop stays free."""
+        if inspect.iscoroutinefunction(self.rollout):
+            result = await self.rollout(task, resources, rollout)
+        else:
+            result = await asyncio.to_thread(self.rollout, task, resources, rollout)
+        return as_reward(result, self.name)
+
+
+def as_reward(result: Any, agent_name: str) -> float | None:
+    if result is None:
+        return None
+    if isinstance(result, bool) or not isinstance(result, (int, float)):
+        raise AgentError(
+            f"agent {agent_name!r} returned {type(result).__name__}; return a float reward, "
+            "or None and report rewards with agentgrad.emit_reward"
+        )
+    return float(result)
+
+
+class FunctionAgent(LitAgent):
+    """An agent made from a function: its parameters after the task say which resources it needs.
+
+    A parameter is filled, in order of preference, with the rollout (named `rollout` or typed
+    `Rollout`), all resources (named `resources`), the resource of the same name, or the only
+    resource of its annotated class (`llm: agentgrad.LLM`).
+    """
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        functools.update_wrapper(self, function)  # type: ignore[arg-type]
+        signature = inspect.signature(function)
+        try:
+            hints = typing.get_type_hints(function)
+        except Exception:  # unresolvable forward references: fall back to names only
+            hints = {}
+        params = list(signature.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            raise AgentError(f"agent {function.__qualname__} must take the task as its first parameter")
+        self._params = [(p.name, hints.get(p.name), p.default is not p.empty) for p in params[1:]]
+        self._is_async = inspect.iscoroutinefunction(function)
+
+    @property
+    def name(self) -> str:
+        return self.function.__qualname__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def arguments(self, resources: NamedResources, rollout: Rollout) -> dict[str, Any]:
+        """The keyword arguments after the task, taken from the resources and the rollout."""
+        arguments: dict[str, Any] = {}
+        for name, annotation, has_default in self._params:
+            if name == "rollout" or annotation is Rollout:
+                arguments[name] = rollout
+            elif name == "resources":
+                arguments[name] = resources
+            elif name in resources:
+                arguments[name] = resources[name]
+            elif isinstance(annotation, type) and issubclass(annotation, RESOURCE_CLASSES):
+                matches = [r for r in resources.values() if isinstance(r, annotation)]
+                if len(matches) != 1:
+                    raise AgentError(
+                        f"agent {self.name} asks for {name}: {annotation.__name__}, but the resources hold "
+                        f"{len(matches)} of that type ({sorted(resources)}); name the parameter after one of them"
+                    )
+                arguments[name] = matches[0]
+            elif not has_default:
+                raise AgentError(
+                    f"agent {self.name} asks for {name!r}, which is not among the resources {sorted(resources)}; "
+                    "publish a resource of that name or give the parameter a default"
+                )
+        return arguments
+
+    def rollout(self, task: Any, resources: NamedResources, rollout: Rollout) -> Any:
+        return self.function(task, **self.arguments(resources, rollout))
+
+    async def run(self, task: Any, resources: NamedResources, rollout: Rollout) -> float | None:
+        arguments = self.arguments(resources, rollout)
+        if self._is_async:
+            result = await self.function(task, **arguments)
+        else:
+            result = await asyncio.to_thread(self.function, task, **arguments)
+        return as_reward(result, self.name)
+
+
+def rollout(function: Callable[..., Any]) -> FunctionAgent:
+    """Make an agent of a function `(task, <resources...>) -> reward | None`, sync or async."""
+    return FunctionAgent(function)
+
+
+def as_agent(agent: LitAgent | Callable[..., Any]) -> LitAgent:
+    """Accept an agent or a plain function anywhere an agent is expected."""
+    if isinstance(agent, LitAgent):
+        return agent
+    if callable(agent):
+        return FunctionAgent(agent)
+    raise AgentError(f"expected a LitAgent or a function, got {type(agent).__name__}")

@@ -1,0 +1,73 @@
+"""What every algorithm shares: a store to work through, running a batch of tasks, logging metrics."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from agentgrad.store import Store
+from agentgrad.types import Metric, NamedResources, Rollout, RolloutConfig, RolloutStatus
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How a batch of rollouts went. Failed rollouts count as reward 0 in `reward_mean`."""
+
+    n: int
+    succeeded: int
+    reward_mean: float
+    success_rate: float
+
+    @classmethod
+    def of(cls, rollouts: Sequence[Rollout], success_threshold: float = 1.0) -> Evaluation:
+        rewards = [r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else 0.0 for r in rollouts]
+        return cls(
+            n=len(rollouts),
+            succeeded=sum(r.status is RolloutStatus.SUCCEEDED for r in rollouts),
+            reward_mean=statistics.fmean(rewards) if rewards else 0.0,
+            success_rate=sum(reward >= success_threshold for reward in rewards) / len(rewards) if rewards else 0.0,
+        )
+
+
+class Algorithm:
+    """Base of algorithms. The trainer sets `store` (and `console`) before calling `run`."""
+
+    store: Store
+    console: Console = Console()
+
+    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Any:
+        raise NotImplementedError
+
+    async def publish(self, resources: NamedResources, metadata: dict[str, Any] | None = None) -> str:
+        """Store a new version of the resources; returns its id for the rollouts to run with."""
+        return (await self.store.add_resources(resources, metadata)).resources_id
+
+    async def run_rollouts(
+        self,
+        tasks: Sequence[Any],
+        *,
+        mode: str,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+        timeout: float | None = None,
+    ) -> list[Rollout]:
+        """Queue one rollout per task and wait for all of them; returns them in task order."""
+        config = config or RolloutConfig()
+        requests = [
+            {"input": task, "mode": mode, "resources_id": resources_id, "config": config,
+             "metadata": metadata[i] if metadata else {}}
+            for i, task in enumerate(tasks)
+        ]
+        queued = await self.store.enqueue_rollouts(requests)
+        ids = [r.rollout_id for r in queued]
+        finished = {r.rollout_id: r for r in await self.store.wait_for_rollouts(ids, timeout=timeout)}
+        return [finished.get(rid) or await self.store.get_rollout(rid) for rid in ids]
+
+    async def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
+        """Write figures as store metrics, so the dashboard and the CLI show the same numbers."""
+        await self.store.add_metrics([Metric(name=name, step=step, value=float(v)) for name, v in values.items()])

@@ -1,0 +1,166 @@
+"""One-line calls an agent adds to report rewards and structure into its current attempt.
+
+Each call writes one span. Outside a rollout (calling the agent by hand, say) they do nothing,
+so the same agent code runs with and without agentgrad.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import traceback
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from agentgrad.tracer import get_tracer
+from agentgrad.types import REWARD_ATTR, REWARD_SPAN
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def to_json(value: Any) -> str:
+    """JSON for span attributes; anything JSON cannot encode is written as its repr."""
+    return json.dumps(value, default=repr)
+
+
+def _emit(name: str, attributes: Mapping[str, Any], error: str | None = None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    with get_tracer().start_as_current_span(name, attributes=dict(attributes), record_exception=False) as span:
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+
+
+def emit_reward(value: float | Mapping[str, float], primary: str | None = None) -> None:
+    """Report a reward: a number, or named dimensions of which `primary` is the reward trained on.
+
+    The last reward of an attempt becomes the rollout's final reward unless the agent returns one.
+    """
+    if isinstance(value, Mapping):
+        if primary is None:
+            if len(value) != 1:
+                raise ValueError(f"emit_reward got dimensions {sorted(value)}; name the one to train on with primary=")
+            primary = next(iter(value))
+        if primary not in value:
+            raise ValueError(f"primary reward {primary!r} is not among the dimensions {sorted(value)}")
+        attributes: dict[str, Any] = {f"{REWARD_ATTR}.{key}": float(v) for key, v in value.items()}
+        attributes[REWARD_ATTR] = float(value[primary])
+        attributes[f"{REWARD_ATTR}.primary"] = primary
+    else:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"a reward is a number or a mapping of numbers, not {type(value).__name__}")
+        attributes = {REWARD_ATTR: float(value)}
+    _emit(REWARD_SPAN, attributes)
+
+
+def emit_message(message: str, **attributes: Any) -> None:
+    """Record a line of text (a log line, a thought, a tool result)."""
+    _emit("agentgrad.message", {"agentgrad.message.body": message, **attributes})
+
+
+def emit_object(obj: Any, **attributes: Any) -> None:
+    """Record any JSON-serializable value."""
+    _emit("agentgrad.object", {"agentgrad.object.json": to_json(obj), **attributes})
+
+
+def emit_exception(exc: BaseException) -> None:
+    """Record an exception with its traceback (OpenTelemetry `exception.*` attributes)."""
+    stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    _emit(
+        "agentgrad.exception",
+        {"exception.type": type(exc).__qualname__, "exception.message": str(exc), "exception.stacktrace": stack},
+        error=f"{type(exc).__qualname__}: {exc}",
+    )
+
+
+def emit_annotation(annotation: Mapping[str, Any]) -> None:
+    """Attach labels to the attempt (a tag, a judge's verdict); values must be JSON-encodable."""
+    _emit(
+        "agentgrad.annotation",
+        {
+            f"agentgrad.annotation.{key}": value if isinstance(value, (str, int, float, bool)) else to_json(value)
+            for key, value in annotation.items()
+        },
+    )
+
+
+class operation:
+    """A span around a block or a function, recording its inputs and output.
+
+        with operation("search", query=q) as op:
+            op.set_output(results)
+
+        @operation                     # or @operation("name")
+        def search(query): ...
+    """
+
+    def __new__(cls, name: str | Callable[..., Any] | None = None, **inputs: Any) -> Any:
+        if callable(name):  # bare @operation
+            return _traced(name, name.__name__)
+        return super().__new__(cls)
+
+    def __init__(self, name: str | None = None, **inputs: Any) -> None:
+        self.name = name or "operation"
+        self.inputs = inputs
+        self._span_cm: Any = None
+        self._span: Any = None
+
+    def set_output(self, output: Any) -> None:
+        if self._span is not None:
+            self._span.set_attribute("agentgrad.operation.output", to_json(output))
+
+    def __enter__(self) -> operation:
+        attributes = {"agentgrad.operation.name": self.name}
+        if self.inputs:
+            attributes["agentgrad.operation.input"] = to_json(self.inputs)
+        self._span_cm = get_tracer().start_as_current_span(self.name, attributes=attributes, record_exception=False)
+        self._span = self._span_cm.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None and self._span is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            self._span.set_attribute("exception.type", exc_type.__qualname__)
+            self._span.set_attribute("exception.message", str(exc))
+            self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__qualname__}: {exc}"))
+        self._span_cm.__exit__(exc_type, exc, tb)
+        self._span = self._span_cm = None
+
+    def __call__(self, function: F) -> F:
+        return _traced(function, self.name if self.name != "operation" else function.__name__)
+
+
+def _traced(function: F, name: str) -> F:
+    """`function` with each call recorded as an operation span of its arguments and result."""
+    signature = inspect.signature(function)
+
+    def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict(signature.bind(*args, **kwargs).arguments)
+        except TypeError:
+            return {"args": args, "kwargs": kwargs}
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            with operation(name, **inputs_of(args, kwargs)) as op:
+                result = await function(*args, **kwargs)
+                op.set_output(result)
+                return result
+
+        return run_async  # type: ignore[return-value]
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with operation(name, **inputs_of(args, kwargs)) as op:
+            result = function(*args, **kwargs)
+            op.set_output(result)
+            return result
+
+    return run  # type: ignore[return-value]

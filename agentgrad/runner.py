@@ -1,0 +1,203 @@
+"""The runner: a worker that takes rollouts from the store and runs the agent on them.
+
+For each rollout: open the attempt (done by `dequeue`), bind the tracing context, hand the agent
+its task and resources, record its reward or its exception, and close the attempt. Heartbeats
+go out while it works, so the store can tell a busy worker from a dead one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentgrad.agent import LitAgent, as_agent
+from agentgrad.emit import emit_exception, emit_reward
+from agentgrad.store import NotFoundError, Store, StoreError
+from agentgrad.tracer import SpanSink, bind_attempt, get_tracer
+from agentgrad.types import (
+    ATTEMPT_ID_ATTR,
+    ROLLOUT_ID_ATTR,
+    LLM,
+    AttemptedRollout,
+    AttemptStatus,
+    NamedResources,
+    Rollout,
+    WorkerStatus,
+)
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.02
+"""First pause after finding the queue empty; doubles up to `MAX_POLL_SECONDS`."""
+MAX_POLL_SECONDS = 0.2
+HEARTBEAT_SECONDS = 2.0
+
+
+class Hook:
+    """Override any of these (sync or async) to act around each rollout a runner executes."""
+
+    def on_rollout_start(self, *, agent: LitAgent, runner: Runner, rollout: AttemptedRollout) -> Any: ...
+    def on_trace_start(self, *, agent: LitAgent, runner: Runner, rollout: AttemptedRollout) -> Any: ...
+    def on_trace_end(self, *, agent: LitAgent, runner: Runner, rollout: AttemptedRollout) -> Any: ...
+    def on_rollout_end(self, *, agent: LitAgent, runner: Runner, rollout: Rollout) -> Any: ...
+
+
+class Runner:
+    """Runs rollouts from `store` with `agent` until stopped (or after `max_rollouts`).
+
+    `concurrency` rollouts run at once in this runner's event loop: async agents interleave,
+    sync agents each take a worker thread.
+    """
+
+    def __init__(
+        self,
+        agent: LitAgent | Callable[..., Any],
+        store: Store,
+        *,
+        worker_id: str | None = None,
+        hooks: Sequence[Hook] = (),
+        concurrency: int = 1,
+        max_rollouts: int | None = None,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.agent = as_agent(agent)
+        self.store = store
+        self.worker_id = worker_id or f"worker-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.hooks = list(hooks)
+        self.concurrency = concurrency
+        self.max_rollouts = max_rollouts
+        self.heartbeat_seconds = heartbeat_seconds
+        self.completed = 0
+        self._stop = threading.Event()
+        self._active: dict[str, AttemptedRollout] = {}
+        self._resources: dict[str, NamedResources] = {}
+
+    def stop(self) -> None:
+        """Take no new rollouts; `run` returns once those in flight end. Safe from any thread."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def run(self) -> None:
+        """The worker loop."""
+        self.sink = SpanSink(self.store)
+        heartbeats = asyncio.create_task(self._heartbeats())
+        in_flight: set[asyncio.Task[None]] = set()
+        pause = POLL_SECONDS
+        claimed = 0
+        try:
+            while not self._stop.is_set() and (self.max_rollouts is None or claimed < self.max_rollouts):
+                if len(in_flight) >= self.concurrency:
+                    done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    self._report(done)
+                    continue
+                item = await self._dequeue()
+                if item is None:
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, MAX_POLL_SECONDS)
+                    continue
+                pause = POLL_SECONDS
+                claimed += 1
+                in_flight.add(asyncio.create_task(self.run_rollout(item)))
+            if in_flight:
+                self._report((await asyncio.wait(in_flight))[0])
+        finally:
+            heartbeats.cancel()
+            await self.sink.flush()
+            try:
+                await self.store.heartbeat(self.worker_id, status=WorkerStatus.STOPPED, active_attempts=[])
+            except Exception:
+                log.warning("runner %s could not report that it stopped", self.worker_id, exc_info=True)
+
+    def _report(self, done: set[asyncio.Task[None]]) -> None:
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("runner %s lost a rollout", self.worker_id, exc_info=task.exception())
+
+    async def _dequeue(self) -> AttemptedRollout | None:
+        try:
+            return await self.store.dequeue_rollout(worker_id=self.worker_id)
+        except StoreError:
+            raise
+        except Exception:  # the store is unreachable for now: try again after a pause
+            log.warning("runner %s could not reach the store", self.worker_id, exc_info=True)
+            return None
+
+    async def _heartbeats(self) -> None:
+        while True:
+            active = [(item.rollout_id, item.attempt.attempt_id) for item in self._active.values()]
+            try:
+                await self.store.heartbeat(
+                    self.worker_id,
+                    status=WorkerStatus.BUSY if active else WorkerStatus.IDLE,
+                    active_attempts=active,
+                    info={"pid": os.getpid(), "host": socket.gethostname(), "agent": self.agent.name},
+                )
+            except NotFoundError:
+                pass  # an attempt ended between the snapshot and the call; the next beat is right
+            except Exception:
+                log.warning("heartbeat of %s failed", self.worker_id, exc_info=True)
+            await asyncio.sleep(self.heartbeat_seconds)
+
+    async def _resources_for(self, rollout: Rollout) -> NamedResources:
+        if rollout.resources_id is None:
+            snapshot = await self.store.get_latest_resources()
+            return dict(snapshot.resources) if snapshot else {}
+        if rollout.resources_id not in self._resources:
+            self._resources[rollout.resources_id] = (await self.store.get_resources(rollout.resources_id)).resources
+        return dict(self._resources[rollout.resources_id])
+
+    async def _call_hooks(self, name: str, **kwargs: Any) -> None:
+        for hook in self.hooks:
+            try:
+                result = getattr(hook, name)(agent=self.agent, runner=self, **kwargs)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("hook %s.%s failed", type(hook).__name__, name)
+
+    async def run_rollout(self, item: AttemptedRollout) -> None:
+        """Run the agent on one claimed rollout and close its attempt."""
+        rollout_id, attempt_id = item.rollout_id, item.attempt.attempt_id
+        self._active[attempt_id] = item
+        status, reward, error = AttemptStatus.SUCCEEDED, None, None
+        try:
+            await self._call_hooks("on_rollout_start", rollout=item)
+            with bind_attempt(rollout_id, attempt_id, self.sink):
+                attributes = {ROLLOUT_ID_ATTR: rollout_id, ATTEMPT_ID_ATTR: attempt_id, "agentgrad.agent": self.agent.name}
+                with get_tracer().start_as_current_span("agentgrad.rollout", attributes=attributes):
+                    await self._call_hooks("on_trace_start", rollout=item)
+                    try:
+                        resources = await self._resources_for(item)
+                        resources = {
+                            name: r.for_attempt(rollout_id, attempt_id) if isinstance(r, LLM) else r
+                            for name, r in resources.items()
+                        }
+                        reward = await self.agent.run(item.input, resources, item)
+                        if reward is not None:
+                            emit_reward(reward)
+                    except Exception as exc:
+                        status, error = AttemptStatus.FAILED, f"{type(exc).__qualname__}: {exc}"
+                        log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, error)
+                        emit_exception(exc)
+                    await self._call_hooks("on_trace_end", rollout=item)
+            await self.sink.flush()
+            try:
+                await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)
+            except StoreError as exc:  # the store gave the attempt up (timeout, no heartbeat) meanwhile
+                log.warning("rollout %s: result of attempt %s not recorded: %s", rollout_id, attempt_id, exc)
+            self.completed += 1
+            await self._call_hooks("on_rollout_end", rollout=await self.store.get_rollout(rollout_id))
+        finally:
+            del self._active[attempt_id]

@@ -1,0 +1,330 @@
+"""The store interface: the single source of truth that algorithms, runners and the gateway share.
+
+Every backend (memory, SQLite, HTTP client) implements `Store` and passes the same contract
+suite (`tests/store/test_contract.py`). The rules that do not depend on how data is kept
+(status transitions, what an attempt's end does to its rollout, waiting) live here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutConfig,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Worker,
+    WorkerStatus,
+)
+
+WAIT_POLL_SECONDS = 0.05
+"""How often `wait_for_rollouts` looks again when no in-process notification arrives (other processes)."""
+
+HEALTH_CHECK_SECONDS = 0.5
+"""Least time between two scans for timed-out or unresponsive attempts."""
+
+
+class StoreError(Exception):
+    """Base of every error a store raises on bad input; the message says what was wrong."""
+
+
+class NotFoundError(StoreError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidTransitionError(StoreError, ValueError):
+    pass
+
+
+def new_rollout_id() -> str:
+    return "ro-" + uuid.uuid4().hex[:12]
+
+
+def new_attempt_id() -> str:
+    return "at-" + uuid.uuid4().hex[:10]
+
+
+def attempt_outcome(rollout: Rollout, status: AttemptStatus) -> RolloutStatus:
+    """The rollout status that follows when its running attempt ends with `status`."""
+    if status is AttemptStatus.SUCCEEDED:
+        return RolloutStatus.SUCCEEDED
+    if status in rollout.config.retry_on and rollout.num_attempts < rollout.config.max_attempts:
+        return RolloutStatus.REQUEUING
+    return RolloutStatus.FAILED
+
+
+def check_attempt_update(rollout: Rollout, attempt: Attempt, status: AttemptStatus | None) -> None:
+    """Raise unless `status` is a valid next status of `attempt`."""
+    if status is None:
+        return
+    if attempt.status is not AttemptStatus.RUNNING:
+        raise InvalidTransitionError(
+            f"attempt {attempt.attempt_id} of rollout {rollout.rollout_id} is already {attempt.status.value}; "
+            f"it cannot become {status.value}"
+        )
+    if status is AttemptStatus.RUNNING:
+        raise InvalidTransitionError(f"attempt {attempt.attempt_id} is already running")
+
+
+def check_rollout_update(rollout: Rollout, status: RolloutStatus | None) -> None:
+    """Only cancellation is set directly; every other rollout status follows from its attempts."""
+    if status is None:
+        return
+    if status is not RolloutStatus.CANCELLED:
+        raise InvalidTransitionError(
+            f"a rollout's status follows its attempts; only 'cancelled' can be set directly, not {status.value!r}"
+        )
+    if rollout.status.finished:
+        raise InvalidTransitionError(f"rollout {rollout.rollout_id} is already {rollout.status.value}")
+
+
+def as_requests(items: Iterable[RolloutRequest | dict[str, Any]]) -> list[RolloutRequest]:
+    return [item if isinstance(item, RolloutRequest) else RolloutRequest.model_validate(item) for item in items]
+
+
+class Store(ABC):
+    """Rollouts, attempts, spans, resources, workers and metrics, behind one async interface.
+
+    Backends are safe to share between threads; the SQLite backend is also safe to share
+    between processes on one file.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._waiters_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ rollouts and attempts
+
+    async def enqueue_rollout(
+        self,
+        input: Any,
+        *,
+        mode: str | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        request = RolloutRequest(
+            input=input,
+            mode=mode,
+            resources_id=resources_id,
+            config=config or RolloutConfig(),
+            metadata=metadata or {},
+        )
+        return (await self.enqueue_rollouts([request]))[0]
+
+    @abstractmethod
+    async def enqueue_rollouts(self, requests: Sequence[RolloutRequest | dict[str, Any]]) -> list[Rollout]:
+        """Queue new rollouts, in order; they are dequeued first in, first out."""
+
+    @abstractmethod
+    async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
+        """Claim the oldest waiting rollout and open an attempt for it; None if none waits.
+
+        Exactly one caller gets each rollout, however many threads or processes ask.
+        """
+
+    @abstractmethod
+    async def start_rollout(
+        self,
+        input: Any,
+        *,
+        mode: str | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        """Create a rollout already running with its first attempt (dev runs, no queue)."""
+
+    @abstractmethod
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        """The rollout, or NotFoundError."""
+
+    @abstractmethod
+    async def query_rollouts(
+        self,
+        *,
+        status: Sequence[RolloutStatus | str] | None = None,
+        mode: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Rollout]:
+        """Rollouts in enqueue order, filtered and paginated."""
+
+    @abstractmethod
+    async def query_attempts(self, rollout_id: str) -> list[Attempt]:
+        """Attempts of a rollout, first to last."""
+
+    @abstractmethod
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        *,
+        status: AttemptStatus | str | None = None,
+        reward: float | None = None,
+        error: str | None = None,
+    ) -> Attempt:
+        """End an attempt (or record its reward); its rollout then succeeds, requeues or fails.
+
+        An attempt that succeeds without an explicit reward takes the last reward span it wrote.
+        """
+
+    @abstractmethod
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        *,
+        status: RolloutStatus | str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        """Cancel a rollout or merge keys into its metadata."""
+
+    async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+        """Wait until every given rollout is finished or `timeout` seconds pass.
+
+        Returns the finished ones, in the order asked. Wakes as soon as the last one finishes
+        in this process, and within `WAIT_POLL_SECONDS` when it finishes in another.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        event = asyncio.Event()
+        waiter = (loop, event)
+        with self._waiters_lock:
+            self._waiters.add(waiter)
+        try:
+            while True:
+                event.clear()
+                await self.check_attempts()
+                finished = await self._finished_rollouts(rollout_ids)
+                if len(finished) == len(set(rollout_ids)):
+                    break
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
+                try:
+                    await asyncio.wait_for(event.wait(), pause)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(waiter)
+        by_id = {rollout.rollout_id: rollout for rollout in finished}
+        return [by_id[rid] for rid in dict.fromkeys(rollout_ids) if rid in by_id]
+
+    async def _finished_rollouts(self, rollout_ids: Sequence[str]) -> list[Rollout]:
+        rollouts = await self.query_rollouts(rollout_ids=rollout_ids)
+        return [rollout for rollout in rollouts if rollout.status.finished]
+
+    def _notify_finished(self) -> None:
+        """Wake every `wait_for_rollouts` in this process (called when a rollout finishes)."""
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop is closed
+                pass
+
+    @abstractmethod
+    async def check_attempts(self, force: bool = False) -> None:
+        """Mark attempts past `timeout_seconds` or silent for `unresponsive_seconds`, requeue or fail
+        their rollouts. Runs at most every `HEALTH_CHECK_SECONDS` unless forced."""
+
+    # ------------------------------------------------------------------ spans
+
+    async def add_span(self, span: Span) -> Span:
+        return (await self.add_spans([span]))[0]
+
+    @abstractmethod
+    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """Store spans, giving each the next sequence id of its rollout; each counts as a heartbeat."""
+
+    @abstractmethod
+    async def query_spans(
+        self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
+    ) -> list[Span]:
+        """Spans by sequence id: of the latest attempt, of `attempt_id`, or of every attempt.
+
+        `rollout_id=None` reads the spans recorded outside any rollout.
+        """
+
+    # ------------------------------------------------------------------ resources
+
+    @abstractmethod
+    async def add_resources(
+        self, resources: NamedResources, metadata: dict[str, Any] | None = None
+    ) -> ResourcesSnapshot:
+        """Store a new version of the resources; it becomes the latest."""
+
+    @abstractmethod
+    async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
+        """Merge keys into a snapshot's metadata (a score found later, say)."""
+
+    @abstractmethod
+    async def get_resources(self, resources_id: str) -> ResourcesSnapshot:
+        """The snapshot, or NotFoundError."""
+
+    @abstractmethod
+    async def get_latest_resources(self) -> ResourcesSnapshot | None:
+        """The newest snapshot, or None before any was added."""
+
+    @abstractmethod
+    async def query_resources(self) -> list[ResourcesSnapshot]:
+        """Every snapshot, oldest first."""
+
+    # ------------------------------------------------------------------ workers, metrics, stats
+
+    @abstractmethod
+    async def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        status: WorkerStatus | str | None = None,
+        active_attempts: Sequence[tuple[str, str]] | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> Worker:
+        """A worker is alive; `active_attempts` (rollout id, attempt id) are alive with it."""
+
+    @abstractmethod
+    async def query_workers(self) -> list[Worker]:
+        """Every worker that ever sent a heartbeat."""
+
+    @abstractmethod
+    async def add_metrics(self, metrics: Sequence[Metric]) -> None:
+        """Append points to training curves."""
+
+    @abstractmethod
+    async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
+        """Points by name (exact) or name prefix, in step then time order."""
+
+    @abstractmethod
+    async def stats(self) -> StoreStats:
+        """Counts by status, for dashboards and progress lines."""
+
+    async def close(self) -> None:
+        """Release the backend's resources; the store is unusable afterwards."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,197 @@
+"""Tracing: in-process OpenTelemetry spans land in the store under the current rollout and attempt.
+
+The runner binds `(rollout_id, attempt_id, sink)` in a context variable around each attempt.
+Context variables follow asyncio tasks and `asyncio.to_thread`, so concurrent rollouts in one
+process never mix their spans. A `SpanSink` batches spans and writes them from the runner's
+event loop, whichever thread produced them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentgrad.types import Span, SpanEvent, SpanStatus
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.trace import Tracer
+
+    from agentgrad.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class SpanSink:
+    """Buffers spans from any thread and writes them to the store in batches from one event loop."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.store = store
+        self._loop = loop or asyncio.get_running_loop()
+        self._pending: list[Span] = []
+        self._lock = threading.Lock()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def put(self, span: Span) -> None:
+        """Queue a span for writing; safe from any thread."""
+        with self._lock:
+            self._pending.append(span)
+        try:
+            self._loop.call_soon_threadsafe(self._signal)
+        except RuntimeError:  # loop closed: the runner is gone, the span has nowhere to go
+            log.warning("span %r dropped: its runner's event loop is closed", span.name)
+
+    def _signal(self) -> None:
+        self._idle.clear()
+        if self._task is None or self._task.done():
+            self._task = self._loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._pending = self._pending, []
+            if not batch:
+                self._idle.set()
+                return
+            try:
+                await self.store.add_spans(batch)
+            except Exception:  # a bad span must not take the runner down; the error names it
+                log.exception("could not write %d span(s) to the store", len(batch))
+
+    async def flush(self) -> None:
+        """Return once every span put so far is written (or its failure logged)."""
+        await asyncio.sleep(0)  # let call_soon_threadsafe callbacks from other threads run
+        with self._lock:
+            if self._pending and (self._task is None or self._task.done()):
+                self._signal()
+        await self._idle.wait()
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    rollout_id: str
+    attempt_id: str
+    sink: SpanSink
+
+
+_current: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar("agentgrad_attempt", default=None)
+
+
+def current_attempt() -> AttemptContext | None:
+    """The attempt whose spans this code writes, or None outside any rollout."""
+    return _current.get()
+
+
+@contextmanager
+def bind_attempt(rollout_id: str, attempt_id: str, sink: SpanSink) -> Iterator[AttemptContext]:
+    """Route every span started inside the block to this attempt."""
+    context = AttemptContext(rollout_id, attempt_id, sink)
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)
+
+
+# ----------------------------------------------------------------------------- OpenTelemetry
+
+
+def to_span(readable: ReadableSpan, rollout_id: str | None, attempt_id: str | None) -> Span:
+    """An OpenTelemetry span in our data model."""
+    context = readable.context
+    parent = readable.parent
+    return Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        trace_id=format(context.trace_id, "032x") if context else "",
+        span_id=format(context.span_id, "016x") if context else "",
+        parent_id=format(parent.span_id, "016x") if parent else None,
+        name=readable.name,
+        start_time=(readable.start_time or 0) / 1e9,
+        end_time=(readable.end_time or 0) / 1e9 if readable.end_time else None,
+        attributes=_plain(dict(readable.attributes or {})),
+        events=[
+            SpanEvent(name=event.name, time=event.timestamp / 1e9, attributes=_plain(dict(event.attributes or {})))
+            for event in readable.events
+        ],
+        status=SpanStatus(code=readable.status.status_code.name, description=readable.status.description),
+    )
+
+
+def _plain(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
+
+
+class _StoreSpanProcessor:
+    """Sends every ended span that started inside a bound attempt to that attempt's sink."""
+
+    def __init__(self) -> None:
+        self._started: dict[int, AttemptContext] = {}
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        context = _current.get()
+        if context is not None:
+            with self._lock:
+                self._started[span.context.span_id] = context
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._lock:
+            context = self._started.pop(span.context.span_id, None) if span.context else None
+        if context is not None:
+            context.sink.put(to_span(span, context.rollout_id, context.attempt_id))
+
+    def _on_ending(self, span: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+_provider: TracerProvider | None = None
+_processor = _StoreSpanProcessor()
+_provider_lock = threading.Lock()
+
+
+def tracer_provider() -> TracerProvider:
+    """agentgrad's own provider (created on first use; the global one is left alone)."""
+    global _provider
+    with _provider_lock:
+        if _provider is None:
+            from opentelemetry.sdk.trace import TracerProvider
+
+            _provider = TracerProvider()
+            _provider.add_span_processor(_processor)  # type: ignore[arg-type]
+        return _provider
+
+
+def get_tracer() -> Tracer:
+    return tracer_provider().get_tracer("agentgrad")
+
+
+def instrument_opentelemetry() -> None:
+    """Also record spans of third-party OpenTelemetry instrumentation (LangChain, LlamaIndex, ...).
+
+    Makes agentgrad's provider the global one when none is set, or adds its processor to the
+    global SDK provider the application already installed.
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        if current is not tracer_provider():
+            current.add_span_processor(_processor)  # type: ignore[arg-type]
+    else:
+        trace.set_tracer_provider(tracer_provider())

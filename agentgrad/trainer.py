@@ -1,0 +1,123 @@
+"""The trainer: lays out the roles (algorithm, runners, store) and runs an algorithm over data.
+
+Strategies:
+- `threads`: the algorithm and N runners in this process, runners in threads (debugging, and
+  the CPU demo, where the engine must share memory with the runners' gateway anyway).
+- `processes`: the store served over HTTP from this process, N runner processes as clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from agentgrad.agent import LitAgent, as_agent
+from agentgrad.algorithms.base import Algorithm
+from agentgrad.algorithms.baseline import Baseline
+from agentgrad.runner import Hook, Runner
+from agentgrad.store import Store, open_store
+from agentgrad.types import NamedResources
+
+log = logging.getLogger(__name__)
+
+STOP_SECONDS = 30.0
+"""How long `fit` waits for runners to finish their rollouts in flight once the algorithm is done."""
+
+
+def default_store_path() -> Path:
+    return Path(".agentgrad") / f"run-{time.strftime('%Y%m%d-%H%M%S')}.db"
+
+
+class Trainer:
+    """`Trainer(algorithm=..., n_runners=4).fit(agent, train_data, val_data)`.
+
+    `store` is a `Store`, a SQLite path, `"memory"`, or None for a new SQLite file under
+    `.agentgrad/`. `resources` are published before the algorithm starts (the LLM endpoint and
+    prompt of an agent that is only evaluated, say).
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm | None = None,
+        *,
+        n_runners: int = 1,
+        store: Store | str | Path | None = None,
+        strategy: Literal["threads", "processes"] = "threads",
+        hooks: Sequence[Hook] = (),
+        resources: NamedResources | None = None,
+        runner_concurrency: int = 1,
+    ) -> None:
+        if n_runners < 1:
+            raise ValueError(f"n_runners must be at least 1, got {n_runners}")
+        if strategy not in ("threads", "processes"):
+            raise ValueError(f"strategy is 'threads' or 'processes', not {strategy!r}")
+        self.algorithm = algorithm or Baseline()
+        self.n_runners = n_runners
+        self.store = open_store(store if store is not None else default_store_path())
+        self.strategy = strategy
+        self.hooks = list(hooks)
+        self.resources = resources
+        self.runner_concurrency = runner_concurrency
+
+    def fit(
+        self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
+    ) -> Any:
+        """Run the algorithm to the end with runners executing `agent`; returns what the algorithm returns."""
+        return asyncio.run(self.fit_async(agent, train_data, val_data))
+
+    def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> Any:
+        """A quick smoke pass: run `data` once through the agent with a Baseline, no training."""
+        algorithm, self.algorithm = self.algorithm, Baseline()
+        try:
+            return self.fit(agent, data, None)
+        finally:
+            self.algorithm = algorithm
+
+    async def fit_async(
+        self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
+    ) -> Any:
+        agent = as_agent(agent)
+        self.algorithm.store = self.store
+        if self.resources:
+            await self.store.add_resources(self.resources)
+        if self.strategy == "processes":
+            from agentgrad.strategies import run_with_processes
+
+            return await run_with_processes(self, agent, train_data, val_data)
+        return await self._run_with_threads(agent, train_data, val_data)
+
+    async def _run_with_threads(
+        self, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
+    ) -> Any:
+        runners = [
+            Runner(agent, self.store, worker_id=f"runner-{i}", hooks=self.hooks, concurrency=self.runner_concurrency)
+            for i in range(self.n_runners)
+        ]
+        threads = [
+            threading.Thread(target=_run_in_own_loop, args=(runner,), name=runner.worker_id, daemon=True)
+            for runner in runners
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            return await self.algorithm.run(train_data, val_data)
+        finally:
+            for runner in runners:
+                runner.stop()
+            deadline = time.monotonic() + STOP_SECONDS
+            for thread in threads:
+                await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    log.warning("%s did not stop within %.0f s; leaving it behind", thread.name, STOP_SECONDS)
+
+
+def _run_in_own_loop(runner: Runner) -> None:
+    try:
+        asyncio.run(runner.run())
+    except Exception:
+        log.exception("%s stopped with an error", runner.worker_id)

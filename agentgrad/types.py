@@ -1,0 +1,274 @@
+"""The data model: every object the store keeps and every resource an algorithm trains.
+
+One module on purpose: the store backends, the HTTP API, the runner and the algorithms
+all speak these types, so they are the contract of the whole system.
+"""
+
+from __future__ import annotations
+
+import string
+import time
+from enum import Enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def now() -> float:
+    """Wall-clock time in seconds since the epoch: the one clock every record uses."""
+    return time.time()
+
+
+class RolloutStatus(str, Enum):
+    """`queuing → running → succeeded | failed | cancelled`, with `requeuing` between attempts."""
+
+    QUEUING = "queuing"
+    RUNNING = "running"
+    REQUEUING = "requeuing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_ROLLOUT
+
+
+FINISHED_ROLLOUT = frozenset({RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED})
+
+
+class AttemptStatus(str, Enum):
+    """`running → succeeded | failed | timeout | unresponsive`."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    UNRESPONSIVE = "unresponsive"
+
+    @property
+    def finished(self) -> bool:
+        return self is not AttemptStatus.RUNNING
+
+
+class WorkerStatus(str, Enum):
+    IDLE = "idle"
+    BUSY = "busy"
+    STOPPED = "stopped"
+
+
+class RolloutConfig(BaseModel):
+    """Retry policy of a rollout: how long an attempt may take and how often it is retried."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_seconds: float | None = Field(None, gt=0, description="An attempt running longer is marked `timeout`.")
+    unresponsive_seconds: float | None = Field(
+        None, gt=0, description="An attempt without a span or heartbeat for this long is marked `unresponsive`."
+    )
+    max_attempts: int = Field(1, ge=1, description="Attempts allowed in total, the first one included.")
+    retry_on: list[AttemptStatus] = Field(
+        default_factory=lambda: [AttemptStatus.FAILED, AttemptStatus.TIMEOUT, AttemptStatus.UNRESPONSIVE],
+        description="Attempt outcomes that send the rollout back to the queue while attempts remain.",
+    )
+
+
+class Rollout(BaseModel):
+    """One task to run, with its status and final reward."""
+
+    rollout_id: str
+    input: Any = Field(description="The task: any JSON value.")
+    mode: str | None = Field(None, description="'train', 'val', 'test' or any label the algorithm uses.")
+    resources_id: str | None = Field(None, description="Resources to run with; None means the latest.")
+    status: RolloutStatus = RolloutStatus.QUEUING
+    config: RolloutConfig = Field(default_factory=RolloutConfig)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    reward: float | None = None
+    num_attempts: int = 0
+    latest_attempt_id: str | None = None
+    enqueue_time: float = Field(default_factory=now)
+    start_time: float | None = None
+    end_time: float | None = None
+
+
+class RolloutRequest(BaseModel):
+    """What `enqueue_rollouts` takes for each new rollout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any
+    mode: str | None = None
+    resources_id: str | None = None
+    config: RolloutConfig = Field(default_factory=RolloutConfig)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Attempt(BaseModel):
+    """One execution of a rollout by one worker."""
+
+    rollout_id: str
+    attempt_id: str
+    sequence: int = Field(description="1 for the first attempt of the rollout, 2 for its first retry, ...")
+    worker_id: str | None = None
+    status: AttemptStatus = AttemptStatus.RUNNING
+    start_time: float = Field(default_factory=now)
+    end_time: float | None = None
+    last_heartbeat_time: float = Field(default_factory=now)
+    reward: float | None = None
+    error: str | None = None
+
+
+class AttemptedRollout(Rollout):
+    """A rollout together with the attempt just opened for it (what `dequeue` hands a worker)."""
+
+    attempt: Attempt
+
+
+class SpanStatus(BaseModel):
+    code: Literal["UNSET", "OK", "ERROR"] = "UNSET"
+    description: str | None = None
+
+
+class SpanEvent(BaseModel):
+    name: str
+    time: float
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class Span(BaseModel):
+    """Anything observed during an attempt: an LLM call, a reward, a message, an operation.
+
+    `sequence_id` is assigned by the store, increasing within a rollout, so spans read back
+    in the order they were written whatever clock the writers had.
+    """
+
+    rollout_id: str | None = Field(None, description="None for calls observed outside any rollout.")
+    attempt_id: str | None = None
+    sequence_id: int = 0
+    trace_id: str = Field(default="", description="OpenTelemetry trace id, 32 hex digits.")
+    span_id: str = Field(default="", description="OpenTelemetry span id, 16 hex digits.")
+    parent_id: str | None = None
+    name: str
+    start_time: float = Field(default_factory=now)
+    end_time: float | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    events: list[SpanEvent] = Field(default_factory=list)
+    status: SpanStatus = Field(default_factory=SpanStatus)
+
+
+class Worker(BaseModel):
+    worker_id: str
+    status: WorkerStatus = WorkerStatus.IDLE
+    last_heartbeat_time: float = Field(default_factory=now)
+    active_attempts: list[str] = Field(default_factory=list, description="Attempt ids the worker is running.")
+    info: dict[str, Any] = Field(default_factory=dict, description="Host name, pid, anything the worker reports.")
+
+
+class Metric(BaseModel):
+    """One point of a training curve."""
+
+    name: str = Field(description="Grouped by a slash: 'train/reward_mean', 'perf/tokens_per_s'.")
+    step: int
+    value: float
+    time: float = Field(default_factory=now)
+
+
+class StoreStats(BaseModel):
+    """Counts that a dashboard or a progress line shows."""
+
+    rollouts: dict[str, int] = Field(description="Rollouts by status.")
+    attempts: dict[str, int] = Field(description="Attempts by status.")
+    spans: int
+    workers: int
+    resources: int
+
+
+# ----------------------------------------------------------------------------- resources
+
+
+class LLM(BaseModel):
+    """An OpenAI-compatible endpoint the agent calls.
+
+    With `proxied=True` the endpoint is an agentgrad gateway; the runner then hands each
+    attempt a copy whose `base_url` routes the calls to that attempt's spans.
+    """
+
+    resource_type: Literal["llm"] = "llm"
+    base_url: str
+    model: str
+    api_key: str = "agentgrad"
+    sampling_parameters: dict[str, Any] = Field(default_factory=dict)
+    proxied: bool = False
+
+    def for_attempt(self, rollout_id: str, attempt_id: str) -> LLM:
+        """This endpoint as seen by one attempt: the gateway route that records into it."""
+        if not self.proxied:
+            return self
+        base = self.base_url.rstrip("/")
+        if base.endswith("/v1"):
+            base = base[: -len("/v1")]
+        return self.model_copy(update={"base_url": f"{base}/rollouts/{rollout_id}/attempts/{attempt_id}/v1"})
+
+
+class PromptTemplate(BaseModel):
+    """A prompt with placeholders, rendered as a Python format string or a Jinja template."""
+
+    resource_type: Literal["prompt_template"] = "prompt_template"
+    template: str
+    engine: Literal["f-string", "jinja"] = "f-string"
+
+    def format(self, **values: Any) -> str:
+        if self.engine == "jinja":
+            import jinja2
+
+            return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(self.template).render(**values)
+        try:
+            return self.template.format(**values)
+        except KeyError as exc:
+            raise KeyError(f"prompt template needs a value for {exc.args[0]!r}; got {sorted(values)}") from None
+
+    def placeholders(self) -> set[str]:
+        """Names the template expects, so a rewrite that drops one can be caught."""
+        if self.engine == "jinja":
+            import jinja2
+            import jinja2.meta
+
+            return set(jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(self.template)))
+        return {field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(self.template) if field}
+
+
+Resource = Annotated[Union[LLM, PromptTemplate], Field(discriminator="resource_type")]
+NamedResources = dict[str, Resource]
+
+
+class ResourcesSnapshot(BaseModel):
+    """A versioned set of named resources; each `add_resources` makes a new latest version."""
+
+    resources_id: str
+    version: int
+    resources: NamedResources
+    create_time: float = Field(default_factory=now)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Score, parent, anything the algorithm keeps.")
+
+
+# ----------------------------------------------------------------------------- training data
+
+
+class Triplet(BaseModel):
+    """One LLM call as training data: what the model saw, what it said, and the credit it gets."""
+
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response_logprobs: list[float] | None = None
+    reward: float | None = None
+    rollout_id: str | None = None
+    attempt_id: str | None = None
+    span_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+# Attribute names of our own spans; LLM calls use the OpenTelemetry GenAI conventions.
+REWARD_SPAN = "agentgrad.reward"
+REWARD_ATTR = "agentgrad.reward"
+ROLLOUT_ID_ATTR = "agentgrad.rollout_id"
+ATTEMPT_ID_ATTR = "agentgrad.attempt_id"

@@ -1,0 +1,359 @@
+"""The store contract: what every backend guarantees, whatever keeps the data."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from agentgrad.store import InvalidTransitionError, NotFoundError, Store, StoreError
+from agentgrad.types import (
+    LLM,
+    AttemptStatus,
+    Metric,
+    PromptTemplate,
+    RolloutConfig,
+    RolloutStatus,
+    Span,
+    WorkerStatus,
+)
+
+
+def span(rollout_id: str | None, attempt_id: str | None, name: str = "step", **attributes: object) -> Span:
+    return Span(rollout_id=rollout_id, attempt_id=attempt_id, name=name, attributes=attributes)
+
+
+async def test_rollouts_are_dequeued_first_in_first_out_with_a_new_attempt(store: Store) -> None:
+    first = await store.enqueue_rollout({"q": 1}, mode="train")
+    second = await store.enqueue_rollout({"q": 2}, mode="val")
+    assert first.status is RolloutStatus.QUEUING
+
+    claimed = await store.dequeue_rollout(worker_id="w1")
+    assert claimed is not None and claimed.rollout_id == first.rollout_id
+    assert claimed.input == {"q": 1} and claimed.status is RolloutStatus.RUNNING
+    assert claimed.attempt.sequence == 1 and claimed.attempt.worker_id == "w1"
+    assert claimed.attempt.status is AttemptStatus.RUNNING
+
+    assert (await store.dequeue_rollout()).rollout_id == second.rollout_id  # type: ignore[union-attr]
+    assert await store.dequeue_rollout() is None
+    stored = await store.get_rollout(first.rollout_id)
+    assert stored.status is RolloutStatus.RUNNING and stored.latest_attempt_id == claimed.attempt.attempt_id
+
+
+async def test_batch_enqueue_keeps_order_and_fields(store: Store) -> None:
+    rollouts = await store.enqueue_rollouts(
+        [{"input": i, "mode": "train", "metadata": {"i": i}} for i in range(5)]
+    )
+    assert [r.input for r in rollouts] == list(range(5))
+    claimed = [await store.dequeue_rollout() for _ in range(5)]
+    assert [c.input for c in claimed] == list(range(5))  # type: ignore[union-attr]
+    assert claimed[3].metadata == {"i": 3}  # type: ignore[union-attr]
+
+
+def test_exactly_one_worker_claims_each_rollout_under_16_threads(store: Store) -> None:
+    n_rollouts, n_workers = 300, 16
+    asyncio.run(store.enqueue_rollouts([{"input": i} for i in range(n_rollouts)]))
+    claims: list[list[str]] = [[] for _ in range(n_workers)]
+    start = threading.Barrier(n_workers)
+
+    def worker(index: int) -> None:
+        async def loop() -> None:
+            start.wait()
+            while (claimed := await store.dequeue_rollout(worker_id=f"w{index}")) is not None:
+                claims[index].append(claimed.rollout_id)
+                await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
+
+        asyncio.run(loop())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [rid for worker_claims in claims for rid in worker_claims]
+    assert len(everything) == n_rollouts and len(set(everything)) == n_rollouts
+    stats = asyncio.run(store.stats())
+    assert stats.rollouts == {"succeeded": n_rollouts} and stats.attempts == {"succeeded": n_rollouts}
+
+
+async def test_start_rollout_runs_at_once_without_the_queue(store: Store) -> None:
+    started = await store.start_rollout({"x": 1}, mode="dev", worker_id="me")
+    assert started.status is RolloutStatus.RUNNING and started.attempt.worker_id == "me"
+    assert await store.dequeue_rollout() is None
+    await store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded", reward=0.5)
+    assert (await store.get_rollout(started.rollout_id)).reward == 0.5
+
+
+async def test_a_failed_attempt_is_retried_until_max_attempts(store: Store) -> None:
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(max_attempts=2))
+    first = await store.dequeue_rollout()
+    await store.update_attempt(rollout.rollout_id, first.attempt.attempt_id, status="failed", error="boom")  # type: ignore[union-attr]
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
+
+    second = await store.dequeue_rollout()
+    assert second is not None and second.rollout_id == rollout.rollout_id and second.attempt.sequence == 2
+    await store.update_attempt(rollout.rollout_id, second.attempt.attempt_id, status="failed")
+    final = await store.get_rollout(rollout.rollout_id)
+    assert final.status is RolloutStatus.FAILED and final.num_attempts == 2 and final.end_time is not None
+    assert await store.dequeue_rollout() is None
+    attempts = await store.query_attempts(rollout.rollout_id)
+    assert [a.status for a in attempts] == [AttemptStatus.FAILED, AttemptStatus.FAILED]
+    assert attempts[0].error == "boom"
+
+
+async def test_retry_on_decides_which_outcomes_are_retried(store: Store) -> None:
+    config = RolloutConfig(max_attempts=3, retry_on=[AttemptStatus.TIMEOUT])
+    rollout = await store.enqueue_rollout("t", config=config)
+    claimed = await store.dequeue_rollout()
+    await store.update_attempt(rollout.rollout_id, claimed.attempt.attempt_id, status="failed")  # type: ignore[union-attr]
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.FAILED
+
+
+async def test_an_attempt_past_its_timeout_is_marked_and_the_rollout_requeued(store: Store) -> None:
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=0.2, max_attempts=2))
+    first = await store.dequeue_rollout()
+    await store.check_attempts(force=True)
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
+
+    await asyncio.sleep(0.25)
+    await store.check_attempts(force=True)
+    assert (await store.query_attempts(rollout.rollout_id))[0].status is AttemptStatus.TIMEOUT
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
+
+    # the late worker cannot complete the attempt it lost
+    with pytest.raises(InvalidTransitionError, match="already timeout"):
+        await store.update_attempt(rollout.rollout_id, first.attempt.attempt_id, status="succeeded")  # type: ignore[union-attr]
+
+    second = await store.dequeue_rollout()
+    assert second is not None and second.attempt.sequence == 2
+    await asyncio.sleep(0.25)
+    await store.check_attempts(force=True)
+    final = await store.get_rollout(rollout.rollout_id)
+    assert final.status is RolloutStatus.FAILED and final.num_attempts == 2  # max_attempts respected
+
+
+async def test_spans_and_heartbeats_keep_an_attempt_alive_silence_does_not(store: Store) -> None:
+    config = RolloutConfig(unresponsive_seconds=0.3, max_attempts=2)
+    rollout = await store.enqueue_rollout("t", config=config)
+    claimed = await store.dequeue_rollout(worker_id="w")
+    assert claimed is not None
+    for _ in range(3):
+        await asyncio.sleep(0.15)
+        await store.add_span(span(rollout.rollout_id, claimed.attempt.attempt_id))
+        await store.check_attempts(force=True)
+    await asyncio.sleep(0.15)
+    await store.heartbeat("w", active_attempts=[(rollout.rollout_id, claimed.attempt.attempt_id)])
+    await asyncio.sleep(0.15)
+    await store.check_attempts(force=True)
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
+
+    await asyncio.sleep(0.35)
+    await store.check_attempts(force=True)
+    attempts = await store.query_attempts(rollout.rollout_id)
+    assert attempts[0].status is AttemptStatus.UNRESPONSIVE
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
+
+
+async def test_spans_come_back_in_sequence_order_per_attempt(store: Store) -> None:
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(max_attempts=2))
+    first = await store.dequeue_rollout()
+    assert first is not None
+    stored = await store.add_spans([span(rollout.rollout_id, first.attempt.attempt_id, f"s{i}") for i in range(5)])
+    assert [s.sequence_id for s in stored] == [1, 2, 3, 4, 5]
+    await store.add_span(span(rollout.rollout_id, first.attempt.attempt_id, "s5"))
+    await store.update_attempt(rollout.rollout_id, first.attempt.attempt_id, status="failed")
+    second = await store.dequeue_rollout()
+    assert second is not None
+    await store.add_span(span(rollout.rollout_id, second.attempt.attempt_id, "retry"))
+
+    latest = await store.query_spans(rollout.rollout_id)
+    assert [s.name for s in latest] == ["retry"] and latest[0].sequence_id == 7
+    of_first = await store.query_spans(rollout.rollout_id, first.attempt.attempt_id)
+    assert [s.name for s in of_first] == [f"s{i}" for i in range(6)]
+    everything = await store.query_spans(rollout.rollout_id, all_attempts=True)
+    assert [s.sequence_id for s in everything] == list(range(1, 8))
+
+
+async def test_span_attributes_round_trip(store: Store) -> None:
+    started = await store.start_rollout("t")
+    original = Span(
+        rollout_id=started.rollout_id,
+        attempt_id=started.attempt.attempt_id,
+        trace_id="a" * 32,
+        span_id="b" * 16,
+        parent_id="c" * 16,
+        name="llm",
+        start_time=1.5,
+        end_time=2.5,
+        attributes={"gen_ai.usage.input_tokens": 7, "agentgrad.llm.prompt_token_ids": [1, 2, 3], "x": {"y": None}},
+        events=[{"name": "e", "time": 2.0, "attributes": {"k": "v"}}],
+        status={"code": "ERROR", "description": "bad"},
+    )
+    await store.add_span(original)
+    (read,) = await store.query_spans(started.rollout_id)
+    assert read.model_dump(exclude={"sequence_id"}) == original.model_dump(exclude={"sequence_id"})
+
+
+async def test_spans_outside_any_rollout_are_kept_apart(store: Store) -> None:
+    await store.add_spans([span(None, None, "a"), span(None, None, "b")])
+    started = await store.start_rollout("t")
+    await store.add_span(span(started.rollout_id, started.attempt.attempt_id, "inside"))
+    assert [s.name for s in await store.query_spans(None)] == ["a", "b"]
+    assert [s.name for s in await store.query_spans(started.rollout_id)] == ["inside"]
+
+
+async def test_spans_for_unknown_attempts_are_refused_and_nothing_is_stored(store: Store) -> None:
+    started = await store.start_rollout("t")
+    good = span(started.rollout_id, started.attempt.attempt_id, "good")
+    with pytest.raises(NotFoundError, match="at-nope"):
+        await store.add_spans([good, span(started.rollout_id, "at-nope")])
+    with pytest.raises(NotFoundError, match="ro-nope"):
+        await store.add_span(span("ro-nope", "at-nope"))
+    with pytest.raises(StoreError, match="attempt_id"):
+        await store.add_span(span(started.rollout_id, None))
+    assert await store.query_spans(started.rollout_id) == []
+
+
+async def test_the_final_reward_is_stored_with_the_rollout(store: Store) -> None:
+    explicit = await store.start_rollout("t")
+    await store.update_attempt(explicit.rollout_id, explicit.attempt.attempt_id, status="succeeded", reward=0.75)
+
+    emitted = await store.start_rollout("t")
+    for value in (0.1, 0.9):
+        await store.add_span(span(emitted.rollout_id, emitted.attempt.attempt_id, "agentgrad.reward", **{"agentgrad.reward": value}))
+    await store.update_attempt(emitted.rollout_id, emitted.attempt.attempt_id, status="succeeded")
+
+    silent = await store.start_rollout("t")
+    await store.update_attempt(silent.rollout_id, silent.attempt.attempt_id, status="succeeded")
+
+    assert (await store.get_rollout(explicit.rollout_id)).reward == 0.75
+    assert (await store.get_rollout(emitted.rollout_id)).reward == 0.9
+    assert (await store.get_rollout(silent.rollout_id)).reward is None
+
+
+async def test_invalid_transitions_and_unknown_ids_raise_clear_errors(store: Store) -> None:
+    started = await store.start_rollout("t")
+    rid, aid = started.rollout_id, started.attempt.attempt_id
+    with pytest.raises(InvalidTransitionError, match="only 'cancelled'"):
+        await store.update_rollout(rid, status="succeeded")
+    with pytest.raises(InvalidTransitionError, match="already running"):
+        await store.update_attempt(rid, aid, status="running")
+    await store.update_attempt(rid, aid, status="succeeded", reward=1.0)
+    with pytest.raises(InvalidTransitionError, match="already succeeded"):
+        await store.update_attempt(rid, aid, status="failed")
+    with pytest.raises(InvalidTransitionError, match="already succeeded"):
+        await store.update_rollout(rid, status="cancelled")
+    with pytest.raises(NotFoundError, match="ro-missing"):
+        await store.get_rollout("ro-missing")
+    with pytest.raises(NotFoundError, match="at-missing"):
+        await store.update_attempt(rid, "at-missing", status="failed")
+    with pytest.raises(NotFoundError, match="ro-missing"):
+        await store.query_attempts("ro-missing")
+    with pytest.raises(NotFoundError, match="res-99"):
+        await store.get_resources("res-99")
+    with pytest.raises(ValueError):
+        await store.update_attempt(rid, aid, status="exploded")
+    assert (await store.get_rollout(rid)).reward == 1.0  # nothing was changed by the bad calls
+
+
+async def test_a_cancelled_rollout_is_never_dequeued_and_keeps_its_status(store: Store) -> None:
+    queued = await store.enqueue_rollout("q")
+    await store.update_rollout(queued.rollout_id, status="cancelled", metadata={"why": "test"})
+    assert await store.dequeue_rollout() is None
+    running = await store.start_rollout("r")
+    await store.update_rollout(running.rollout_id, status="cancelled")
+    await store.update_attempt(running.rollout_id, running.attempt.attempt_id, status="succeeded")
+    assert (await store.get_rollout(running.rollout_id)).status is RolloutStatus.CANCELLED
+    assert (await store.get_rollout(queued.rollout_id)).metadata == {"why": "test"}
+
+
+async def test_query_rollouts_filters_and_paginates(store: Store) -> None:
+    rollouts = await store.enqueue_rollouts([{"input": i, "mode": "train" if i % 2 else "val"} for i in range(10)])
+    claimed = await store.dequeue_rollout()
+    assert claimed is not None
+    train = await store.query_rollouts(mode="train")
+    assert [r.input for r in train] == [1, 3, 5, 7, 9]
+    page = await store.query_rollouts(limit=3, offset=2)
+    assert [r.input for r in page] == [2, 3, 4]
+    running = await store.query_rollouts(status=["running"])
+    assert [r.rollout_id for r in running] == [rollouts[0].rollout_id]
+    some = await store.query_rollouts(rollout_ids=[rollouts[5].rollout_id, rollouts[2].rollout_id, "ro-unknown"])
+    assert sorted(r.input for r in some) == [2, 5]
+    assert await store.query_rollouts(rollout_ids=[]) == []
+
+
+async def test_wait_for_rollouts_returns_as_soon_as_the_last_one_finishes(store: Store) -> None:
+    started = [await store.start_rollout(i) for i in range(3)]
+
+    async def finish_later() -> None:
+        for item in started:
+            await asyncio.sleep(0.1)
+            await store.update_attempt(item.rollout_id, item.attempt.attempt_id, status="succeeded", reward=1)
+
+    finisher = asyncio.create_task(finish_later())
+    began = time.perf_counter()
+    done = await store.wait_for_rollouts([s.rollout_id for s in started], timeout=10)
+    elapsed = time.perf_counter() - began
+    await finisher
+    assert [r.rollout_id for r in done] == [s.rollout_id for s in started]
+    assert all(r.status is RolloutStatus.SUCCEEDED for r in done)
+    assert elapsed < 1.0
+
+
+async def test_wait_for_rollouts_gives_up_after_its_timeout_with_what_finished(store: Store) -> None:
+    finished = await store.start_rollout("a")
+    pending = await store.start_rollout("b")
+    await store.update_attempt(finished.rollout_id, finished.attempt.attempt_id, status="succeeded")
+    began = time.perf_counter()
+    done = await store.wait_for_rollouts([finished.rollout_id, pending.rollout_id], timeout=0.3)
+    assert 0.25 < time.perf_counter() - began < 2.0
+    assert [r.rollout_id for r in done] == [finished.rollout_id]
+
+
+async def test_resources_are_versioned_and_the_newest_is_latest(store: Store) -> None:
+    assert await store.get_latest_resources() is None
+    first = await store.add_resources({"llm": LLM(base_url="http://x/v1", model="m")})
+    second = await store.add_resources(
+        {"prompt": PromptTemplate(template="Hi {name}"), "llm": LLM(base_url="http://y/v1", model="m2")},
+        metadata={"parent": first.resources_id},
+    )
+    assert (first.version, second.version) == (1, 2)
+    latest = await store.get_latest_resources()
+    assert latest is not None and latest.resources_id == second.resources_id
+    assert isinstance(latest.resources["prompt"], PromptTemplate)
+    assert (await store.get_resources(first.resources_id)).resources["llm"].base_url == "http://x/v1"  # type: ignore[union-attr]
+    updated = await store.update_resources(second.resources_id, {"score": 0.8})
+    assert updated.metadata == {"parent": first.resources_id, "score": 0.8}
+    assert [s.metadata.get("score") for s in await store.query_resources()] == [None, 0.8]
+
+
+async def test_workers_report_heartbeats(store: Store) -> None:
+    started = await store.start_rollout("t", worker_id="w1")
+    await store.heartbeat("w1", status="busy", active_attempts=[(started.rollout_id, started.attempt.attempt_id)], info={"pid": 1})
+    await store.heartbeat("w2", status=WorkerStatus.IDLE)
+    workers = {w.worker_id: w for w in await store.query_workers()}
+    assert workers["w1"].status is WorkerStatus.BUSY and workers["w1"].active_attempts == [started.attempt.attempt_id]
+    assert workers["w1"].info == {"pid": 1} and workers["w2"].status is WorkerStatus.IDLE
+    with pytest.raises(NotFoundError):
+        await store.heartbeat("w1", active_attempts=[(started.rollout_id, "at-unknown")])
+
+
+async def test_metrics_are_kept_by_name_and_step(store: Store) -> None:
+    await store.add_metrics([Metric(name="train/reward_mean", step=s, value=s / 10) for s in (2, 0, 1)])
+    await store.add_metrics([Metric(name="val/accuracy", step=0, value=0.5)])
+    assert [m.value for m in await store.query_metrics("train/reward_mean")] == [0.0, 0.1, 0.2]
+    assert [m.name for m in await store.query_metrics(prefix="val/")] == ["val/accuracy"]
+    assert len(await store.query_metrics()) == 4
+
+
+async def test_stats_count_by_status(store: Store) -> None:
+    await store.enqueue_rollouts([{"input": i} for i in range(3)])
+    claimed = await store.dequeue_rollout()
+    assert claimed is not None
+    await store.add_span(span(claimed.rollout_id, claimed.attempt.attempt_id))
+    await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
+    stats = await store.stats()
+    assert stats.rollouts == {"queuing": 2, "succeeded": 1}
+    assert stats.attempts == {"succeeded": 1} and stats.spans == 1

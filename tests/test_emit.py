@@ -1,0 +1,81 @@
+"""Emitters write spans into the current attempt, and do nothing outside one."""
+
+from __future__ import annotations
+
+import pytest
+
+import agentgrad as ag
+from agentgrad.runner import Runner
+from agentgrad.types import Span
+
+
+async def run_once(agent) -> list[Span]:  # type: ignore[no-untyped-def]
+    store = ag.MemoryStore()
+    queued = await store.enqueue_rollout({"x": 1})
+    await Runner(agent, store, max_rollouts=1).run()
+    return await store.query_spans(queued.rollout_id)
+
+
+async def test_reward_dimensions_keep_a_primary_that_becomes_the_final_reward() -> None:
+    def agent(task: dict) -> None:
+        ag.emit_reward({"correct": 1.0, "format": 0.5}, primary="correct")
+
+    spans = await run_once(agent)
+    (reward,) = [s for s in spans if s.name == "agentgrad.reward"]
+    assert reward.attributes == {
+        "agentgrad.reward": 1.0,
+        "agentgrad.reward.correct": 1.0,
+        "agentgrad.reward.format": 0.5,
+        "agentgrad.reward.primary": "correct",
+    }
+
+
+def test_reward_errors_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="name the one to train on"):
+        ag.emit_reward({"a": 1.0, "b": 0.0})
+    with pytest.raises(ValueError, match="'c' is not among"):
+        ag.emit_reward({"a": 1.0}, primary="c")
+    with pytest.raises(TypeError, match="not str"):
+        ag.emit_reward("1.0")  # type: ignore[arg-type]
+
+
+async def test_messages_objects_annotations_and_operations_are_recorded() -> None:
+    @ag.operation
+    def lookup(key: str, default: int = 0) -> dict:
+        return {"key": key, "value": 42}
+
+    @ag.operation("renamed")
+    async def fetch(n: int) -> int:
+        return n + 1
+
+    async def agent(task: dict) -> float:
+        ag.emit_message("thinking", step=1)
+        ag.emit_object({"plan": ["a", "b"]})
+        ag.emit_annotation({"judge": "good", "tags": ["x"]})
+        lookup("k")
+        await fetch(1)
+        try:
+            with ag.operation("risky"):
+                raise KeyError("missing")
+        except KeyError:
+            pass
+        return 0.0
+
+    spans = {s.name: s for s in await run_once(agent)}
+    assert spans["agentgrad.message"].attributes == {"agentgrad.message.body": "thinking", "step": 1}
+    assert spans["agentgrad.object"].attributes["agentgrad.object.json"] == '{"plan": ["a", "b"]}'
+    assert spans["agentgrad.annotation"].attributes == {"agentgrad.annotation.judge": "good", "agentgrad.annotation.tags": '["x"]'}
+    assert spans["lookup"].attributes["agentgrad.operation.input"] == '{"key": "k"}'
+    assert spans["lookup"].attributes["agentgrad.operation.output"] == '{"key": "k", "value": 42}'
+    assert spans["renamed"].attributes["agentgrad.operation.output"] == "2"
+    assert spans["risky"].status.code == "ERROR" and spans["risky"].attributes["exception.type"] == "KeyError"
+
+
+def test_emitters_outside_a_rollout_do_nothing_and_decorated_functions_still_work() -> None:
+    @ag.operation
+    def double(x: int) -> int:
+        return 2 * x
+
+    ag.emit_reward(1.0)
+    ag.emit_message("nobody listens")
+    assert double(4) == 8
