@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 from fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, app, is_parcel_refund
 
 import agentgrad as ag
+from agentgrad import cli
 from agentgrad.algorithms.apo import APOError, between_markers, check_rewrite
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
@@ -277,3 +281,51 @@ def test_replies_are_read_between_their_markers_or_refused_with_the_reason() -> 
     ]:
         with pytest.raises(ValueError, match=reason.replace("(", "\\(")):
             between_markers(reply, "new_prompt")
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def agentgrad_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentgrad.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200", **env}, timeout=120)
+
+
+def test_cli_apo_optimizes_the_example_against_an_openai_compatible_endpoint(tmp_path: Path, fake: FakeLLM) -> None:
+    path = tmp_path / "apo.db"
+    done = agentgrad_cli(
+        "apo", "--base-url", fake.base_url, "--model", "agent-model", "--critic-model", "critic-model",
+        "--editor-model", "editor-model", "--rounds", "2", "--beam-width", "2", "--branch-factor", "3",
+        "--train-batch-size", "12", "--store", str(path), env={"OPENAI_API_KEY": "sk-test"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "APO: validation score by round" in out
+    assert "│ 0 (seed) │          0.000 │       0.000 │" in out
+    assert f"│        1 │          {ONE_WORD_SCORE:.3f} │       {ONE_WORD_SCORE:.3f} │" in out
+    assert "│        2 │          1.000 │       1.000 │" in out
+    assert "best prompt: score 1.000 (seed 0.000)" in out
+    assert f"Ticket: {{ticket}}\n{FORMAT_RULE}\n{REFUND_RULE}\nstore: {path}" in out
+    snapshots = history(SqliteStore(path))
+    assert snapshots[-1].metadata["status"] == "best" and snapshots[-1].metadata["score"] == 1.0
+    assert snapshots[0].resources["llm"].model == "agent-model"
+    assert {"critic-model", "editor-model", "agent-model"} <= {r["model"] for r in fake.requests}
+    assert USELESS_RULE not in snapshots[-1].resources["prompt"].template
+
+
+def test_cli_apo_says_what_is_missing(tmp_path: Path, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["apo", "--base-url", fake.base_url, "--model", "agent-model", "--store", str(tmp_path / "x.db")]
+
+    def run(*args: str) -> str:
+        assert cli.main([*common, *args]) == 2
+        return " ".join(capsys.readouterr().out.split())  # as one line, however rich wrapped it
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert "set OPENAI_API_KEY" in run()
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    assert "no agent file at" in run("--agent-file", str(tmp_path / "nope.py"))
+    (tmp_path / "half.py").write_text("agent = print\n")
+    assert "does not define seed_prompt, train_data, val_data" in run("--agent-file", str(tmp_path / "half.py"))
+    assert "rounds must be an integer of at least 0, got -1" in run("--rounds", "-1")
+    assert "cannot call model 'gpt-nope'" in run("--critic-model", "gpt-nope", "--val-batch-size", "4")
