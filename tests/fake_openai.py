@@ -57,8 +57,8 @@ class FakeLLM:
         with self.lock:
             if self.malformed.get(model, 0) > 0:
                 self.malformed[model] -= 1
-                count = sum(1 for r in self.requests if r["model"] == model)
-                return MALFORMED_REPLIES[count % len(MALFORMED_REPLIES)]
+                earlier = sum(1 for r in self.requests if r["model"] == model) - 1  # this request is recorded already
+                return MALFORMED_REPLIES[earlier % len(MALFORMED_REPLIES)]
         if model == "agent-model":
             return self.route(prompt), "stop"
         if model == "critic-model":

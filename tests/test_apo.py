@@ -157,20 +157,27 @@ def test_a_jinja_prompt_is_optimized_the_same_way(fake: FakeLLM) -> None:
     assert len(asyncio.run(store.query_rollouts(mode="val"))) == 12 * 5  # the validation sample, for every prompt
 
 
-def test_malformed_critic_replies_are_retried(fake: FakeLLM) -> None:
+def test_malformed_critic_replies_are_retried(fake: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
     fake.malformed["critic-model"] = 2  # no markers, then an empty reply; the third try is fine
     store = ag.MemoryStore()
     result = fit(fake, apo(rounds=1), store)
     assert result.score == pytest.approx(ONE_WORD_SCORE)
     assert len(fake.of("critic-model")) == 3
     assert metric(store, "apo/unusable_replies") == [2] and metric(store, "apo/skipped") == [0]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "agentgrad.algorithms.apo"]
+    assert len(warnings) == 2
+    assert "(try 1 of 3): the reply has no <critique> ... </critique> block: 'I think the prompt" in warnings[0]
+    assert "(try 2 of 3): the reply is empty" in warnings[1]
 
 
-def test_a_critic_that_never_answers_well_is_skipped_and_the_seed_kept(fake: FakeLLM) -> None:
+def test_a_critic_that_never_answers_well_is_skipped_and_the_seed_kept(
+    fake: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     fake.malformed["critic-model"] = 100
     store = ag.MemoryStore()
     result = fit(fake, apo(rounds=1, max_tries=3), store)
     assert len(fake.of("critic-model")) == 3 and fake.of("editor-model") == []
+    assert "(try 3 of 3): the reply was cut off at the token limit before </critique>" in caplog.text
     assert result.prompt == example.seed_prompt and result.score == 0.0 and result.round_best == [0.0, None]
     assert metric(store, "apo/unusable_replies") == [3] and metric(store, "apo/skipped") == [1]
     assert [s.metadata["status"] for s in history(store)] == ["seed", "best"]

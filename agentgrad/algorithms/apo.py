@@ -41,7 +41,7 @@ EDIT_STYLES = (
 from an editor that answers deterministically."""
 
 TRANSCRIPT_CHARS = 1500
-"""How much of one failed run's trace the critic reads."""
+"""How much of one failed run's task, and of its trace, the critic reads."""
 
 CRITIC_SYSTEM = """\
 You review the prompt template of an AI agent. You see the template and runs in which the agent \
@@ -274,7 +274,9 @@ class APO(Algorithm):
         for i, run in enumerate(failed, 1):
             reward = run.reward if run.status is RolloutStatus.SUCCEEDED else f"none, the run {run.status.value}"
             spans = await self.store.query_spans(run.rollout_id)
-            parts.append(f"\n### Run {i} · reward {reward}\nTask: {json.dumps(run.input, default=repr)}\n"
+            task = json.dumps(run.input, default=repr)
+            task = task if len(task) <= TRANSCRIPT_CHARS else task[:TRANSCRIPT_CHARS] + " …"
+            parts.append(f"\n### Run {i} · reward {reward}\nTask: {task}\n"
                          f"{transcript(spans) or '(the agent recorded nothing)'}")
         messages = [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
         return await self.ask(client, model, messages, "critique", self.critic_temperature)
