@@ -184,9 +184,8 @@ def apo_command(args: argparse.Namespace) -> None:
         table.add_row("0 (seed)" if round_ == 0 else str(round_), "-" if score is None else f"{score:.3f}",
                       f"{so_far:.3f}")
     console.print(table)
-    console.print(f"best prompt: score {result.score:.3f} (seed {result.seed_score:.3f}), "
+    console.print(f"best prompt (printed above): score {result.score:.3f} (seed {result.seed_score:.3f}), "
                   f"snapshot {result.source_id}, published as {result.resources_id}")
-    console.print(result.prompt.template, markup=False, highlight=False)
     store_path = getattr(trainer.store, "path", args.store)
     console.print(f"store: {store_path}  (the search: each resources snapshot's metadata; "
                   f"rollouts: agentgrad rollouts ls --store {store_path})")

@@ -311,8 +311,10 @@ def test_cli_apo_optimizes_the_example_against_an_openai_compatible_endpoint(tmp
     assert "│ 0 (seed) │          0.000 │       0.000 │" in out
     assert f"│        1 │          {ONE_WORD_SCORE:.3f} │       {ONE_WORD_SCORE:.3f} │" in out
     assert "│        2 │          1.000 │       1.000 │" in out
-    assert "best prompt: score 1.000 (seed 0.000)" in out
-    assert f"Ticket: {{ticket}}\n{FORMAT_RULE}\n{REFUND_RULE}\nstore: {path}" in out
+    assert "best prompt (printed above): score 1.000 (seed 0.000)" in out and f"store: {path}" in out
+    best = out.split("APO best prompt: ", 1)[1].split("APO: validation score by round")[0]
+    assert best.startswith("res-")
+    assert best.split("\n", 1)[1].strip() == f"{example.seed_prompt.template}\n{FORMAT_RULE}\n{REFUND_RULE}"
     snapshots = history(SqliteStore(path))
     assert snapshots[-1].metadata["status"] == "best" and snapshots[-1].metadata["score"] == 1.0
     assert snapshots[0].resources["llm"].model == "agent-model"

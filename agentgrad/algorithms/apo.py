@@ -234,9 +234,9 @@ class APO(Algorithm):
                 self.console.print(round_table(round_, list(rows.values())))
                 self.console.print(
                     f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
-                    f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · {len(candidates)} scored, "
-                    f"{self._tally['rejected']} rejected, {self._tally['skipped']} critic/editor replies given up, "
-                    f"{self._tally['no_failures']} prompts with no failure to learn from"
+                    f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · scored {len(candidates)}, "
+                    f"rejected {self._tally['rejected']}, critic/editor replies given up {self._tally['skipped']}, "
+                    f"prompts without failures to learn from {self._tally['no_failures']}"
                 )
         finally:
             await client.close()
