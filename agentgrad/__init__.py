@@ -30,6 +30,7 @@ _EXPORTS = {
     "Hook": "agentgrad.runner",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
+    "APO": "agentgrad.algorithms.apo",
     # stores
     "Store": "agentgrad.store",
     "MemoryStore": "agentgrad.store",
@@ -55,6 +56,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from agentgrad.agent import LitAgent, rollout
+    from agentgrad.algorithms.apo import APO
     from agentgrad.algorithms.base import Algorithm
     from agentgrad.algorithms.baseline import Baseline
     from agentgrad.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation

@@ -1,17 +1,20 @@
-"""The `agentgrad` command: run the demo, serve a store, join one as a runner, inspect rollouts."""
+"""The `agentgrad` command: run the demo, optimize a prompt, serve a store, join one as a runner, inspect rollouts."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import datetime
+import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -19,6 +22,14 @@ from agentgrad.store import NotFoundError, Store, open_store
 from agentgrad.types import Rollout, Span
 
 console = Console()
+
+EXAMPLE_AGENT_FILE = Path(__file__).resolve().parent.parent / "examples" / "ticket_routing.py"
+"""What `agentgrad apo` optimizes by default (there in a source checkout)."""
+AGENT_FILE_NAMES = ("agent", "seed_prompt", "train_data", "val_data")
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be done; the message says what to change."""
 
 SHOWN_ATTRIBUTES = (
     "agentgrad.reward",
@@ -130,6 +141,67 @@ def serve_engine_command(args: argparse.Namespace) -> None:
     uvicorn.run(create_engine_app(engine), host=args.host, port=args.port, log_level="warning")
 
 
+def load_agent_file(path: Path) -> Any:
+    """The module at `path`, which must define `agent`, `seed_prompt`, `train_data` and `val_data`."""
+    if not path.is_file():
+        raise UsageError(
+            f"no agent file at {path}; pass --agent-file PATH, a Python file defining {', '.join(AGENT_FILE_NAMES)}"
+        )
+    spec = importlib.util.spec_from_file_location(f"agentgrad_agent_file_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    missing = [name for name in AGENT_FILE_NAMES if not hasattr(module, name)]
+    if missing:
+        raise UsageError(
+            f"agent file {path} does not define {', '.join(missing)} (it needs {', '.join(AGENT_FILE_NAMES)})"
+        )
+    return module
+
+
+def apo_command(args: argparse.Namespace) -> None:
+    """Optimize the prompt of the agent in `--agent-file` with APO against an OpenAI-compatible endpoint."""
+    import agentgrad as ag
+    from agentgrad.algorithms.apo import APOError
+
+    api_key = os.environ.get("OPENAI_API_KEY")
+    if not api_key:
+        raise UsageError("set OPENAI_API_KEY to the endpoint's key (any non-empty value for a server that takes none)")
+    module = load_agent_file(Path(args.agent_file))
+    try:
+        algorithm = ag.APO(
+            rounds=args.rounds, beam_width=args.beam_width, branch_factor=args.branch_factor,
+            train_batch_size=args.train_batch_size, val_batch_size=args.val_batch_size,
+            critic_model=args.critic_model or args.model, editor_model=args.editor_model, seed=args.seed,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    llm = ag.LLM(base_url=args.base_url, model=args.model, api_key=api_key,
+                 sampling_parameters={"temperature": args.temperature})
+    trainer = ag.Trainer(algorithm, n_runners=args.runners, store=args.store,
+                         resources={"prompt": module.seed_prompt, "llm": llm})
+    try:
+        result = trainer.fit(module.agent, module.train_data, module.val_data)
+    except APOError as exc:
+        raise UsageError(str(exc)) from None
+
+    table = Table(title="APO: validation score by round")
+    for column in ("round", "best candidate", "best so far"):
+        table.add_column(column, justify="right")
+    so_far = float("-inf")
+    for round_, score in enumerate(result.round_best):
+        so_far = max(so_far, score if score is not None else so_far)
+        table.add_row("0 (seed)" if round_ == 0 else str(round_), "-" if score is None else f"{score:.3f}",
+                      f"{so_far:.3f}")
+    console.print(table)
+    console.print(f"best prompt (printed above): score {result.score:.3f} (seed {result.seed_score:.3f}), "
+                  f"snapshot {result.source_id}, published as {result.resources_id}")
+    store_path = getattr(trainer.store, "path", args.store)
+    console.print(f"store: {store_path}  (the search: each resources snapshot's metadata; "
+                  f"rollouts: agentgrad rollouts ls --store {store_path})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +224,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve_engine.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     serve_engine.set_defaults(handler=serve_engine_command)
 
+    apo = commands.add_parser(
+        "apo", help="improve an agent's prompt with any OpenAI-compatible model (key: OPENAI_API_KEY)",
+        description="Beam search over the agent's prompt with textual gradients (APO); prints each round's "
+                    "validation score and the best prompt. The API key is read from OPENAI_API_KEY.",
+    )
+    apo.add_argument("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1")
+    apo.add_argument("--model", required=True, help="the agent's model")
+    apo.add_argument("--critic-model", help="model that criticizes the prompt (default: --model)")
+    apo.add_argument("--editor-model", help="model that rewrites the prompt (default: the critic model)")
+    apo.add_argument("--rounds", type=int, default=3, help="search rounds (default: 3)")
+    apo.add_argument("--beam-width", type=int, default=2, help="prompts kept after each round (default: 2)")
+    apo.add_argument("--branch-factor", type=int, default=3, help="rewrites per prompt and round (default: 3)")
+    apo.add_argument("--train-batch-size", type=int, default=8,
+                     help="training rollouts per prompt and round (default: 8)")
+    apo.add_argument("--val-batch-size", type=int, help="validation tasks each prompt is scored on (default: all)")
+    apo.add_argument("--temperature", type=float, default=0.0, help="the agent's sampling temperature (default: 0)")
+    apo.add_argument("--runners", type=int, default=4, help="rollouts run at once (default: 4)")
+    apo.add_argument("--seed", type=int, default=0, help="seed of the task order (default: 0)")
+    apo.add_argument("--agent-file", default=str(EXAMPLE_AGENT_FILE),
+                     help="Python file defining agent, seed_prompt, train_data and val_data "
+                          "(default: the ticket router example)")
+    apo.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
+    apo.set_defaults(handler=apo_command)
+
     rollouts = commands.add_parser("rollouts", help="list and inspect rollouts in a store")
     rollout_commands = rollouts.add_subparsers(dest="rollouts_command", required=True)
     ls = rollout_commands.add_parser("ls", help="a table of rollouts")
@@ -172,8 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.handler(args)
-    except NotFoundError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (NotFoundError, UsageError) as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,0 +1,477 @@
+"""APO: automatic prompt optimization, a beam search over prompt templates with textual gradients.
+
+For agents whose model cannot be trained (a hosted API), improve the prompt instead. Each round,
+every prompt in the beam runs a batch of training tasks; a critic model reads the failures and
+says what in the prompt causes them (the textual gradient); an editor model rewrites the prompt
+along that critique, `branch_factor` times; the rewrites are scored on validation tasks and the
+best `beam_width` prompts, old and new, go on. After ProTeGi (Pryzant et al., EMNLP 2023).
+
+Every prompt tried is a resources snapshot in the store whose metadata says its `round`,
+`parent`, `critique`, `score` and `status` (`seed`, `scored`, or `rejected` with a `reason`), so
+the search can be read back afterwards. The best prompt is published last, as the latest resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout, RolloutConfig, RolloutStatus, Span
+
+log = logging.getLogger(__name__)
+
+EDIT_STYLES = (
+    "Make the smallest change to the template that fixes the problems the critique names.",
+    "Add a short, explicit rule for the cases the critique names; keep the rest of the template as it is.",
+    "Rewrite the template as a whole so that it is clear and complete, addressing the critique.",
+)
+"""How the editor is asked to edit, one per candidate of a parent in turn: distinct rewrites even
+from an editor that answers deterministically."""
+
+TRANSCRIPT_CHARS = 1500
+"""How much of one failed run's task, and of its trace, the critic reads."""
+
+CRITIC_SYSTEM = """\
+You review the prompt template of an AI agent. You see the template and runs in which the agent \
+failed: each run's task, what the agent did, and the reward it got (higher is better). Say what in \
+the template leads to these failures and what it should say instead: concretely, in a few sentences, \
+about the template as a whole rather than single tasks. Do not write the new template.
+Put your critique between <critique> and </critique>."""
+
+EDITOR_SYSTEM = """\
+You edit the prompt template of an AI agent along a critique of it. Keep every placeholder of the \
+template exactly as it is written and add no new one: the agent fills exactly these. \
+Reply with the complete new template between <new_prompt> and </new_prompt>, nothing else between the markers."""
+
+
+@dataclass
+class APO(Algorithm):
+    """Beam search over the agent's `PromptTemplate` resource; `run` returns an `APOResult`.
+
+    It starts from the latest resources in the store (publish them with `Trainer(resources=...)`).
+    The critic and editor are called through an OpenAI-compatible endpoint: `base_url` and
+    `api_key`, by default those of the agent's `LLM` resource.
+    """
+
+    rounds: int = 3  # search rounds after the seed prompt is scored
+    beam_width: int = 2  # prompts kept after each round, old and new together
+    branch_factor: int = 3  # rewrites the editor writes for each prompt in the beam, each round
+    train_batch_size: int = 8  # training rollouts per prompt in the beam, each round; the critic reads their failures
+    val_batch_size: int | None = None  # validation tasks every prompt is scored on (the same ones); None: all
+    critic_examples: int = 4  # failed runs the critic reads, lowest reward first
+    success_threshold: float = 1.0  # a run with a lower reward (or none) is a failure the critic may read
+    critic_model: str | None = None  # model writing the critique; None: the agent's model
+    editor_model: str | None = None  # model rewriting the prompt; None: the critic's model
+    critic_temperature: float = 0.7  # sampling temperature of the critic
+    editor_temperature: float = 1.0  # of the editor: higher gives more varied rewrites
+    base_url: str | None = None  # OpenAI-compatible endpoint of critic and editor; None: the agent's LLM resource
+    api_key: str | None = None  # its key; None: the LLM resource's when its endpoint is used, else OPENAI_API_KEY
+    prompt_name: str | None = None  # the resource to optimize; None: the only PromptTemplate among the resources
+    max_tries: int = 3  # tries for a critic or editor reply (malformed, or an API error) before giving it up
+    rollout_config: RolloutConfig | None = None  # timeout and retries of each rollout
+    rollout_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
+    seed: int = 0  # for the order of training tasks and the validation sample
+    _tally: Counter[str] = field(default_factory=Counter, init=False, repr=False)  # this round's counts
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "beam_width", "branch_factor", "train_batch_size", "critic_examples", "max_tries"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (0 if name == "rounds" else 1):
+                least = 0 if name == "rounds" else 1
+                raise ValueError(f"APO {name} must be an integer of at least {least}, got {value!r}")
+        if self.val_batch_size is not None and self.val_batch_size < 1:
+            raise ValueError(f"APO val_batch_size must be at least 1 (or None for all), got {self.val_batch_size}")
+
+    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
+        from openai import AsyncOpenAI
+
+        # ---- setup: the seed snapshot, the prompt to optimize, the data, the critic/editor endpoint
+        if not train_data:
+            raise ValueError("APO needs training tasks: the critic learns from the failures among them")
+        if not val_data:
+            raise ValueError("APO needs validation tasks to score the prompts: pass val_data to fit")
+        seed_snapshot = await self.store.get_latest_resources()
+        if seed_snapshot is None:
+            raise ValueError(
+                "APO starts from the agent's resources, and the store has none: "
+                "pass Trainer(resources={'prompt': PromptTemplate(...), 'llm': LLM(...)})"
+            )
+        name, seed_prompt = prompt_resource(seed_snapshot.resources, self.prompt_name)
+        rng = random.Random(self.seed)
+        val_tasks = list(val_data)
+        if self.val_batch_size is not None and self.val_batch_size < len(val_tasks):
+            val_tasks = rng.sample(val_tasks, self.val_batch_size)
+        train_order = list(train_data)
+        rng.shuffle(train_order)
+        batch_size = min(self.train_batch_size, len(train_order))
+        base_url, api_key, critic_model = self.base_url, self.api_key, self.critic_model
+        if base_url is None or critic_model is None:
+            llm = agent_llm(seed_snapshot.resources)
+            if base_url is None:
+                base_url, api_key = llm.base_url, api_key or llm.api_key
+            critic_model = critic_model or llm.model
+        editor_model = self.editor_model or critic_model
+        client = AsyncOpenAI(base_url=base_url, api_key=api_key)
+        try:
+            # ---- round 0: score the seed prompt (an agent that fails on every task stops the search here)
+            seed_runs = await self.validate(seed_snapshot.resources_id, val_tasks, 0)
+            if not any(r.status is RolloutStatus.SUCCEEDED for r in seed_runs):
+                attempts = await self.store.query_attempts(seed_runs[0].rollout_id)
+                error = attempts[-1].error if attempts else f"the rollout is still {seed_runs[0].status.value}"
+                raise APOError(f"every validation rollout of the seed prompt failed, the first with: {error}; "
+                               "APO needs an agent that runs (try it with Trainer.dev)")
+            seed_score = Evaluation.of(seed_runs).reward_mean
+            await self.store.update_resources(seed_snapshot.resources_id, {
+                "algorithm": "apo", "prompt_name": name, "round": 0, "parent": None,
+                "status": "seed", "score": seed_score,
+            })
+            best = Candidate(seed_snapshot.resources_id, seed_prompt, 0, None, seed_score)
+            beam = [best]
+            tried = {seed_prompt.template: best.resources_id}  # template -> the snapshot that first held it
+            round_best: list[float | None] = [seed_score]
+            await self.log_metrics(0, {"apo/best_score": seed_score, "apo/round_best": seed_score,
+                                       "apo/beam_mean": seed_score})
+            self.console.print(f"[bold]APO[/bold] round 0: seed prompt {best.resources_id} scores {seed_score:.3f} "
+                               f"on {len(val_tasks)} validation tasks")
+
+            for round_ in range(1, self.rounds + 1):
+                started = time.monotonic()
+                self._tally = Counter()
+
+                # ---- collect: every prompt in the beam runs the same batch of training tasks
+                offset = (round_ - 1) * batch_size
+                batch = [train_order[(offset + i) % len(train_order)] for i in range(batch_size)]
+                train_runs = await asyncio.gather(*(
+                    self.run_rollouts(batch, mode="train", resources_id=parent.resources_id, config=self.rollout_config,
+                                      metadata=[{"apo_round": round_}] * len(batch), timeout=self.rollout_timeout)
+                    for parent in beam
+                ))
+
+                # ---- textual gradient: the critic reads each prompt's failures and says what to change
+                critiques = await asyncio.gather(*(
+                    self.criticize(client, critic_model, parent.prompt, runs) for parent, runs in zip(beam, train_runs)
+                ))
+
+                # ---- edit: the editor rewrites each criticized prompt `branch_factor` times
+                edits = [
+                    (parent, critique, EDIT_STYLES[i % len(EDIT_STYLES)])
+                    for parent, critique in zip(beam, critiques) if critique is not None
+                    for i in range(self.branch_factor)
+                ]
+                rewrites = await asyncio.gather(*(
+                    self.edit(client, editor_model, parent.prompt, critique, style) for parent, critique, style in edits
+                ))
+
+                # ---- check and publish: every rewrite becomes a snapshot; a broken one is rejected with the reason
+                candidates: list[Candidate] = []
+                rows: dict[str, list[str]] = {}  # the round's table in publish order: id, parent, score, status, change
+                for (parent, critique, style), template in zip(edits, rewrites):
+                    if template is None:
+                        continue  # no usable reply after `max_tries`: counted in `skipped`, nothing to store
+                    prompt = parent.prompt.model_copy(update={"template": template})
+                    reason = check_rewrite(parent.prompt, prompt)
+                    if reason is None and template in tried:
+                        reason = f"same template as {tried[template]}"
+                    resources_id = await self.publish({**seed_snapshot.resources, name: prompt}, {
+                        "algorithm": "apo", "prompt_name": name, "round": round_, "parent": parent.resources_id,
+                        "critique": critique, "edit_style": style,
+                        "status": "rejected" if reason else "pending", "reason": reason,
+                    })
+                    tried.setdefault(template, resources_id)
+                    self._tally["candidates"] += 1
+                    rows[resources_id] = [resources_id, parent.resources_id, "-",
+                                          f"rejected: {reason}" if reason else "pending",
+                                          changes(parent.prompt.template, template)]
+                    if reason:
+                        self._tally["rejected"] += 1
+                    else:
+                        candidates.append(Candidate(resources_id, prompt, round_, parent.resources_id))
+
+                # ---- score the new candidates on the validation tasks
+                scores = [Evaluation.of(runs).reward_mean for runs in await asyncio.gather(*(
+                    self.validate(c.resources_id, val_tasks, round_) for c in candidates
+                ))]
+                for candidate, score in zip(candidates, scores):
+                    candidate.score = score
+                    await self.store.update_resources(candidate.resources_id, {"status": "scored", "score": score})
+                    rows[candidate.resources_id][2:4] = [f"{score:.3f}", "scored"]
+
+                # ---- select: the best `beam_width` of the old beam and the new candidates (old ones win ties)
+                beam = sorted(beam + candidates, key=lambda c: -c.score_or_zero)[: self.beam_width]
+                if beam[0].score_or_zero > best.score_or_zero:
+                    best = beam[0]
+                round_best.append(max(scores) if scores else None)
+
+                # ---- log
+                train_rewards = [Evaluation.of(runs).reward_mean for runs in train_runs]
+                metrics = {
+                    "apo/best_score": best.score_or_zero,
+                    "apo/beam_mean": sum(c.score_or_zero for c in beam) / len(beam),
+                    "apo/train_reward_mean": sum(train_rewards) / len(train_rewards),
+                    "apo/candidates": self._tally["candidates"],
+                    "apo/scored": len(candidates),
+                    "apo/rejected": self._tally["rejected"],
+                    "apo/unusable_replies": self._tally["unusable"],
+                    "apo/skipped": self._tally["skipped"],
+                    "apo/no_failures": self._tally["no_failures"],
+                    "perf/round_seconds": time.monotonic() - started,
+                }
+                if scores:
+                    metrics["apo/round_best"] = max(scores)
+                await self.log_metrics(round_, metrics)
+                self.console.print(round_table(round_, list(rows.values())))
+                self.console.print(
+                    f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
+                    f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · scored {len(candidates)}, "
+                    f"rejected {self._tally['rejected']}, critic/editor replies given up {self._tally['skipped']}, "
+                    f"prompts without failures to learn from {self._tally['no_failures']}"
+                )
+        finally:
+            await client.close()
+
+        # ---- publish the best prompt as the latest resources, for whatever runs next
+        final = await self.publish({**seed_snapshot.resources, name: best.prompt}, {
+            "algorithm": "apo", "prompt_name": name, "status": "best", "source": best.resources_id,
+            "round": best.round, "score": best.score_or_zero,
+        })
+        self.console.print(f"[bold]APO[/bold] best prompt: {best.resources_id} from round {best.round}, "
+                           f"score {best.score_or_zero:.3f} (seed {seed_score:.3f}), published as {final}:")
+        self.console.print(best.prompt.template, markup=False, highlight=False)
+        return APOResult(best.prompt, best.score_or_zero, final, best.resources_id, seed_score, round_best)
+
+    async def validate(self, resources_id: str, tasks: Sequence[Any], round_: int) -> list[Rollout]:
+        """Run the validation tasks with the prompt of snapshot `resources_id`; its score is their mean reward."""
+        return await self.run_rollouts(
+            tasks, mode="val", resources_id=resources_id, config=self.rollout_config,
+            metadata=[{"apo_round": round_}] * len(tasks), timeout=self.rollout_timeout,
+        )
+
+    async def criticize(self, client: Any, model: str, prompt: PromptTemplate, runs: Sequence[Rollout]) -> str | None:
+        """The critic's textual gradient of `prompt` from its failed runs; None when none failed or
+        the critic gave no usable reply."""
+        failed = sorted(
+            (r for r in runs if r.status is not RolloutStatus.SUCCEEDED or r.reward is None
+             or r.reward < self.success_threshold),
+            key=lambda r: r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else float("-inf"),
+        )[: self.critic_examples]
+        if not failed:
+            self._tally["no_failures"] += 1
+            return None
+        parts = [f"## Prompt template\n<template>\n{prompt.template}\n</template>\n",
+                 f"## Failed runs ({len(failed)} shown of the {len(runs)} runs of this batch)"]
+        for i, run in enumerate(failed, 1):
+            reward = run.reward if run.status is RolloutStatus.SUCCEEDED else f"none, the run {run.status.value}"
+            spans = await self.store.query_spans(run.rollout_id)
+            task = json.dumps(run.input, default=repr)
+            task = task if len(task) <= TRANSCRIPT_CHARS else task[:TRANSCRIPT_CHARS] + " …"
+            parts.append(f"\n### Run {i} · reward {reward}\nTask: {task}\n"
+                         f"{transcript(spans) or '(the agent recorded nothing)'}")
+        messages = [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
+        return await self.ask(client, model, messages, "critique", self.critic_temperature)
+
+    async def edit(self, client: Any, model: str, prompt: PromptTemplate, critique: str, style: str) -> str | None:
+        """The editor's rewrite of `prompt` along `critique`; None when it gave no usable reply."""
+        names = ", ".join(sorted(prompt.placeholders())) or "none"
+        syntax = ("Python str.format syntax: {name} is a placeholder, literal braces are written {{ and }}"
+                  if prompt.engine == "f-string" else "Jinja syntax: {{ name }} is a placeholder")
+        content = (f"## Template ({syntax}; its placeholders: {names})\n<template>\n{prompt.template}\n</template>\n\n"
+                   f"## Critique\n{critique}\n\n## How to edit\n{style}")
+        messages = [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": content}]
+        return await self.ask(client, model, messages, "new_prompt", self.editor_temperature)
+
+    async def ask(
+        self, client: Any, model: str, messages: list[dict[str, str]], tag: str, temperature: float
+    ) -> str | None:
+        """The text between `<tag>` markers of the model's reply, tried up to `max_tries` times.
+
+        A malformed reply or a passing API error costs a try; a wrong model name or key stops the run.
+        """
+        import openai
+
+        for attempt in range(1, self.max_tries + 1):
+            try:
+                reply = await client.chat.completions.create(model=model, messages=messages, temperature=temperature)
+                choice = reply.choices[0] if reply.choices else None
+                if choice is not None and choice.finish_reason == "length":
+                    raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
+                return between_markers(choice.message.content if choice else None, tag)
+            except openai.APIStatusError as exc:
+                if exc.status_code in (401, 403, 404):  # wrong key, URL or model name: no retry will help
+                    raise APOError(f"APO cannot call model {model!r} at {client.base_url}: {exc}") from exc
+                problem = f"{type(exc).__name__}: {exc}"
+            except (openai.APIError, ValueError) as exc:
+                problem = str(exc)
+            self._tally["unusable"] += 1
+            log.warning("APO %s reply from %s unusable (try %d of %d): %s",
+                        tag, model, attempt, self.max_tries, problem)
+        self._tally["skipped"] += 1
+        return None
+
+
+class APOError(RuntimeError):
+    """APO cannot go on: the critic/editor endpoint refuses the calls, or the agent fails on every task."""
+
+
+@dataclass
+class Candidate:
+    """A prompt in the search: the snapshot that holds it, where it came from, its validation score."""
+
+    resources_id: str
+    prompt: PromptTemplate
+    round: int
+    parent: str | None
+    score: float | None = None
+
+    @property
+    def score_or_zero(self) -> float:
+        return self.score if self.score is not None else 0.0
+
+
+@dataclass(frozen=True)
+class APOResult:
+    """What APO found: the best prompt, its score, and the score of the seed and of each round."""
+
+    prompt: PromptTemplate  # the best prompt (the seed when nothing beat it)
+    score: float  # its mean validation reward
+    resources_id: str  # the snapshot published last: the best prompt with the agent's other resources
+    source_id: str  # the snapshot of the search in which the best prompt was scored
+    seed_score: float
+    round_best: list[float | None]  # the best candidate's score in each round; [0] is the seed's, None: no candidate
+
+
+def prompt_resource(resources: NamedResources, name: str | None) -> tuple[str, PromptTemplate]:
+    """The named prompt template to optimize, or the only one; a clear error otherwise."""
+    prompts = {key: r for key, r in resources.items() if isinstance(r, PromptTemplate)}
+    if name is not None:
+        if not isinstance(resources.get(name), PromptTemplate):
+            raise ValueError(
+                f"APO prompt_name={name!r}, but the prompt templates among the resources are {sorted(prompts)}"
+            )
+        return name, prompts[name]
+    if len(prompts) != 1:
+        fix = "name one with APO(prompt_name=...)" if prompts else "publish the agent's prompt as a PromptTemplate"
+        raise ValueError(
+            f"APO optimizes one PromptTemplate resource; the resources hold {len(prompts)} ({sorted(prompts)}): {fix}"
+        )
+    return next(iter(prompts.items()))
+
+
+def agent_llm(resources: NamedResources) -> LLM:
+    """The agent's only LLM resource, whose endpoint and model the critic and editor use by default."""
+    llms = [r for r in resources.values() if isinstance(r, LLM)]
+    if len(llms) != 1:
+        raise ValueError(
+            f"APO calls the critic and editor at the agent's LLM endpoint by default, but the resources hold "
+            f"{len(llms)} LLM resources: pass APO(base_url=..., critic_model=...)"
+        )
+    return llms[0]
+
+
+def between_markers(text: str | None, tag: str) -> str:
+    """The text between the last `</tag>` and the `<tag>` before it; ValueError saying what is wrong otherwise."""
+    if not text or not text.strip():
+        raise ValueError("the reply is empty")
+    open_, close = f"<{tag}>", f"</{tag}>"
+    end = text.rfind(close)
+    start = text.rfind(open_, 0, end) if end >= 0 else -1
+    if start < 0:
+        raise ValueError(f"the reply has no {open_} ... {close} block: {text[:200]!r}")
+    inner = text[start + len(open_) : end].strip("\n")
+    if not inner.strip():
+        raise ValueError(f"the reply's {open_} block is empty")
+    return inner
+
+
+class _StandIn(str):
+    """A value that survives attribute access and indexing, to test-render a template without real values."""
+
+    def __getattr__(self, name: str) -> _StandIn:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key: Any) -> _StandIn:  # type: ignore[override]
+        return self
+
+
+def render_error(prompt: PromptTemplate) -> str | None:
+    """Why `prompt` fails to render with stand-in values for its placeholders, or None when it renders."""
+    try:
+        prompt.format(**{name: _StandIn("x") for name in prompt.placeholders()})
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def check_rewrite(original: PromptTemplate, rewrite: PromptTemplate) -> str | None:
+    """Why `rewrite` cannot replace `original` in the agent, or None when it can.
+
+    It must parse, fill exactly the original's placeholders, render wherever the original renders,
+    and differ from it.
+    """
+    if rewrite.template.strip() == original.template.strip():
+        return "unchanged"
+    try:
+        names = rewrite.placeholders()
+    except Exception as exc:
+        return f"does not parse as a {rewrite.engine} template: {type(exc).__name__}: {exc}"
+    expected = original.placeholders()
+    if expected - names:
+        return f"drops placeholder(s) {', '.join(sorted(expected - names))}, which the agent fills"
+    if names - expected:
+        hint = " (literal braces are written {{ and }})" if rewrite.engine == "f-string" else ""
+        return f"adds placeholder(s) {', '.join(sorted(names - expected))}, which the agent does not fill{hint}"
+    error = render_error(rewrite)
+    if error is not None and render_error(original) is None:
+        return f"does not render: {error}"
+    return None
+
+
+def transcript(spans: Sequence[Span]) -> str:
+    """What the agent did in one rollout, a line per span a critic can learn from, cut to `TRANSCRIPT_CHARS`."""
+    lines = []
+    for span in spans:
+        a = span.attributes
+        if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
+            lines.append(f"model call: {a.get('gen_ai.input.messages')} -> {a.get('gen_ai.output.messages')}")
+        elif "agentgrad.message.body" in a:
+            lines.append(f"message: {a['agentgrad.message.body']}")
+        elif "agentgrad.object.json" in a:
+            lines.append(f"object: {a['agentgrad.object.json']}")
+        elif "agentgrad.operation.name" in a:
+            lines.append(f"{a['agentgrad.operation.name']}: input {a.get('agentgrad.operation.input', '-')} "
+                         f"-> output {a.get('agentgrad.operation.output', '-')}")
+        elif "exception.type" in a:
+            lines.append(f"error: {a['exception.type']}: {a.get('exception.message', '')}")
+    text = "\n".join(lines)
+    return text if len(text) <= TRANSCRIPT_CHARS else text[:TRANSCRIPT_CHARS] + " …"
+
+
+def changes(old: str, new: str) -> str:
+    """The lines `new` adds to `old` (+) and those it drops (-), on one line."""
+    diff = difflib.ndiff(old.splitlines(), new.splitlines())
+    return " | ".join(line[0] + line[2:] for line in diff if line[:2] in ("+ ", "- ") and line[2:].strip())
+
+
+def round_table(round_: int, rows: Sequence[Sequence[str]]) -> Table:
+    """The candidates of one round: snapshot, parent, score, status, how the prompt differs from its parent."""
+    table = Table(title=f"APO round {round_}")
+    for column in ("candidate", "parent", "score", "status"):
+        table.add_column(column, justify="right" if column == "score" else "left", no_wrap=column != "status")
+    table.add_column("change from parent", overflow="ellipsis", no_wrap=True, max_width=70)
+    for candidate, parent, score, status, change in rows:  # Text: prompts and reasons are not rich markup
+        style = "red" if status.startswith("rejected") else ""
+        table.add_row(candidate, parent, score, Text(status, style=style), Text(change))
+    return table
