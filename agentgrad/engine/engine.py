@@ -167,6 +167,16 @@ class Engine:
         sampler.requires_grad_(False)
         return sampler
 
+    def replace_model(self, model: torch.nn.Module) -> None:
+        """Serve and train `model` instead (a peft-wrapped copy, say); sampling then uses it directly."""
+        with self.weights_lock:
+            self.model = model
+            self.model.eval()
+            self._sampler = model
+            self.sampling_dtype = next(model.parameters()).dtype
+            self._prefixes.clear()
+            self.version += 1
+
     @contextmanager
     def training(self) -> Iterator[torch.nn.Module]:
         """The trainable model, with generation held off while it may change (fp32 sampling shares it)."""

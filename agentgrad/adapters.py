@@ -1,0 +1,220 @@
+"""Adapters: the spans of an attempt turned into training data.
+
+- `llm_calls`: the model calls of an attempt, in order, with their exact token ids and logprobs.
+- `to_triplets`: one (prompt, response, reward) per call, under a credit-assignment policy.
+- `to_trajectories`: consecutive calls merged into one token sequence when each prompt continues
+  the previous prompt + response token for token; tokens the model did not write (tool results,
+  user turns) are masked out of the loss. A prompt that does not continue starts a new sequence.
+- `to_chats`: the conversations as chat messages, for SFT and for a critic to read.
+
+`agent_match` (a regular expression) keeps the calls of one agent of a multi-agent system: it is
+matched against the span's `agentgrad.agent.name` attribute when present, else the model name
+the call asked for (`gen_ai.request.model`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentgrad.types import REWARD_ATTR, REWARD_SPAN, Span, Triplet
+
+PROMPT_TOKEN_IDS = "agentgrad.llm.prompt_token_ids"
+RESPONSE_TOKEN_IDS = "agentgrad.llm.response_token_ids"
+RESPONSE_LOGPROBS = "agentgrad.llm.response_logprobs"
+AGENT_NAME = "agentgrad.agent.name"
+
+Credit = Literal["final", "discounted", "matched"]
+
+
+@dataclass
+class LLMCall:
+    """One recorded model call (its first choice)."""
+
+    span: Span
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response_logprobs: list[float] | None
+
+    @property
+    def temperature(self) -> float:
+        value = self.span.attributes.get("gen_ai.request.temperature")
+        return 1.0 if value is None else float(value)
+
+    @property
+    def input_messages(self) -> list[dict[str, Any]]:
+        return _json_list(self.span.attributes.get("gen_ai.input.messages"))
+
+    @property
+    def output_messages(self) -> list[dict[str, Any]]:
+        return _json_list(self.span.attributes.get("gen_ai.output.messages"))
+
+
+def _json_list(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return []
+    return list(value) if isinstance(value, list) else []
+
+
+def _order(span: Span) -> tuple[float, int]:
+    return (span.start_time, span.sequence_id)
+
+
+def _agent_of(span: Span) -> str:
+    return str(span.attributes.get(AGENT_NAME) or span.attributes.get("gen_ai.request.model") or "")
+
+
+def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLMCall]:
+    """Model calls that recorded token ids, in the order they were made."""
+    pattern = re.compile(agent_match) if agent_match else None
+    calls = []
+    for span in sorted(spans, key=_order):
+        attributes = span.attributes
+        prompt, response = attributes.get(PROMPT_TOKEN_IDS), attributes.get(RESPONSE_TOKEN_IDS)
+        if not isinstance(prompt, list) or not isinstance(response, list) or span.status.code == "ERROR":
+            continue
+        if pattern is not None and not pattern.search(_agent_of(span)):
+            continue
+        logprobs = attributes.get(RESPONSE_LOGPROBS)
+        calls.append(LLMCall(span, prompt, response, logprobs if isinstance(logprobs, list) else None))
+    return calls
+
+
+def reward_spans(spans: Sequence[Span]) -> list[Span]:
+    return sorted((s for s in spans if s.name == REWARD_SPAN and isinstance(s.attributes.get(REWARD_ATTR), (int, float))),
+                  key=lambda s: (s.end_time or s.start_time, s.sequence_id))
+
+
+def final_reward(spans: Sequence[Span]) -> float | None:
+    """The last reward the attempt reported, or None."""
+    rewards = reward_spans(spans)
+    return float(rewards[-1].attributes[REWARD_ATTR]) if rewards else None
+
+
+def to_triplets(
+    spans: Sequence[Span],
+    *,
+    reward: float | None = None,
+    credit: Credit = "final",
+    gamma: float = 0.9,
+    agent_match: str | None = None,
+) -> list[Triplet]:
+    """One triplet per model call. `reward` is the rollout's final reward (default: the last reward span).
+
+    - `final`: every call gets the final reward.
+    - `discounted`: a call k calls before the end gets `gamma**k` times the final reward.
+    - `matched`: each reward span pays the calls made since the previous reward span; calls after
+      the last one get the final reward.
+    """
+    if credit not in ("final", "discounted", "matched"):
+        raise ValueError(f"credit is 'final', 'discounted' or 'matched', not {credit!r}")
+    calls = llm_calls(spans, agent_match)
+    final = final_reward(spans) if reward is None else reward
+    credits: list[float | None]
+    if credit == "final":
+        credits = [final] * len(calls)
+    elif credit == "discounted":
+        credits = [None if final is None else final * gamma ** (len(calls) - 1 - i) for i in range(len(calls))]
+    else:
+        credits = [None] * len(calls)
+        rewards = reward_spans(spans)
+        pending = list(range(len(calls)))
+        for reward_span in rewards:
+            at = reward_span.end_time or reward_span.start_time
+            paid = [i for i in pending if (calls[i].span.end_time or calls[i].span.start_time) <= at]
+            for i in paid:
+                credits[i] = float(reward_span.attributes[REWARD_ATTR])
+            pending = [i for i in pending if i not in paid]
+        for i in pending:
+            credits[i] = final
+    return [
+        Triplet(
+            prompt_token_ids=call.prompt_token_ids,
+            response_token_ids=call.response_token_ids,
+            response_logprobs=call.response_logprobs,
+            reward=value,
+            rollout_id=call.span.rollout_id,
+            attempt_id=call.span.attempt_id,
+            span_id=call.span.span_id,
+        )
+        for call, value in zip(calls, credits)
+    ]
+
+
+@dataclass
+class Trajectory:
+    """A token sequence of one or more model calls; `loss_mask[i]` is 1 where the model wrote token i."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]  # of each model-written token when sampled; 0.0 elsewhere
+    prompt_length: int  # index of the first model-written token
+    reward: float | None = None
+    rollout_id: str | None = None
+    attempt_id: str | None = None
+    span_ids: list[str] = field(default_factory=list)
+    temperature: float = 1.0
+
+    @property
+    def response_length(self) -> int:
+        return sum(self.loss_mask)
+
+
+def to_trajectories(
+    spans: Sequence[Span], *, reward: float | None = None, agent_match: str | None = None
+) -> list[Trajectory]:
+    """Merge consecutive calls whose prompt continues the previous prompt + response exactly."""
+    final = final_reward(spans) if reward is None else reward
+    trajectories: list[Trajectory] = []
+    current: Trajectory | None = None
+    for call in llm_calls(spans, agent_match):
+        logprobs = call.response_logprobs or [0.0] * len(call.response_token_ids)
+        prompt = call.prompt_token_ids
+        if current is not None and len(prompt) >= len(current.token_ids) and prompt[: len(current.token_ids)] == current.token_ids:
+            extra = prompt[len(current.token_ids) :]
+            current.token_ids += extra + call.response_token_ids
+            current.loss_mask += [0] * len(extra) + [1] * len(call.response_token_ids)
+            current.logprobs += [0.0] * len(extra) + logprobs
+            current.span_ids.append(call.span.span_id)
+            continue
+        current = Trajectory(
+            token_ids=list(prompt) + call.response_token_ids,
+            loss_mask=[0] * len(prompt) + [1] * len(call.response_token_ids),
+            logprobs=[0.0] * len(prompt) + list(logprobs),
+            prompt_length=len(prompt),
+            reward=final,
+            rollout_id=call.span.rollout_id,
+            attempt_id=call.span.attempt_id,
+            span_ids=[call.span.span_id],
+            temperature=call.temperature,
+        )
+        trajectories.append(current)
+    return [t for t in trajectories if t.response_length > 0]
+
+
+def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list[dict[str, Any]]]:
+    """Each conversation as chat messages: a call's input messages plus its reply; a call whose
+    input extends the previous conversation replaces it."""
+    chats: list[list[dict[str, Any]]] = []
+    pattern = re.compile(agent_match) if agent_match else None
+    for span in sorted(spans, key=_order):
+        if span.attributes.get("gen_ai.operation.name") != "chat" or span.status.code == "ERROR":
+            continue
+        if pattern is not None and not pattern.search(_agent_of(span)):
+            continue
+        messages = _json_list(span.attributes.get("gen_ai.input.messages"))
+        outputs = _json_list(span.attributes.get("gen_ai.output.messages"))
+        if not outputs:
+            continue
+        chat = messages + [{"role": outputs[0].get("role", "assistant"), "content": outputs[0].get("content") or ""}]
+        if chats and messages[: len(chats[-1])] == chats[-1]:
+            chats[-1] = chat
+        else:
+            chats.append(chat)
+    return chats

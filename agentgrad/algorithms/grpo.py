@@ -1,0 +1,354 @@
+"""GRPO: group relative policy optimization of a local model, through the real agent.
+
+Each step: sample tasks, run each `group_size` times through runners → gateway → engine,
+turn each rollout's spans into token sequences (the exact ids the engine sampled, with their
+logprobs), normalize rewards within each task's group, and take a clipped policy-gradient
+step on the response tokens. The engine serves the new weights from the next request on.
+
+Read top to bottom: config, the two pieces of math (advantages, loss), then the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
+from agentgrad.engine import Engine
+from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
+
+
+@dataclass
+class GRPOConfig:
+    steps: int = 20  # policy updates
+    prompts_per_step: int = 8  # tasks sampled per step
+    group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
+    learning_rate: float = 1e-5  # AdamW
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # gradient clipping
+    clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
+    kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy)
+    temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
+    max_tokens: int = 48  # per model call
+    micro_batch_size: int = 16  # sequences per forward/backward; gradients accumulate over the step
+    updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
+    normalize_std: bool = True  # divide advantages by the group's reward std (False: Dr. GRPO)
+    skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
+    val_every: int = 5  # validate every k steps (and always before the first and after the last)
+    val_size: int | None = None  # validation tasks used (default: all)
+    success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
+    checkpoint_dir: str | None = None  # where step-N checkpoints go; a run resumes from the newest
+    checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
+    lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
+    lora_alpha: int = 16
+    resource_name: str = "llm"  # name of the LLM resource the agent asks for
+    agent_match: str | None = None  # train only the calls of this agent (regex on agent/model name)
+    rollout_timeout: float = 600.0  # seconds an attempt may take
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------- the math
+
+
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], normalize_std: bool = True, eps: float = 1e-6
+) -> list[float]:
+    """Each reward minus its group's mean, divided by the group's std (population) when asked."""
+    members: dict[Hashable, list[float]] = {}
+    for reward, group in zip(rewards, groups):
+        members.setdefault(group, []).append(reward)
+    stats = {g: (statistics.fmean(v), statistics.pstdev(v)) for g, v in members.items()}
+    advantages = []
+    for reward, group in zip(rewards, groups):
+        mean, std = stats[group]
+        advantages.append((reward - mean) / (std + eps) if normalize_std else reward - mean)
+    return advantages
+
+
+def policy_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantage: float | torch.Tensor,
+    clip_eps: float,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token clipped surrogate loss (PPO), plus `kl_coef` × k3 KL to the reference.
+
+    Returns the per-token loss and per-token diagnostics: whether the clip was active, and
+    the k3 estimate of KL(new ‖ old).
+    """
+    log_ratio = new_logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    unclipped = ratio * advantage
+    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantage
+    loss = -torch.minimum(unclipped, clipped)
+    if ref_logprobs is not None and kl_coef > 0:
+        to_ref = ref_logprobs - new_logprobs
+        loss = loss + kl_coef * (to_ref.exp() - to_ref - 1)
+    with torch.no_grad():
+        diagnostics = {
+            "clipped": (clipped < unclipped).float(),
+            "kl": (-log_ratio).exp() - 1 + log_ratio,
+        }
+    return loss, diagnostics
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class GRPOResult:
+    steps: int
+    initial: Evaluation | None
+    final: Evaluation | None
+    checkpoint: str | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class GRPO(Algorithm):
+    """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
+
+    def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
+                 **overrides: Any) -> None:
+        self.config = config or GRPOConfig()
+        for key, value in overrides.items():
+            if not hasattr(self.config, key):
+                raise TypeError(f"GRPO has no setting {key!r}; see GRPOConfig")
+            setattr(self.config, key, value)
+        if self.config.group_size < 2:
+            raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
+        self.engine = engine
+        self.model_name = model
+
+    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
+        cfg = self.config
+        if not train_data:
+            raise ValueError("GRPO needs training tasks")
+        policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+        self.policy = policy
+        with policy:
+            return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
+
+    async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> GRPOResult:
+        cfg = self.config
+        engine = policy.engine
+        # ---- resources: the agent's other resources, plus the policy behind the gateway
+        base = await self.store.get_latest_resources()
+        others = {k: v for k, v in (base.resources if base else {}).items() if k != cfg.resource_name}
+        train_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens)},
+                                      {"algorithm": "grpo", "purpose": "train"})
+        val_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=0.0, max_tokens=cfg.max_tokens)},
+                                    {"algorithm": "grpo", "purpose": "val"})
+        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.lora_rank == 0 else None
+
+        # ---- resume from the newest checkpoint, if any
+        checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        start, history = 0, []
+        if (found := latest_checkpoint(checkpoint_dir)) is not None:
+            state = policy.load(found, optimizer)
+            start, history = state["step"], state.get("history", [])
+            self.console.print(f"resumed from {found} (step {start})")
+        sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
+
+        async def validate(step: int) -> Evaluation | None:
+            if not val_data:
+                return None
+            rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config,
+                                               metadata=[{"step": step}] * len(val_data))
+            result = Evaluation.of(rollouts, cfg.success_threshold)
+            await self.log_metrics(step, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean})
+            return result
+
+        initial = await validate(start)
+        if initial is not None:
+            self.console.print(f"validation before step {start}: accuracy {initial.success_rate:.3f} "
+                               f"reward {initial.reward_mean:.3f} ({initial.n} tasks)")
+        final = initial
+        progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=self.console, transient=False)
+        with progress:
+            bar = progress.add_task("", total=cfg.steps, completed=start)
+            for step in range(start + 1, cfg.steps + 1):
+                began = time.perf_counter()
+                # ---- collect: group_size rollouts of each sampled task
+                tasks = [train_data[i] for i in sampler.take(cfg.prompts_per_step)]
+                requests = [task for task in tasks for _ in range(cfg.group_size)]
+                groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
+                rollouts = await self.run_rollouts(requests, mode="train", resources_id=train_id, config=rollout_config,
+                                                   metadata=[{"step": step, "group": g} for g in groups])
+                rollout_seconds = time.perf_counter() - began
+
+                # ---- adapt: spans → trajectories; advantages within each task's group
+                batch, rewards, kept_groups = await self._batch(rollouts, groups)
+                generated = sum(t.response_length for t, _ in batch)
+
+                # ---- optimize: clipped policy gradient over the response tokens
+                update_began = time.perf_counter()
+                stats = await asyncio.to_thread(self._update, policy, optimizer, batch, reference) if batch else {}
+                update_seconds = time.perf_counter() - update_began
+
+                # ---- log
+                finished = [r for r in rollouts if r.status is RolloutStatus.SUCCEEDED]
+                metrics = {
+                    "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+                    "train/reward_std": statistics.pstdev(rewards) if rewards else 0.0,
+                    "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
+                    "train/groups_used": kept_groups,
+                    "train/failed_rollouts": len(rollouts) - len(finished),
+                    "train/response_length": generated / max(len(batch), 1),
+                    **{f"train/{k}": v for k, v in stats.items()},
+                    "perf/rollout_seconds": rollout_seconds,
+                    "perf/update_seconds": update_seconds,
+                    "perf/step_seconds": time.perf_counter() - began,
+                    "perf/tokens_per_s": sum(len(t.token_ids) - t.prompt_length for t, _ in batch) / max(rollout_seconds, 1e-9),
+                    "train/model_version": engine.version,
+                }
+                await self.log_metrics(step, metrics)
+                history.append({"step": step, **metrics})
+                description = (f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
+                               f"loss {stats.get('loss', 0.0):+.3f} groups {kept_groups}/{len(tasks)} "
+                               f"{metrics['perf/step_seconds']:.1f}s")
+
+                # ---- validate and checkpoint
+                if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
+                    final = await validate(step)
+                    if final is not None:
+                        description += f" | val acc {final.success_rate:.3f}"
+                progress.update(bar, advance=1, description=description)
+                if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
+                    policy.save(checkpoint_dir / f"step-{step}", optimizer, {"step": step, "history": history, "config": asdict(cfg)})
+        last = latest_checkpoint(checkpoint_dir)
+        return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
+
+    async def _batch(self, rollouts: list[Rollout], groups: list[int]) -> tuple[list[tuple[Trajectory, float]], list[float], int]:
+        """Trajectories with their advantages; groups whose rewards are all equal are dropped."""
+        cfg = self.config
+        scored: list[tuple[Rollout, int, list[Trajectory]]] = []
+        for rollout, group in zip(rollouts, groups):
+            if rollout.status is not RolloutStatus.SUCCEEDED:
+                continue  # no reward to learn from; counted in train/failed_rollouts
+            spans = await self.store.query_spans(rollout.rollout_id)
+            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match)
+            scored.append((rollout, group, trajectories))
+        rewards = [r.reward or 0.0 for r, _, _ in scored]
+        advantages = group_advantages(rewards, [g for _, g, _ in scored], cfg.normalize_std)
+        by_group: dict[int, list[float]] = {}
+        for reward, (_, group, _) in zip(rewards, scored):
+            by_group.setdefault(group, []).append(reward)
+        useful = {g for g, values in by_group.items() if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)}
+        batch = [
+            (trajectory, advantage)
+            for advantage, (_, group, trajectories) in zip(advantages, scored)
+            if group in useful
+            for trajectory in trajectories
+        ]
+        return batch, rewards, len(useful)
+
+    def _update(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer,
+                batch: list[tuple[Trajectory, float]], reference: torch.nn.Module | None) -> dict[str, float]:
+        with policy.engine.training() as model:
+            stats = grpo_update(model, optimizer, batch, self.config, policy.engine.tokenizer.pad_token_id, reference)
+        policy.engine.publish()
+        return stats
+
+
+def grpo_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Sequence[tuple[Trajectory, float]],
+    cfg: GRPOConfig,
+    pad_token_id: int = 0,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, float]:
+    """`updates_per_step` AdamW steps over (trajectory, advantage) pairs, in micro-batches.
+
+    The loss is the mean over every response token of the batch (each token weighs the same).
+    """
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    total_tokens = sum(t.response_length for t, _ in batch)
+    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
+    grad_norm = 0.0
+    for _ in range(cfg.updates_per_step):
+        optimizer.zero_grad(set_to_none=True)
+        for start in range(0, len(batch), cfg.micro_batch_size):
+            micro = batch[start : start + cfg.micro_batch_size]
+            sequences = [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in micro]
+            temperature = micro[0][0].temperature
+            new = sequence_logprobs(model, sequences, temperature, pad_token_id)
+            ref = None
+            if cfg.kl_coef > 0:
+                with torch.no_grad():
+                    ref = _reference_logprobs(model, reference, sequences, temperature, pad_token_id)
+            loss = torch.zeros(())
+            for i, ((trajectory, advantage), new_logprobs) in enumerate(zip(micro, new)):
+                mask = torch.tensor(trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32)
+                old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :])
+                token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
+                                               None if ref is None else ref[i], cfg.kl_coef)
+                loss = loss + (token_loss * mask).sum() / total_tokens
+                sums["clipped"] += float((diag["clipped"] * mask).sum())
+                sums["kl"] += float((diag["kl"] * mask).sum())
+            loss.backward()
+            sums["loss"] += float(loss.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm))
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    passes = cfg.updates_per_step
+    return {
+        "loss": sums["loss"] / passes,
+        "clip_fraction": sums["clipped"] / (total_tokens * passes),
+        "kl": sums["kl"] / (total_tokens * passes),
+        "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
+    }
+
+
+class TaskSampler:
+    """Tasks in a fresh random order each epoch, reproducible from the seed; `skip` resumes a run."""
+
+    def __init__(self, n: int, seed: int, skip: int = 0) -> None:
+        self.n = n
+        self.rng = random.Random(seed)
+        self.order: list[int] = []
+        self.take(skip)
+
+    def take(self, count: int) -> list[int]:
+        taken = []
+        for _ in range(count):
+            if not self.order:
+                self.order = list(range(self.n))
+                self.rng.shuffle(self.order)
+            taken.append(self.order.pop())
+        return taken
+
+
+def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    reference = copy.deepcopy(model)
+    reference.requires_grad_(False)
+    reference.eval()
+    return reference
+
+
+def _reference_logprobs(model: torch.nn.Module, reference: torch.nn.Module | None, sequences: list[ScoredSequence],
+                        temperature: float, pad: int) -> list[torch.Tensor]:
+    if reference is not None:
+        return sequence_logprobs(reference, sequences, temperature, pad)
+    with model.disable_adapter():  # type: ignore[operator]  # LoRA: the base weights are the reference
+        return sequence_logprobs(model, sequences, temperature, pad)

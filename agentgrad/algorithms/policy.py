@@ -1,0 +1,142 @@
+"""The policy being trained: a local engine, served to the agent through the gateway.
+
+GRPO and SFT both need the same things around the model: serve it over HTTP behind a gateway
+that records every call into the store, hand the agent an `LLM` resource pointing there, and
+save and restore checkpoints (weights, optimizer, progress) that resume a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgrad.engine import Engine
+from agentgrad.serving import ServerThread
+from agentgrad.store import Store
+from agentgrad.types import LLM
+
+log = logging.getLogger(__name__)
+
+TRAINER_STATE = "trainer_state.pt"
+
+
+class LocalPolicy:
+    """`engine` (or a new one loading `model`), with an engine server and a gateway on loopback.
+
+    With `lora_rank > 0` only low-rank adapters are trained (peft); the engine then samples
+    from the adapted model directly.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        engine: Engine | None = None,
+        model: str | None = None,
+        *,
+        lora_rank: int = 0,
+        lora_alpha: int = 16,
+        lora_targets: list[str] | str = "all-linear",
+    ) -> None:
+        self.store = store
+        self.engine = engine or Engine(model)
+        self.lora_rank = lora_rank
+        if lora_rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            adapted = get_peft_model(
+                self.engine.model, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, target_modules=lora_targets, lora_dropout=0.0)
+            )
+            self.engine.replace_model(adapted)
+        self._servers: list[ServerThread] = []
+        self.gateway_url: str | None = None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.engine.model
+
+    def start(self) -> None:
+        from agentgrad.engine.server import create_engine_app
+        from agentgrad.gateway import Backend, Gateway
+
+        engine_server = ServerThread(create_engine_app(self.engine)).start()
+        self._servers.append(engine_server)
+        gateway = ServerThread(Gateway(self.store, {self.engine.name: Backend(url=engine_server.url + "/v1")})).start()
+        self._servers.append(gateway)
+        self.gateway_url = gateway.url
+
+    def stop(self) -> None:
+        for server in reversed(self._servers):
+            server.stop()
+        self._servers.clear()
+
+    def __enter__(self) -> LocalPolicy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def llm(self, **sampling_parameters: Any) -> LLM:
+        """The resource an agent calls: the gateway, routed per attempt by the runner."""
+        if self.gateway_url is None:
+            raise RuntimeError("start the policy before asking for its LLM resource")
+        return LLM(base_url=self.gateway_url + "/v1", model=self.engine.name, proxied=True,
+                   sampling_parameters=sampling_parameters)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, directory: Path, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+        """Weights (an HF folder, or the adapters), tokenizer, optimizer and `state`, written atomically."""
+        partial = directory.with_name(directory.name + ".partial")
+        partial.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(partial)
+        self.engine.tokenizer.save_pretrained(partial)
+        torch.save({"optimizer": optimizer.state_dict(), "state": state}, partial / TRAINER_STATE)
+        (partial / "agentgrad.json").write_text(json.dumps({"engine_version": self.engine.version, **state}, default=str))
+        if directory.exists():
+            import shutil
+
+            shutil.rmtree(directory)
+        partial.rename(directory)
+        return directory
+
+    def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Restore what `save` wrote; the engine serves the restored weights from the next request."""
+        from safetensors.torch import load_file
+
+        files = sorted(directory.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"checkpoint {directory} has no .safetensors weights")
+        weights: dict[str, torch.Tensor] = {}
+        for file in files:
+            weights.update(load_file(file))
+        with self.engine.training() as model:
+            if self.lora_rank > 0:
+                from peft import set_peft_model_state_dict
+
+                set_peft_model_state_dict(model, weights)
+            else:
+                missing, unexpected = model.load_state_dict(weights, strict=False)
+                real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
+                if real_missing or unexpected:
+                    raise ValueError(f"checkpoint {directory} does not fit the model: missing {real_missing[:3]}, "
+                                     f"unexpected {unexpected[:3]}")
+        saved = torch.load(directory / TRAINER_STATE, weights_only=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        self.engine.publish()
+        return saved["state"]
+
+
+def latest_checkpoint(directory: Path | None) -> Path | None:
+    """The newest complete `step-N` folder under `directory`, if any."""
+    if directory is None or not directory.exists():
+        return None
+    steps = [p for p in directory.glob("step-*") if p.is_dir() and not p.name.endswith(".partial") and (p / TRAINER_STATE).exists()]
+    return max(steps, key=lambda p: int(p.name.split("-")[1]), default=None)

@@ -1,0 +1,49 @@
+"""Sequence logprobs with a shared prefix give the same values and gradients as full forwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+
+
+def tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return LlamaForCausalLM(config).float()
+
+
+def full_forward(model: LlamaForCausalLM, sequence: ScoredSequence, temperature: float) -> torch.Tensor:
+    logits = model(torch.tensor([sequence.token_ids])).logits[0].float() / temperature
+    logprobs = torch.log_softmax(logits, -1)
+    targets = sequence.token_ids[sequence.first_scored :]
+    return torch.stack([logprobs[sequence.first_scored - 1 + i, t] for i, t in enumerate(targets)])
+
+
+@pytest.mark.parametrize("prefix_length", [0, 12])
+def test_shared_prefix_gives_the_values_and_gradients_of_full_forwards(prefix_length: int) -> None:
+    prefix = list(range(3, 3 + prefix_length))
+    sequences = [
+        ScoredSequence(prefix + [20, 21, 22, 30, 31], prefix_length + 3),
+        ScoredSequence(prefix + [23, 30, 32, 33, 34, 35, 36], prefix_length + 2),
+        ScoredSequence(prefix + [24, 25, 40], prefix_length + 2),
+    ]
+    model = tiny_model()
+    fast = sequence_logprobs(model, sequences, temperature=0.7)
+    torch.stack([x.sum() for x in fast]).sum().backward()
+    fast_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    slow = [full_forward(model, s, 0.7) for s in sequences]
+    torch.stack([x.sum() for x in slow]).sum().backward()
+    for a, b in zip(fast, slow):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
+    for a, p in zip(fast_grads, model.parameters()):
+        assert torch.allclose(a, p.grad, atol=1e-5)  # type: ignore[arg-type]
+
+
+def test_a_scored_span_outside_the_sequence_is_refused() -> None:
+    with pytest.raises(ValueError, match="first_scored"):
+        ScoredSequence([1, 2, 3], 3)

@@ -1,0 +1,93 @@
+"""GRPO's math against values worked out by hand, and one update on a tiny model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from agentgrad.adapters import Trajectory
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig, TaskSampler, group_advantages, grpo_update, policy_loss
+from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+
+
+def test_advantages_are_normalized_within_each_group() -> None:
+    advantages = group_advantages([1, 0, 1, 0, 0.5, 0.5, 1.0, 0.0], [0, 0, 0, 0, 1, 1, 2, 2])
+    assert advantages[:4] == pytest.approx([1, -1, 1, -1], abs=1e-5)  # mean 0.5, std 0.5
+    assert advantages[4:6] == [0.0, 0.0]  # a uniform group has nothing to say
+    assert advantages[6:] == pytest.approx([1, -1], abs=1e-5)
+    assert group_advantages([1, 0, 0, 0], [0] * 4, normalize_std=False) == [0.75, -0.25, -0.25, -0.25]
+
+
+def test_clipped_loss_matches_the_hand_computed_values() -> None:
+    old = torch.zeros(4)
+    new = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5]))
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    loss, diagnostics = policy_loss(new, old, advantages, clip_eps=0.2)
+    # ratio 1.5, A=+1: min(1.5, 1.2) = 1.2 (clipped) | ratio 1.5, A=-1: min(-1.5, -1.2) = -1.5
+    # ratio 0.5, A=+1: min(0.5, 0.8) = 0.5           | ratio 0.5, A=-1: min(-0.5, -0.8) = -0.8 (clipped)
+    assert loss.tolist() == pytest.approx([-1.2, 1.5, -0.5, 0.8])
+    assert diagnostics["clipped"].tolist() == [1.0, 0.0, 0.0, 1.0]
+    # k3 estimate of KL(new || old): r - 1 - log r with r = old/new
+    high, low = 1 / 1.5 - 1 + math.log(1.5), 2 - 1 + math.log(0.5)
+    assert diagnostics["kl"].tolist() == pytest.approx([high, high, low, low])
+
+
+def test_the_kl_penalty_adds_k3_to_the_reference() -> None:
+    new = torch.log(torch.tensor([1.5]))
+    loss, _ = policy_loss(new, new.clone(), 0.0, 0.2, ref_logprobs=torch.zeros(1), kl_coef=0.5)
+    assert loss.item() == pytest.approx(0.5 * (1 / 1.5 + math.log(1.5) - 1))
+
+
+def tiny_model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config)
+
+
+def test_one_update_raises_the_rewarded_completions_and_lowers_the_others() -> None:
+    model = tiny_model()
+    prompt = list(range(1, 11))
+    completions = {"good": [20, 21, 22], "bad": [30, 31, 32], "also_good": [20, 25, 26], "also_bad": [33, 34, 35]}
+    rewards = {"good": 1.0, "bad": 0.0, "also_good": 1.0, "also_bad": 0.0}
+
+    def logprobs() -> dict[str, float]:
+        with torch.no_grad():
+            values = sequence_logprobs(model, [ScoredSequence(prompt + c, len(prompt)) for c in completions.values()])
+        return {name: float(v.sum()) for name, v in zip(completions, values)}
+
+    before = logprobs()
+    names = list(completions)
+    advantages = group_advantages([rewards[n] for n in names], [0] * len(names))
+    with torch.no_grad():
+        old = sequence_logprobs(model, [ScoredSequence(prompt + completions[n], len(prompt)) for n in names])
+    batch = [
+        (Trajectory(token_ids=prompt + completions[n], loss_mask=[0] * len(prompt) + [1] * 3,
+                    logprobs=[0.0] * len(prompt) + old[i].tolist(), prompt_length=len(prompt)), advantages[i])
+        for i, n in enumerate(names)
+    ]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    stats = grpo_update(model, optimizer, batch, GRPOConfig(micro_batch_size=3))
+    after = logprobs()
+    assert after["good"] > before["good"] and after["also_good"] > before["also_good"]
+    assert after["bad"] < before["bad"] and after["also_bad"] < before["also_bad"]
+    assert stats["clip_fraction"] == 0.0  # on-policy: the ratio starts at 1
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_task_sampler_is_reproducible_and_resumes_where_it_left_off() -> None:
+    first = TaskSampler(10, seed=3)
+    taken = first.take(25)
+    assert sorted(taken[:10]) == list(range(10)) and sorted(taken[10:20]) == list(range(10))
+    resumed = TaskSampler(10, seed=3, skip=16)
+    assert resumed.take(9) == taken[16:25]
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(TypeError, match="no setting 'learning_rat'"):
+        GRPO(learning_rat=1e-5)
+    with pytest.raises(ValueError, match="group_size must be at least 2"):
+        GRPO(group_size=1)
