@@ -322,3 +322,30 @@ def test_a_backend_whose_key_variable_is_unset_is_refused_at_start(monkeypatch: 
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     with pytest.raises(ValueError, match=r"reads its API key from \$NO_SUCH_KEY_VAR, which is not set"):
         Gateway(MemoryStore(), {"m": Backend("http://h/v1", api_key_env="NO_SUCH_KEY_VAR")})
+
+
+async def test_the_runner_hands_agents_their_route_and_has_the_gateway_spans_stored_before_the_attempt_ends(upstream: Upstream) -> None:
+    class SlowSpanWrites(MemoryStore):  # a store slow enough that spans written "later" would miss the rollout's end
+        async def add_spans(self, spans):  # type: ignore[no-untyped-def]
+            if any(is_llm_call(s) for s in spans):
+                await asyncio.sleep(0.3)
+            return await super().add_spans(spans)
+
+    from agentgrad.runner import Runner
+
+    store = SlowSpanWrites()
+    with ServerThread(Gateway(store, {"policy": Backend(upstream.url, api_key=UPSTREAM_KEY)})) as server:
+        await store.add_resources({"llm": LLM(base_url=server.url + "/v1", model="policy", proxied=True)})
+
+        def agent(task: str, llm: LLM) -> float:
+            oai = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+            answer = oai.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task}])
+            return float(answer.choices[0].message.content == f"echo: {task}")
+
+        queued = await store.enqueue_rollouts([{"input": f"task {i}"} for i in range(3)])
+        await Runner(agent, store, max_rollouts=3, concurrency=3).run()
+        for rollout in queued:
+            finished = await store.get_rollout(rollout.rollout_id)
+            assert finished.status.value == "succeeded" and finished.reward == 1.0
+            (span,) = [s for s in await store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+            assert json.loads(span.attributes["gen_ai.input.messages"])[0]["content"] == rollout.input
