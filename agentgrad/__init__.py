@@ -28,6 +28,11 @@ _EXPORTS = {
     "Trainer": "agentgrad.trainer",
     "Runner": "agentgrad.runner",
     "Hook": "agentgrad.runner",
+    # routing model calls through the gateway
+    "Gateway": "agentgrad.gateway",
+    "Backend": "agentgrad.gateway",
+    "GatewayEnvHook": "agentgrad.instrument",
+    "instrument_openai": "agentgrad.instrument",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
     "APO": "agentgrad.algorithms.apo",
@@ -60,6 +65,8 @@ if TYPE_CHECKING:
     from agentgrad.algorithms.base import Algorithm
     from agentgrad.algorithms.baseline import Baseline
     from agentgrad.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
+    from agentgrad.gateway import Backend, Gateway
+    from agentgrad.instrument import GatewayEnvHook, instrument_openai
     from agentgrad.runner import Hook, Runner
     from agentgrad.store import MemoryStore, SqliteStore, Store, open_store
     from agentgrad.trainer import Trainer

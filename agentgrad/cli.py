@@ -1,4 +1,4 @@
-"""The `agentgrad` command: run the demo, optimize a prompt, serve a store, join one as a runner, inspect rollouts."""
+"""The `agentgrad` command: run the demo, optimize a prompt, serve the engine or the gateway, inspect rollouts."""
 
 from __future__ import annotations
 
@@ -202,6 +202,32 @@ def apo_command(args: argparse.Namespace) -> None:
                   f"rollouts: agentgrad rollouts ls --store {store_path})")
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def run_gateway(args: argparse.Namespace) -> None:
+    """`agentgrad gateway`: serve the gateway until interrupted; buffered spans are written on the way out."""
+    import os
+
+    import uvicorn
+
+    from agentgrad.gateway import Gateway, parse_backend
+
+    token = os.environ.get(args.token_env) or None
+    try:
+        if token is None and args.host not in LOOPBACK_HOSTS and not args.host.startswith("127."):
+            raise ValueError(f"--host {args.host} is reachable from other machines: set ${args.token_env} to a bearer token")
+        backends = dict(parse_backend(spec) for spec in args.backend)
+        default = parse_backend(f"default={args.default}")[1] if args.default else None
+        gateway = Gateway(open_store(args.store), backends, default=default, token=token, close_store=True)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise SystemExit(2) from None
+    served = ", ".join(gateway.models) + (" and any other model" if default else "")
+    console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
+    uvicorn.run(gateway, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -261,6 +287,18 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
     show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: rollouts_show(s, a.rollout_id)))
+
+    gateway = commands.add_parser("gateway", help="serve the OpenAI-compatible gateway that records model calls into a store")
+    gateway.add_argument("--store", required=True, help="SQLite path, 'memory', or store server URL")
+    gateway.add_argument("--backend", action="append", default=[], metavar="MODEL=URL[,OPTION=VALUE...]",
+                         help="serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR (API key "
+                              "from that variable), model=NAME (upstream's name), system=NAME, token_ids=false, logprobs=false")
+    gateway.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="upstream for models not named by --backend")
+    gateway.add_argument("--host", default="127.0.0.1")
+    gateway.add_argument("--port", type=int, default=8090)
+    gateway.add_argument("--token-env", default="AGENTGRAD_TOKEN",
+                         help="variable holding the bearer token callers must send (required off loopback)")
+    gateway.set_defaults(handler=run_gateway)
     return parser
 
 

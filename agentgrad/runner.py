@@ -80,6 +80,7 @@ class Runner:
         self._stop = threading.Event()
         self._active: dict[str, AttemptedRollout] = {}
         self._resources: dict[str, NamedResources] = {}
+        self._http: Any = None  # httpx.AsyncClient for gateway flushes, opened on first use
 
     def stop(self) -> None:
         """Take no new rollouts; `run` returns once those in flight end. Safe from any thread."""
@@ -115,6 +116,9 @@ class Runner:
         finally:
             heartbeats.cancel()
             await self.sink.flush()
+            if self._http is not None:
+                await self._http.aclose()
+                self._http = None
             try:
                 await self.store.heartbeat(self.worker_id, status=WorkerStatus.STOPPED, active_attempts=[])
             except Exception:
@@ -167,11 +171,21 @@ class Runner:
             except Exception:
                 log.exception("hook %s.%s failed", type(hook).__name__, name)
 
+    async def _flush_gateways(self, llms: list[LLM]) -> None:
+        import httpx
+
+        from agentgrad.gateway import flush_gateways
+
+        if self._http is None:
+            self._http = httpx.AsyncClient()
+        await flush_gateways(llms, self._http)
+
     async def run_rollout(self, item: AttemptedRollout) -> None:
         """Run the agent on one claimed rollout and close its attempt."""
         rollout_id, attempt_id = item.rollout_id, item.attempt.attempt_id
         self._active[attempt_id] = item
         status, reward, error = AttemptStatus.SUCCEEDED, None, None
+        proxied: list[LLM] = []
         try:
             await self._call_hooks("on_rollout_start", rollout=item)
             with bind_attempt(rollout_id, attempt_id, self.sink):
@@ -184,6 +198,7 @@ class Runner:
                             name: r.for_attempt(rollout_id, attempt_id) if isinstance(r, LLM) else r
                             for name, r in resources.items()
                         }
+                        proxied = [r for r in resources.values() if isinstance(r, LLM) and r.proxied]
                         reward = await self.agent.run(item.input, resources, item)
                         if reward is not None:
                             emit_reward(reward)
@@ -192,6 +207,8 @@ class Runner:
                         log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, error)
                         emit_exception(exc)
                     await self._call_hooks("on_trace_end", rollout=item)
+            if proxied:  # the gateway writes its spans in the background: have them in before the attempt ends
+                await self._flush_gateways(proxied)
             await self.sink.flush()
             try:
                 await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)

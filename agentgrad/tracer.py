@@ -61,10 +61,14 @@ class SpanSink:
             if not batch:
                 self._idle.set()
                 return
-            try:
-                await self.store.add_spans(batch)
-            except Exception:  # a bad span must not take the runner down; the error names it
-                log.exception("could not write %d span(s) to the store", len(batch))
+            await self.write(batch)
+
+    async def write(self, batch: list[Span]) -> None:
+        """Store one batch; a failure is logged, never raised (a bad span must not take the writer down)."""
+        try:
+            await self.store.add_spans(batch)
+        except Exception:
+            log.exception("could not write %d span(s) to the store", len(batch))
 
     async def flush(self) -> None:
         """Return once every span put so far is written (or its failure logged)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, app, is_parcel_refund
+from tests.fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, app, is_parcel_refund
 
 import agentgrad as ag
 from agentgrad import cli

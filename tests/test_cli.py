@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
+import openai
+
 import agentgrad as ag
+from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 
 
@@ -55,3 +62,44 @@ def test_unknown_ids_and_missing_files_are_clear_errors(tmp_path: Path) -> None:
     no_file = agentgrad_cli("rollouts", "ls", "--store", str(tmp_path / "absent.db"))
     assert no_file.returncode == 2 and "no store file" in no_file.stdout
     assert not (tmp_path / "absent.db").exists()
+
+
+def test_the_gateway_command_serves_records_into_a_store_file_and_flushes_on_shutdown(tmp_path: Path) -> None:
+    from tests.fake_upstream import FakeUpstream
+
+    path = tmp_path / "gateway.db"
+    SqliteStore(path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fake = FakeUpstream(api_key="sk-from-env")
+    with ServerThread(fake.app) as upstream:
+        env = {**os.environ, "UPSTREAM_KEY": "sk-from-env"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentgrad.cli", "gateway", "--store", str(path), "--port", str(port),
+             "--backend", f"policy={upstream.url}/v1,key_env=UPSTREAM_KEY"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            assert "agentgrad gateway on http://127.0.0.1" in process.stdout.readline()
+            for _ in range(200):  # the line is printed just before the server binds
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x")
+            assert client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}]).choices[0].message.content == "echo: hi"
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    (span,) = asyncio.run(SqliteStore(path).query_spans(None))
+    assert span.attributes["gen_ai.request.model"] == "policy" and "sk-from-env" not in span.model_dump_json()
+
+
+def test_the_gateway_command_refuses_other_hosts_without_a_token_and_bad_backends(tmp_path: Path) -> None:
+    off_loopback = agentgrad_cli("gateway", "--store", "memory", "--host", "0.0.0.0", "--backend", "m=http://h/v1")
+    assert off_loopback.returncode == 2 and "set $AGENTGRAD_TOKEN to a bearer token" in off_loopback.stdout
+    bad = agentgrad_cli("gateway", "--store", "memory", "--backend", "http://h/v1")
+    assert bad.returncode == 2 and "expected NAME=URL" in bad.stdout

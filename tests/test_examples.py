@@ -1,0 +1,64 @@
+"""The examples run unchanged through runner → gateway → a fake upstream."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from agentgrad.instrument import GatewayEnvHook
+from agentgrad.llm_spans import is_llm_call, recorded_choices
+from agentgrad.runner import Runner
+from tests.conftest import Served
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_langchain_agent_with_a_tool_is_recorded_call_by_call(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    example = load("langchain_agent")
+    tasks = example.TASKS[:2]
+    rollouts = await served.store.enqueue_rollouts([{"input": task} for task in tasks])
+    await Runner(example.calc_agent, served.store, hooks=[GatewayEnvHook(served.url + "/v1")], max_rollouts=2).run()
+    await served.gateway.flush()
+    for rollout, task in zip(rollouts, tasks):
+        assert (await served.store.get_rollout(rollout.rollout_id)).reward == 1.0
+        asked, answered = [s for s in await served.store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+        (tool_call,) = json.loads(asked.attributes["gen_ai.output.messages"])[0]["tool_calls"]
+        assert tool_call["function"]["name"] == "add"
+        assert json.loads(asked.attributes["gen_ai.tool.definitions"])[0]["function"]["name"] == "add"
+        history = json.loads(answered.attributes["gen_ai.input.messages"])
+        assert [m["role"] for m in history] == ["user", "assistant", "tool"] and history[2]["content"] == str(task["answer"])
+        (choice,) = recorded_choices(answered)
+        assert bytes(choice.response_token_ids or []).decode() == f"Answer: {task['answer']}"
+        assert bytes(choice.prompt_token_ids or []).decode().startswith(f"<user>{task['question']}")
+
+
+async def test_the_openai_agent_shares_one_client_across_concurrent_rollouts(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgrad.instrument import instrument_openai, uninstrument_openai
+
+    monkeypatch.setenv("OPENAI_BASE_URL", served.url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "agentgrad")
+    example = load("openai_agent")
+    instrument_openai()
+    try:
+        rollouts = await served.store.enqueue_rollouts([{"input": {"question": f"say {i}"}} for i in range(8)])
+        await Runner(example.echo_agent, served.store, concurrency=8, max_rollouts=8).run()
+    finally:
+        uninstrument_openai()
+    await served.gateway.flush()
+    for rollout in rollouts:
+        assert (await served.store.get_rollout(rollout.rollout_id)).reward == 1.0
+        (call,) = [s for s in await served.store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+        assert json.loads(call.attributes["gen_ai.input.messages"])[0]["content"] == rollout.input["question"]
