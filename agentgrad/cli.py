@@ -232,9 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
+    from agentgrad import demo as demo_module
+
     demo = commands.add_parser("demo", help="train the example calculator agent on this machine")
-    demo.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
-    demo.set_defaults(handler=lambda args: __import__("agentgrad.demo", fromlist=["main"]).main(args))
+    demo_module.add_arguments(demo)
+    demo.set_defaults(handler=demo_module.main)
 
     engine = commands.add_parser("engine", help="the local model: fetch it, serve it")
     engine_commands = engine.add_subparsers(dest="engine_command", required=True)

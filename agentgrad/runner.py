@@ -8,6 +8,7 @@ go out while it works, so the store can tell a busy worker from a dead one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -16,6 +17,10 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
+
+# Imported here, not lazily in a worker: the openai client checks sys.modules for httpx from agent
+# threads, and a first import of httpx under way in another thread makes those calls fail.
+import httpx
 
 from agentgrad.agent import LitAgent, as_agent
 from agentgrad.emit import emit_exception, emit_reward
@@ -93,6 +98,10 @@ class Runner:
     async def run(self) -> None:
         """The worker loop."""
         self.sink = SpanSink(self.store)
+        # sync agents run in this loop's default executor: one thread per rollout in flight
+        asyncio.get_running_loop().set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(max(self.concurrency, 4), thread_name_prefix=self.worker_id)
+        )
         heartbeats = asyncio.create_task(self._heartbeats())
         in_flight: set[asyncio.Task[None]] = set()
         pause = POLL_SECONDS
@@ -172,8 +181,6 @@ class Runner:
                 log.exception("hook %s.%s failed", type(hook).__name__, name)
 
     async def _flush_gateways(self, llms: list[LLM]) -> None:
-        import httpx
-
         from agentgrad.gateway import flush_gateways
 
         if self._http is None:

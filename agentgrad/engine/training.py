@@ -72,12 +72,12 @@ def sequence_logprobs(
     scored = [len(s.token_ids) - s.first_scored for s in sequences]
     kept = max(scored) + 1
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                   logits_to_keep=kept).logits
-    results = []
-    for row, (sequence, count) in enumerate(zip(sequences, scored)):
-        row_logits = logits[row, kept - 1 - count : kept - 1].float()
-        if temperature != 1.0:
-            row_logits = row_logits / temperature
-        targets = torch.tensor(sequence.token_ids[sequence.first_scored :], device=device)
-        results.append(torch.log_softmax(row_logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1))
-    return results
+                   logits_to_keep=kept).logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    # targets right-aligned like the logits; one gather for the batch (per-row indexing of the
+    # logits would make backward fill a batch-sized gradient once per row)
+    targets = torch.tensor([[0] * (kept - 1 - n) + s.token_ids[s.first_scored :] for s, n in zip(sequences, scored)],
+                           device=device)
+    token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
+    return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]

@@ -1,0 +1,165 @@
+"""SFT by rejection sampling: keep the rollouts that earned a reward, fine-tune on what the model wrote.
+
+Each round: run sampled training tasks several times through runners → gateway → engine, keep
+the attempts whose reward reaches `reward_threshold`, and minimize the negative log-likelihood
+of their model-written tokens (the exact ids the engine sampled; tool results and prompts are
+masked out). The engine serves the new weights from the next request on; validation follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.grpo import TaskSampler
+from agentgrad.algorithms.policy import LocalPolicy
+from agentgrad.engine import Engine
+from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.types import RolloutConfig, RolloutStatus
+
+
+@dataclass
+class SFTConfig:
+    rounds: int = 3  # collect → keep the rewarded → fine-tune → validate
+    tasks_per_round: int = 64  # training tasks sampled per round
+    samples_per_task: int = 4  # rollouts of each task per round, at `temperature`
+    reward_threshold: float = 1.0  # rollouts with at least this reward are kept
+    epochs: int = 2  # passes over each round's kept data
+    batch_size: int = 16  # sequences per optimizer step
+    learning_rate: float = 1e-5  # AdamW
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
+    max_tokens: int = 48  # per model call
+    val_size: int | None = None  # validation tasks used (default: all)
+    success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
+    checkpoint_dir: str | None = None  # where the final checkpoint goes
+    lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
+    resource_name: str = "llm"
+    agent_match: str | None = None  # fine-tune only the calls of this agent (regex on agent/model name)
+    rollout_timeout: float = 600.0
+    seed: int = 0
+
+
+@dataclass
+class SFTResult:
+    rounds: int
+    initial: Evaluation | None
+    final: Evaluation | None
+    checkpoint: str | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class SFT(Algorithm):
+    """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
+
+    def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
+                 **overrides: Any) -> None:
+        self.config = config or SFTConfig()
+        for key, value in overrides.items():
+            if not hasattr(self.config, key):
+                raise TypeError(f"SFT has no setting {key!r}; see SFTConfig")
+            setattr(self.config, key, value)
+        self.engine = engine
+        self.model_name = model
+
+    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> SFTResult:
+        cfg = self.config
+        if not train_data:
+            raise ValueError("SFT needs training tasks")
+        with LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank) as policy:
+            return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
+
+    async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
+        cfg = self.config
+        base = await self.store.get_latest_resources()
+        others = {k: v for k, v in (base.resources if base else {}).items() if k != cfg.resource_name}
+        train_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens)},
+                                      {"algorithm": "sft", "purpose": "collect"})
+        val_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=0.0, max_tokens=cfg.max_tokens)},
+                                    {"algorithm": "sft", "purpose": "val"})
+        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
+        sampler = TaskSampler(len(train_data), cfg.seed)
+        shuffle = random.Random(cfg.seed)
+        history: list[dict[str, float]] = []
+
+        async def validate(round_: int) -> Evaluation | None:
+            if not val_data:
+                return None
+            rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config)
+            result = Evaluation.of(rollouts, cfg.success_threshold)
+            await self.log_metrics(round_, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean})
+            self.console.print(f"round {round_}: validation accuracy {result.success_rate:.3f} reward {result.reward_mean:.3f}")
+            return result
+
+        initial = final = await validate(0)
+        for round_ in range(1, cfg.rounds + 1):
+            began = time.perf_counter()
+            # ---- collect: each sampled task several times
+            tasks = [train_data[i] for i in sampler.take(cfg.tasks_per_round)]
+            rollouts = await self.run_rollouts([t for t in tasks for _ in range(cfg.samples_per_task)], mode="train",
+                                               resources_id=train_id, config=rollout_config)
+            # ---- keep: rewarded attempts, each distinct token sequence once
+            kept: dict[tuple[int, ...], Trajectory] = {}
+            rewards = []
+            for rollout in rollouts:
+                if rollout.status is not RolloutStatus.SUCCEEDED:
+                    continue
+                rewards.append(rollout.reward or 0.0)
+                if (rollout.reward or 0.0) < cfg.reward_threshold:
+                    continue
+                spans = await self.store.query_spans(rollout.rollout_id)
+                for trajectory in to_trajectories(spans, reward=rollout.reward, agent_match=cfg.agent_match):
+                    kept.setdefault(tuple(trajectory.token_ids), trajectory)
+            data = list(kept.values())
+            # ---- fine-tune: NLL of the model-written tokens
+            loss = await asyncio.to_thread(self._fine_tune, policy, optimizer, data, shuffle) if data else float("nan")
+            metrics = {
+                "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+                "train/kept": len(data),
+                "train/loss": loss,
+                "perf/round_seconds": time.perf_counter() - began,
+            }
+            await self.log_metrics(round_, metrics)
+            self.console.print(f"round {round_}: kept {len(data)} of {len(rollouts)} rollouts "
+                               f"(reward mean {metrics['train/reward_mean']:.3f}), loss {loss:.3f}")
+            final = await validate(round_)
+            history.append({"round": round_, **metrics, **({"val/accuracy": final.success_rate} if final else {})})
+        checkpoint = None
+        if cfg.checkpoint_dir:
+            checkpoint = str(policy.save(Path(cfg.checkpoint_dir) / f"step-{cfg.rounds}", optimizer,
+                                         {"step": cfg.rounds, "history": history, "config": asdict(cfg)}))
+        return SFTResult(cfg.rounds, initial, final, checkpoint, history)
+
+    def _fine_tune(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer, data: list[Trajectory],
+                   shuffle: random.Random) -> float:
+        cfg = self.config
+        losses = []
+        with policy.engine.training() as model:
+            for _ in range(cfg.epochs):
+                order = list(range(len(data)))
+                shuffle.shuffle(order)
+                for start in range(0, len(order), cfg.batch_size):
+                    batch = [data[i] for i in order[start : start + cfg.batch_size]]
+                    logprobs = sequence_logprobs(model, [ScoredSequence(t.token_ids, t.prompt_length) for t in batch],
+                                                 1.0, policy.engine.tokenizer.pad_token_id)
+                    masks = [torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32) for t in batch]
+                    tokens = sum(float(m.sum()) for m in masks)
+                    loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()  # type: ignore[union-attr]
+                    torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+                    losses.append(float(loss))
+        policy.engine.publish()
+        return statistics.fmean(losses)
