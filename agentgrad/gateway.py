@@ -24,7 +24,6 @@ import logging
 import os
 import random
 import re
-import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +54,8 @@ UPSTREAM_TIMEOUT_SECONDS = 600.0
 """Longest silence from an upstream (between two stream chunks, or before an answer)."""
 MAX_UPSTREAM_CONNECTIONS = 1024
 FLUSH_SECONDS = 10.0
+SPAN_LINGER_SECONDS = 0.005
+"""How long the span writer waits to gather a batch: one store write per few calls, not one per call."""
 
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
@@ -233,6 +234,14 @@ class _Call:
 class _GatewaySink(SpanSink):
     """Batches gateway spans; a span naming an unknown rollout or attempt is kept outside any rollout."""
 
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(store, loop)
+        self._warned: set[tuple[str | None, str | None]] = set()
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(SPAN_LINGER_SECONDS)
+        await super()._drain()
+
     async def write(self, batch: list[Span]) -> None:
         try:
             await self.store.add_spans(batch)
@@ -246,7 +255,9 @@ class _GatewaySink(SpanSink):
             try:
                 await self.store.add_span(span)
             except NotFoundError as exc:
-                log.warning("call for %s/%s recorded outside any rollout: %s", span.rollout_id, span.attempt_id, exc)
+                if (span.rollout_id, span.attempt_id) not in self._warned:
+                    self._warned.add((span.rollout_id, span.attempt_id))
+                    log.warning("calls routed to %s/%s are recorded outside any rollout: %s", span.rollout_id, span.attempt_id, exc)
                 span.attributes.update({ROLLOUT_ID_ATTR: span.rollout_id, ATTEMPT_ID_ATTR: span.attempt_id})
                 await super().write([span.model_copy(update={"rollout_id": None, "attempt_id": None})])
             except Exception:
@@ -564,16 +575,18 @@ class Gateway:
                 attributes["http.response.status_code"] = error.status
                 status = SpanStatus(code="ERROR", description=error.message)
             trace_id, parent_id = _parse_traceparent(call.traceparent)
-            span = Span(
+            span = Span.model_construct(  # every field is built here, of the right type: no validation pass
                 rollout_id=call.rollout_id,
                 attempt_id=call.attempt_id,
-                trace_id=trace_id or secrets.token_hex(16),
-                span_id=secrets.token_hex(8),
+                sequence_id=0,
+                trace_id=trace_id or f"{random.getrandbits(128):032x}",
+                span_id=f"{random.getrandbits(64):016x}",
                 parent_id=parent_id,
                 name=f"{call.operation} {call.request.get('model')}",
                 start_time=call.start_time,
                 end_time=call.start_time + elapsed,
                 attributes=attributes,
+                events=[],
                 status=status,
             )
             self._sink.put(span)  # type: ignore[union-attr]
