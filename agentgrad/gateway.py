@@ -12,6 +12,9 @@ asked for. Spans are built after the last byte went to the client and written in
 batches. The hot path is a bare ASGI app: no framework routing, orjson, one pooled aiohttp
 session.
 
+`POST …/v1/agentgrad/flush` returns once every call answered so far is in the store: the
+runner calls it on each proxied LLM's route before it closes an attempt.
+
 Standalone: `agentgrad gateway`, or `ServerThread(Gateway(store, backends))`. On a store
 server: `routes=[*store_routes, *gateway.routes()]` or `Mount("/gateway", gateway)`; mounted
 apps get no lifespan events, so the host calls `await gateway.aclose()` when it shuts down.
