@@ -47,7 +47,7 @@ from agentgrad.backends import (
 from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
 from agentgrad.store import NotFoundError, Store
 from agentgrad.tracer import SpanSink
-from agentgrad.types import ATTEMPT_ID_ATTR, LLM, ROLLOUT_ID_ATTR, Span, SpanStatus
+from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanStatus
 
 __all__ = ["ATTEMPT_HEADER", "ROLLOUT_HEADER", "Backend", "Gateway", "GatewayError", "flush_gateways", "parse_backend"]
 
@@ -529,13 +529,13 @@ async def _reject(send: Any, status: int, message: str, code: str | None = None)
 # ----------------------------------------------------------------------------- runner side
 
 
-async def flush_gateways(llms: Iterable[LLM], client: Any) -> None:
-    """Ask the gateways behind these proxied LLMs to store every call answered so far.
+async def flush_gateways(base_urls: Iterable[str], client: Any) -> None:
+    """Ask the gateways at these routes (`…/v1`) to store every call answered so far.
 
     The runner calls this before it closes an attempt, so an algorithm that reads the spans of
     a finished rollout finds its last model call too. `client` is an `httpx.AsyncClient`.
     """
-    for url in sorted({llm.base_url.rstrip("/") + "/agentgrad/flush" for llm in llms if llm.proxied}):
+    for url in sorted({base.rstrip("/") + "/agentgrad/flush" for base in base_urls}):
         try:
             response = await client.post(url, timeout=FLUSH_SECONDS)
             if response.status_code != 200:

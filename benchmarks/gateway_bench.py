@@ -32,33 +32,51 @@ WARMUP_REQUESTS = 300
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
 
-REQUEST_BODY = json.dumps({
-    "model": "policy",
-    "messages": [
-        {"role": "system", "content": "You are a careful calculator. Answer with 'Answer: <number>'."},
-        {"role": "user", "content": "What is 37 + 45?"},
-    ],
-    "temperature": 1.0,
-    "max_tokens": 32,
-}).encode()
+REQUEST_BODY = json.dumps(
+    {
+        "model": "policy",
+        "messages": [
+            {"role": "system", "content": "You are a careful calculator. Answer with 'Answer: <number>'."},
+            {"role": "user", "content": "What is 37 + 45?"},
+        ],
+        "temperature": 1.0,
+        "max_tokens": 32,
+    }
+).encode()
 
 
 def canned_response() -> bytes:
     """A chat completion as vLLM or the agentgrad engine returns it when asked for token ids and logprobs."""
     tokens = [f"t{i}" for i in range(32)]
-    body = json.dumps({
-        "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "policy",
-        "system_fingerprint": "agentgrad-weights-v3",
-        "prompt_token_ids": list(range(1000, 1120)),
-        "choices": [{
-            "index": 0, "finish_reason": "stop", "token_ids": list(range(2000, 2032)),
-            "message": {"role": "assistant", "content": "37 + 45 = 82, so the sum is eighty-two. Answer: 82"},
-            "logprobs": {"content": [{"token": t, "logprob": -0.125, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]},
-        }],
-        "usage": {"prompt_tokens": 120, "completion_tokens": 32, "total_tokens": 152},
-    }).encode()
-    head = (f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-agentgrad-model-version: 3\r\n"
-            f"content-length: {len(body)}\r\n\r\n").encode()
+    body = json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "policy",
+            "system_fingerprint": "agentgrad-weights-v3",
+            "prompt_token_ids": list(range(1000, 1120)),
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "token_ids": list(range(2000, 2032)),
+                    "message": {"role": "assistant", "content": "37 + 45 = 82, so the sum is eighty-two. Answer: 82"},
+                    "logprobs": {
+                        "content": [
+                            {"token": t, "logprob": -0.125, "bytes": list(t.encode()), "top_logprobs": []}
+                            for t in tokens
+                        ]
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 32, "total_tokens": 152},
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-agentgrad-model-version: 3\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
     return head + body
 
 
@@ -82,7 +100,7 @@ class _UpstreamProtocol(asyncio.Protocol):
             size = int(match.group(1)) if match else 0
             if len(self.buffer) < end + 4 + size:
                 return
-            self.buffer = self.buffer[end + 4 + size:]
+            self.buffer = self.buffer[end + 4 + size :]
             self.transport.write(self.response)  # type: ignore[attr-defined]
 
 
@@ -101,8 +119,10 @@ def serve_upstream(port: int) -> None:
 
 async def _client(port: int, path: str, deadline: float, latencies: list[float], limit: int | None) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-               f"authorization: Bearer agentgrad\r\ncontent-length: {len(REQUEST_BODY)}\r\n\r\n").encode() + REQUEST_BODY
+    request = (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer agentgrad\r\ncontent-length: {len(REQUEST_BODY)}\r\n\r\n"
+    ).encode() + REQUEST_BODY
     clock = time.perf_counter
     try:
         while clock() < deadline and (limit is None or len(latencies) < limit):
@@ -118,7 +138,9 @@ async def _client(port: int, path: str, deadline: float, latencies: list[float],
         writer.close()
 
 
-async def load(port: int, path: str, concurrency: int, seconds: float, limit: int | None = None) -> tuple[list[float], float]:
+async def load(
+    port: int, path: str, concurrency: int, seconds: float, limit: int | None = None
+) -> tuple[list[float], float]:
     """Latencies of every request and the wall time, `concurrency` clients hammering `path`."""
     latencies: list[float] = []
     start = time.perf_counter()
@@ -159,7 +181,9 @@ def wait_for(port: int, path: str, process: subprocess.Popen[bytes], timeout: fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each measured run")
-    parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite", help="where the gateway records spans")
+    parser.add_argument(
+        "--store", choices=("sqlite", "memory"), default="sqlite", help="where the gateway records spans"
+    )
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
@@ -193,16 +217,27 @@ def main() -> None:
                     raise
                 time.sleep(0.01)
         gateway = subprocess.Popen(
-            [sys.executable, "-m", "agentgrad.cli", "gateway", "--store", store, "--port", str(gw_port),
-             "--backend", f"policy=http://127.0.0.1:{up_port}/v1,system=vllm"],
-            stdout=subprocess.DEVNULL, stderr=(workdir / "gateway.log").open("wb"))
+            [
+                sys.executable,
+                "-m",
+                "agentgrad.cli",
+                "gateway",
+                "--store",
+                store,
+                "--port",
+                str(gw_port),
+                "--backend",
+                f"policy=http://127.0.0.1:{up_port}/v1,system=vllm",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "gateway.log").open("wb"),
+        )
         startup = wait_for(gw_port, "/v1/models", gateway)
         rows = []
         sent_through_gateway = 0
         for concurrency in CONCURRENCY:
             result = {}
-            for target, port, path in (("direct", up_port, "/v1/chat/completions"),
-                                       ("gateway", gw_port, route)):
+            for target, port, path in (("direct", up_port, "/v1/chat/completions"), ("gateway", gw_port, route)):
                 warm, _ = uvloop.run(load(port, path, concurrency, 30, limit=WARMUP_REQUESTS))
                 cpu_before = cpu_seconds(gateway.pid)
                 latencies, wall = uvloop.run(load(port, path, concurrency, args.seconds))
@@ -229,23 +264,48 @@ def main() -> None:
         from agentgrad.store import SqliteStore
 
         recorded = asyncio.run(SqliteStore(store).stats()).spans
-    table = Table(title=f"agentgrad gateway vs. calling the upstream directly ({args.seconds:g} s per run, store: {args.store})")
-    for column in ("clients", "direct p50 ms", "gateway p50 ms", "added p50 ms", "direct p99 ms", "gateway p99 ms",
-                   "added p99 ms", "direct req/s", "gateway req/s", "gateway CPU ms/call"):
+    table = Table(
+        title=f"agentgrad gateway vs. calling the upstream directly ({args.seconds:g} s per run, store: {args.store})"
+    )
+    for column in (
+        "clients",
+        "direct p50 ms",
+        "gateway p50 ms",
+        "added p50 ms",
+        "direct p99 ms",
+        "gateway p99 ms",
+        "added p99 ms",
+        "direct req/s",
+        "gateway req/s",
+        "gateway CPU ms/call",
+    ):
         table.add_column(column, justify="right")
     for concurrency, r in rows:
         d, g = r["direct"], r["gateway"]
-        table.add_row(str(concurrency), f"{d['p50']:.3f}", f"{g['p50']:.3f}", f"{g['p50'] - d['p50']:.3f}",
-                      f"{d['p99']:.3f}", f"{g['p99']:.3f}", f"{g['p99'] - d['p99']:.3f}",
-                      f"{d['rps']:,.0f}", f"{g['rps']:,.0f}", f"{g['cpu_ms']:.3f}")
+        table.add_row(
+            str(concurrency),
+            f"{d['p50']:.3f}",
+            f"{g['p50']:.3f}",
+            f"{g['p50'] - d['p50']:.3f}",
+            f"{d['p99']:.3f}",
+            f"{g['p99']:.3f}",
+            f"{g['p99'] - d['p99']:.3f}",
+            f"{d['rps']:,.0f}",
+            f"{g['rps']:,.0f}",
+            f"{g['cpu_ms']:.3f}",
+        )
     console.print(table)
     console.print(f"gateway start-up (spawn of `agentgrad gateway` to first answer): {startup:.2f} s")
     if recorded is not None:
         console.print(f"spans recorded in the SQLite store: {recorded:,} of {sent_through_gateway:,} calls")
-    console.print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end "
-                  "(load generator, gateway and upstream share them)")
-    console.print("aim: well under 1 ms added at p50, over 1,000 req/s; Agent Lightning 0.3's LiteLLM proxy here: "
-                  "+15 ms p50 with 1 client, +227 ms with 16, ~59 req/s, 14 ms CPU/call, 6 s start-up")
+    console.print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end "
+        "(load generator, gateway and upstream share them)"
+    )
+    console.print(
+        "aim: well under 1 ms added at p50, over 1,000 req/s; Agent Lightning 0.3's LiteLLM proxy here: "
+        "+15 ms p50 with 1 client, +227 ms with 16, ~59 req/s, 14 ms CPU/call, 6 s start-up"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
 from agentgrad.gateway import Backend, Gateway, parse_backend
+from agentgrad.instrument import GatewayEnvHook
 from agentgrad.llm_spans import is_llm_call, recorded_choices
+from agentgrad.runner import Runner
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import LLM, Span
@@ -255,17 +257,17 @@ async def test_concurrent_calls_land_in_their_rollouts_by_path_and_by_header(ser
     store = served.store
     rollouts = [await store.start_rollout(i) for i in range(8)]
 
+    shared = client(served.url + "/v1")  # with_options copies share its connection pool
+
     def call(i: int) -> None:
         r = rollouts[i % len(rollouts)]
         if i % 2:
-            oai = client(f"{served.url}/rollouts/{r.rollout_id}/attempts/{r.attempt.attempt_id}/v1")
+            oai = shared.with_options(
+                base_url=f"{served.url}/rollouts/{r.rollout_id}/attempts/{r.attempt.attempt_id}/v1"
+            )
         else:
-            oai = client(
-                served.url + "/v1",
-                default_headers={
-                    "x-agentgrad-rollout-id": r.rollout_id,
-                    "x-agentgrad-attempt-id": r.attempt.attempt_id,
-                },
+            oai = shared.with_options(
+                default_headers={"x-agentgrad-rollout-id": r.rollout_id, "x-agentgrad-attempt-id": r.attempt.attempt_id}
             )
         stream = i % 3 == 0
         result = oai.chat.completions.create(
@@ -391,17 +393,18 @@ def test_a_backend_whose_key_variable_is_unset_is_refused_at_start(monkeypatch: 
         Gateway(MemoryStore(), {"m": Backend("http://h/v1", api_key_env="NO_SUCH_KEY_VAR")})
 
 
+class SlowSpanWrites(MemoryStore):
+    """A store slow enough to write LLM spans that any written "later" would miss their rollout's end."""
+
+    async def add_spans(self, spans):  # type: ignore[no-untyped-def]
+        if any(is_llm_call(s) for s in spans):
+            await asyncio.sleep(0.3)
+        return await super().add_spans(spans)
+
+
 async def test_the_runner_hands_agents_their_route_and_has_the_gateway_spans_stored_before_the_attempt_ends(
     upstream: Upstream,
 ) -> None:
-    class SlowSpanWrites(MemoryStore):  # a store slow enough that spans written "later" would miss the rollout's end
-        async def add_spans(self, spans):  # type: ignore[no-untyped-def]
-            if any(is_llm_call(s) for s in spans):
-                await asyncio.sleep(0.3)
-            return await super().add_spans(spans)
-
-    from agentgrad.runner import Runner
-
     store = SlowSpanWrites()
     with ServerThread(Gateway(store, {"policy": Backend(upstream.url, api_key=UPSTREAM_KEY)})) as server:
         await store.add_resources({"llm": LLM(base_url=server.url + "/v1", model="policy", proxied=True)})
@@ -434,3 +437,22 @@ async def test_a_stream_that_breaks_off_ends_with_an_openai_error_and_an_error_s
     (span,) = await llm_spans_of(served, None)
     assert span.status.code == "ERROR" and span.attributes["error.type"] == "stream_interrupted"
     assert json.loads(span.attributes["gen_ai.output.messages"])[0]["content"] == "".join(received) != ""
+
+
+async def test_the_env_hook_also_has_the_gateway_spans_stored_before_the_attempt_ends(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    store = SlowSpanWrites()
+    with ServerThread(Gateway(store, {"policy": Backend(upstream.url, api_key=UPSTREAM_KEY)})) as server:
+
+        def agent(task: str) -> float:
+            answer = openai.OpenAI().chat.completions.create(
+                model="policy", messages=[{"role": "user", "content": task}]
+            )
+            return float(answer.choices[0].message.content == f"echo: {task}")
+
+        (queued,) = await store.enqueue_rollouts([{"input": "task"}])
+        await Runner(agent, store, hooks=[GatewayEnvHook(server.url + "/v1")], max_rollouts=1).run()
+        assert (await store.get_rollout(queued.rollout_id)).reward == 1.0
+        assert len([s for s in await store.query_spans(queued.rollout_id) if is_llm_call(s)]) == 1
