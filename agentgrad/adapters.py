@@ -20,11 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentgrad.llm_spans import is_llm_call, recorded_choices
 from agentgrad.types import REWARD_ATTR, REWARD_SPAN, Span, Triplet
 
-PROMPT_TOKEN_IDS = "agentgrad.llm.prompt_token_ids"
-RESPONSE_TOKEN_IDS = "agentgrad.llm.response_token_ids"
-RESPONSE_LOGPROBS = "agentgrad.llm.response_logprobs"
 AGENT_NAME = "agentgrad.agent.name"
 
 Credit = Literal["final", "discounted", "matched"]
@@ -32,7 +30,7 @@ Credit = Literal["final", "discounted", "matched"]
 
 @dataclass
 class LLMCall:
-    """One recorded model call (its first choice)."""
+    """One choice of a recorded model call (a call with n > 1 gives several)."""
 
     span: Span
     prompt_token_ids: list[int]
@@ -71,18 +69,17 @@ def _agent_of(span: Span) -> str:
 
 
 def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLMCall]:
-    """Model calls that recorded token ids, in the order they were made."""
+    """Model calls that recorded token ids, in the order they were made (each choice of a call with n > 1)."""
     pattern = re.compile(agent_match) if agent_match else None
     calls = []
     for span in sorted(spans, key=_order):
-        attributes = span.attributes
-        prompt, response = attributes.get(PROMPT_TOKEN_IDS), attributes.get(RESPONSE_TOKEN_IDS)
-        if not isinstance(prompt, list) or not isinstance(response, list) or span.status.code == "ERROR":
+        if not is_llm_call(span) or span.status.code == "ERROR":
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
-        logprobs = attributes.get(RESPONSE_LOGPROBS)
-        calls.append(LLMCall(span, prompt, response, logprobs if isinstance(logprobs, list) else None))
+        for choice in recorded_choices(span):
+            if choice.prompt_token_ids and choice.response_token_ids is not None:
+                calls.append(LLMCall(span, choice.prompt_token_ids, choice.response_token_ids, choice.response_logprobs))
     return calls
 
 

@@ -225,7 +225,8 @@ def run_gateway(args: argparse.Namespace) -> None:
         raise SystemExit(2) from None
     served = ", ".join(gateway.models) + (" and any other model" if default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
-    uvicorn.run(gateway, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.run(gateway, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
+                proxy_headers=False, server_header=False, date_header=False)
 
 
 def build_parser() -> argparse.ArgumentParser:

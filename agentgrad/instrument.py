@@ -110,18 +110,20 @@ class GatewayEnvHook(Hook):
             cls._active[rollout.attempt.attempt_id] = self.route(rollout.rollout_id, rollout.attempt.attempt_id)
             self._apply()
 
-    def on_trace_end(self, *, agent: Any, runner: Any, rollout: Any) -> None:
+    async def on_trace_end(self, *, agent: Any, runner: Any, rollout: Any) -> None:
         cls = GatewayEnvHook
         with cls._class_lock:
             cls._active.pop(rollout.attempt.attempt_id, None)
             if cls._active:
                 self._apply()
-                return
-            for name, value in cls._saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            else:
+                for name, value in cls._saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+        # the gateway writes spans in the background: have this attempt's in before the runner closes it
+        await runner.flush_gateways([self.route(rollout.rollout_id, rollout.attempt.attempt_id)])
 
     def _apply(self) -> None:
         active = GatewayEnvHook._active

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from agentgrad.types import Span
 
 CHAT = "chat"
@@ -53,7 +55,7 @@ _REQUEST_PARAMS = {
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=repr)
+    return orjson.dumps(value, default=repr).decode()
 
 
 def request_attributes(operation: str, request: dict[str, Any], system: str) -> dict[str, Any]:

@@ -180,12 +180,14 @@ class Runner:
             except Exception:
                 log.exception("hook %s.%s failed", type(hook).__name__, name)
 
-    async def _flush_gateways(self, llms: list[LLM]) -> None:
+    async def flush_gateways(self, base_urls: Sequence[str]) -> None:
+        """Have the gateways at these attempt routes store every call answered so far (they write in the
+        background); the runner does this for proxied LLMs before it closes an attempt, hooks may for others."""
         from agentgrad.gateway import flush_gateways
 
         if self._http is None:
             self._http = httpx.AsyncClient()
-        await flush_gateways(llms, self._http)
+        await flush_gateways(base_urls, self._http)
 
     async def run_rollout(self, item: AttemptedRollout) -> None:
         """Run the agent on one claimed rollout and close its attempt."""
@@ -214,8 +216,8 @@ class Runner:
                         log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, error)
                         emit_exception(exc)
                     await self._call_hooks("on_trace_end", rollout=item)
-            if proxied:  # the gateway writes its spans in the background: have them in before the attempt ends
-                await self._flush_gateways(proxied)
+            if proxied:
+                await self.flush_gateways([llm.base_url for llm in proxied])
             await self.sink.flush()
             try:
                 await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)

@@ -41,8 +41,9 @@ def upstream() -> Iterator[Upstream]:
 def served(upstream: Upstream, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_KEY)
     store = MemoryStore()
-    gateway = Gateway(store, {"policy": Backend(upstream.url, api_key_env="FAKE_UPSTREAM_KEY", system="vllm")},
-                      retry_backoff_s=0.001)
+    gateway = Gateway(
+        store, {"policy": Backend(upstream.url, api_key_env="FAKE_UPSTREAM_KEY", system="vllm")}, retry_backoff_s=0.001
+    )
     with ServerThread(gateway) as server:
         yield Served(gateway, server.url, store)
 

@@ -42,10 +42,13 @@ class FakeUpstream:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.stream_gate: threading.Event | None = None
-        self.app = Starlette(routes=[
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-        ])
+        self.break_stream_after: int | None = None  # chunks sent before the connection drops
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+            ]
+        )
 
     def fail_next(self, status: int, times: int = 1, headers: dict[str, str] | None = None) -> None:
         self.failures.extend([(status, headers or {})] * times)
@@ -55,13 +58,25 @@ class FakeUpstream:
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         if self.api_key and request.headers.get("authorization") != f"Bearer {self.api_key}":
-            return body, JSONResponse({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                                 "code": "invalid_api_key"}}, status_code=401)
+            return body, JSONResponse(
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+                status_code=401,
+            )
         if self.failures:
             status, headers = self.failures.popleft()
             error = {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}
             if status == 400:
-                error = {"message": "max_tokens must be at least 1", "type": "invalid_request_error", "code": "bad_max_tokens"}
+                error = {
+                    "message": "max_tokens must be at least 1",
+                    "type": "invalid_request_error",
+                    "code": "bad_max_tokens",
+                }
             return body, JSONResponse({"error": error}, status_code=status, headers=headers)
         return body, None
 
@@ -76,8 +91,13 @@ class FakeUpstream:
             tool = body["tools"][0]["function"]["name"]
             numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
             arguments = json.dumps({"a": numbers[0], "b": numbers[1]})
-            return {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_{index}", "type": "function", "function": {"name": tool, "arguments": arguments}}]}
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"call_{index}", "type": "function", "function": {"name": tool, "arguments": arguments}}
+                ],
+            }
         prefix = f"{index}: " if body.get("n", 1) > 1 else ""
         return {"role": "assistant", "content": f"{prefix}echo: {last.get('content')}"}
 
@@ -95,49 +115,86 @@ class FakeUpstream:
         replies = [self._reply(body, i) for i in range(body.get("n", 1))]
         headers = {"x-agentgrad-model-version": str(VERSION)}
         if body.get("stream"):
-            return StreamingResponse(self._chat_stream(body, prompt_ids, replies), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(
+                self._chat_stream(body, prompt_ids, replies), media_type="text/event-stream", headers=headers
+            )
         choices = []
         for i, reply in enumerate(replies):
             ids = list(self._text_of(reply).encode())
-            choice: dict[str, Any] = {"index": i, "message": reply, "logprobs": None,
-                                      "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": reply,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
+            }
             if body.get("logprobs"):
-                choice["logprobs"] = {"content": [{"token": chr(b), "logprob": logprob(b), "bytes": [b], "top_logprobs": []} for b in ids]}
+                choice["logprobs"] = {
+                    "content": [{"token": chr(b), "logprob": logprob(b), "bytes": [b], "top_logprobs": []} for b in ids]
+                }
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids
             choices.append(choice)
         answer: dict[str, Any] = {
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-            "system_fingerprint": f"agentgrad-weights-v{VERSION}", "choices": choices,
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": sum(len(self._text_of(r).encode()) for r in replies),
-                      "total_tokens": 0},
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "system_fingerprint": f"agentgrad-weights-v{VERSION}",
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": sum(len(self._text_of(r).encode()) for r in replies),
+                "total_tokens": 0,
+            },
         }
         if body.get("return_token_ids"):
             answer["prompt_token_ids"] = prompt_ids
         return JSONResponse(answer, headers=headers)
 
     async def _chat_stream(self, body: dict[str, Any], prompt_ids: list[int], replies: list[dict[str, Any]]) -> Any:
-        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
-                "system_fingerprint": f"agentgrad-weights-v{VERSION}"}
+        base = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": body["model"],
+            "system_fingerprint": f"agentgrad-weights-v{VERSION}",
+        }
         first = True
         completion_tokens = 0
         for i, reply in enumerate(replies):
             if reply.get("tool_calls"):
                 call = reply["tool_calls"][0]
                 arguments = call["function"]["arguments"]
-                pieces = [{"index": 0, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}]
-                pieces += [{"index": 0, "function": {"arguments": arguments[k:k + 5]}} for k in range(0, len(arguments), 5)]
-                deltas = [({"role": "assistant", "tool_calls": [p]} if n == 0 else {"tool_calls": [p]}, b"") for n, p in enumerate(pieces)]
+                pieces = [
+                    {
+                        "index": 0,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": ""},
+                    }
+                ]
+                pieces += [
+                    {"index": 0, "function": {"arguments": arguments[k : k + 5]}} for k in range(0, len(arguments), 5)
+                ]
+                deltas = [
+                    ({"role": "assistant", "tool_calls": [p]} if n == 0 else {"tool_calls": [p]}, b"")
+                    for n, p in enumerate(pieces)
+                ]
                 deltas[-1] = (deltas[-1][0], json.dumps(reply["tool_calls"]).encode())
             else:
                 text = reply["content"]
                 deltas = [({"role": "assistant", "content": ""}, b"")] + [
-                    ({"content": text[k:k + self.chunk_chars]}, text[k:k + self.chunk_chars].encode())
-                    for k in range(0, len(text), self.chunk_chars)]
+                    ({"content": text[k : k + self.chunk_chars]}, text[k : k + self.chunk_chars].encode())
+                    for k in range(0, len(text), self.chunk_chars)
+                ]
             for n, (delta, ids) in enumerate(deltas):
                 choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": None, "finish_reason": None}
                 if body.get("logprobs") and ids:
-                    choice["logprobs"] = {"content": [{"token": chr(b), "logprob": logprob(b), "bytes": [b], "top_logprobs": []} for b in ids]}
+                    choice["logprobs"] = {
+                        "content": [
+                            {"token": chr(b), "logprob": logprob(b), "bytes": [b], "top_logprobs": []} for b in ids
+                        ]
+                    }
                 if body.get("return_token_ids"):
                     choice["token_ids"] = list(ids)
                 completion_tokens += len(ids)
@@ -145,10 +202,17 @@ class FakeUpstream:
                 if first and body.get("return_token_ids"):
                     chunk["prompt_token_ids"] = prompt_ids
                 first = False
+                if self.break_stream_after is not None and n == self.break_stream_after:
+                    raise ConnectionAbortedError("fake upstream drops the stream")
                 yield f"data: {json.dumps(chunk)}\n\n"
                 if n == 1 and self.stream_gate is not None:
                     await asyncio.to_thread(self.stream_gate.wait, 10)
-            final = {"index": i, "delta": {}, "logprobs": None, "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}
+            final = {
+                "index": i,
+                "delta": {},
+                "logprobs": None,
+                "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
+            }
             if body.get("return_token_ids"):
                 final["token_ids"] = []
             yield f"data: {json.dumps({**base, 'choices': [final]})}\n\n"
@@ -171,30 +235,51 @@ class FakeUpstream:
             ids = list(text.encode())
             out: dict[str, Any] = {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
             if body.get("logprobs") is not None:
-                out["logprobs"] = {"tokens": [chr(b) for b in ids], "token_logprobs": [logprob(b) for b in ids],
-                                   "top_logprobs": None, "text_offset": list(range(len(ids)))}
+                out["logprobs"] = {
+                    "tokens": [chr(b) for b in ids],
+                    "token_logprobs": [logprob(b) for b in ids],
+                    "top_logprobs": None,
+                    "text_offset": list(range(len(ids))),
+                }
             if body.get("return_token_ids"):
                 out["token_ids"] = ids
                 out["prompt_token_ids"] = prompt_ids
             return out
 
         if body.get("stream"):
+
             async def stream() -> Any:
                 for i, text in enumerate(texts):
-                    pieces = [text[k:k + self.chunk_chars] for k in range(0, len(text), self.chunk_chars)]
+                    pieces = [text[k : k + self.chunk_chars] for k in range(0, len(text), self.chunk_chars)]
                     for n, piece in enumerate(pieces):
                         c = choice(i, piece, "stop" if n == len(pieces) - 1 else None)
                         if n > 0:
                             c.pop("prompt_token_ids", None)
                         yield f"data: {json.dumps({'id': 'cmpl-fake', 'object': 'text_completion', 'model': body['model'], 'choices': [c]})}\n\n"
                 if (body.get("stream_options") or {}).get("include_usage"):
-                    usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": sum(len(t) for t in texts), "total_tokens": 0}
+                    usage = {
+                        "prompt_tokens": len(prompt_ids),
+                        "completion_tokens": sum(len(t) for t in texts),
+                        "total_tokens": 0,
+                    }
                     yield f"data: {json.dumps({'id': 'cmpl-fake', 'object': 'text_completion', 'model': body['model'], 'choices': [], 'usage': usage})}\n\n"
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-agentgrad-model-version": str(VERSION)})
-        return JSONResponse({
-            "id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body["model"],
-            "choices": [choice(i, t, "stop") for i, t in enumerate(texts)],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": sum(len(t) for t in texts), "total_tokens": 0},
-        }, headers={"x-agentgrad-model-version": str(VERSION)})
+            return StreamingResponse(
+                stream(), media_type="text/event-stream", headers={"x-agentgrad-model-version": str(VERSION)}
+            )
+        return JSONResponse(
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [choice(i, t, "stop") for i, t in enumerate(texts)],
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": sum(len(t) for t in texts),
+                    "total_tokens": 0,
+                },
+            },
+            headers={"x-agentgrad-model-version": str(VERSION)},
+        )

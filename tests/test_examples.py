@@ -25,7 +25,9 @@ def load(name: str) -> ModuleType:
     return module
 
 
-async def test_the_langchain_agent_with_a_tool_is_recorded_call_by_call(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_langchain_agent_with_a_tool_is_recorded_call_by_call(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     example = load("langchain_agent")
     tasks = example.TASKS[:2]
@@ -39,13 +41,17 @@ async def test_the_langchain_agent_with_a_tool_is_recorded_call_by_call(served: 
         assert tool_call["function"]["name"] == "add"
         assert json.loads(asked.attributes["gen_ai.tool.definitions"])[0]["function"]["name"] == "add"
         history = json.loads(answered.attributes["gen_ai.input.messages"])
-        assert [m["role"] for m in history] == ["user", "assistant", "tool"] and history[2]["content"] == str(task["answer"])
+        assert [m["role"] for m in history] == ["user", "assistant", "tool"] and history[2]["content"] == str(
+            task["answer"]
+        )
         (choice,) = recorded_choices(answered)
         assert bytes(choice.response_token_ids or []).decode() == f"Answer: {task['answer']}"
         assert bytes(choice.prompt_token_ids or []).decode().startswith(f"<user>{task['question']}")
 
 
-async def test_the_openai_agent_shares_one_client_across_concurrent_rollouts(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_openai_agent_shares_one_client_across_concurrent_rollouts(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agentgrad.instrument import instrument_openai, uninstrument_openai
 
     monkeypatch.setenv("OPENAI_BASE_URL", served.url + "/v1")

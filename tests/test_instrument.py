@@ -58,8 +58,10 @@ async def test_the_env_hook_routes_an_agent_that_builds_openai_with_no_arguments
 
 async def test_the_env_hook_reaches_programs_the_agent_starts(served: Served) -> None:
     (rollout,) = await served.store.enqueue_rollouts([{"input": 7}])
-    child = ("import openai; c = openai.OpenAI().chat.completions.create(model='policy', "
-             "messages=[{'role': 'user', 'content': 'task 7'}]); print(c.choices[0].message.content)")
+    child = (
+        "import openai; c = openai.OpenAI().chat.completions.create(model='policy', "
+        "messages=[{'role': 'user', 'content': 'task 7'}]); print(c.choices[0].message.content)"
+    )
 
     def agent(task: int) -> float:
         out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
@@ -79,7 +81,9 @@ async def test_instrumented_async_rollouts_sharing_one_client_route_by_context(s
     async def agent(task: int) -> float:
         rewards = []
         for _ in range(2):
-            answer = await shared.chat.completions.create(model="policy", messages=[{"role": "user", "content": f"task {task}"}])
+            answer = await shared.chat.completions.create(
+                model="policy", messages=[{"role": "user", "content": f"task {task}"}]
+            )
             rewards.append(answer.choices[0].message.content == f"echo: task {task}")
         return float(all(rewards))
 
@@ -101,8 +105,13 @@ async def test_instrumented_sync_rollouts_in_threads_sharing_one_client_route_by
 
 async def test_the_env_hook_falls_back_to_context_routing_when_attempts_overlap(served: Served) -> None:
     rollouts = await served.store.enqueue_rollouts([{"input": i} for i in range(8)])
-    await Runner(lambda task: ask(openai.OpenAI(), task), served.store, hooks=[GatewayEnvHook(served.url + "/v1")],
-                 concurrency=4, max_rollouts=8).run()
+    await Runner(
+        lambda task: ask(openai.OpenAI(), task),
+        served.store,
+        hooks=[GatewayEnvHook(served.url + "/v1")],
+        concurrency=4,
+        max_rollouts=8,
+    ).run()
     await assert_each_rollout_has_its_call(served, rollouts)
     assert "OPENAI_BASE_URL" not in os.environ
 
