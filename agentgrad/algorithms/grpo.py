@@ -43,7 +43,7 @@ class GRPOConfig:
     kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy)
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
     max_tokens: int = 48  # per model call
-    micro_batch_size: int = 16  # sequences per forward/backward; gradients accumulate over the step
+    micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the step
     updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
     normalize_std: bool = True  # divide advantages by the group's reward std (False: Dr. GRPO)
     skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
@@ -231,6 +231,7 @@ class GRPO(Algorithm):
                     if final is not None:
                         description += f" | val acc {final.success_rate:.3f}"
                 progress.update(bar, advance=1, description=description)
+                progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
                 if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
                     policy.save(checkpoint_dir / f"step-{step}", optimizer, {"step": step, "history": history, "config": asdict(cfg)})
         last = latest_checkpoint(checkpoint_dir)

@@ -160,6 +160,6 @@ class SFT(Algorithm):
                     loss.backward()  # type: ignore[union-attr]
                     torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.max_grad_norm)
                     optimizer.step()
-                    losses.append(float(loss))
+                    losses.append(float(loss.detach()))
         policy.engine.publish()
         return statistics.fmean(losses)

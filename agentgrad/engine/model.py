@@ -108,7 +108,9 @@ def load_model(
     """The model (trainable, in `dtype`, default fp32) and its tokenizer, with a pad token set."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per load clutters logs; the first conversion logs its own line
     path = resolve_model(model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,0 +1,94 @@
+"""Engine throughput: tokens/s at batch 1, 8 and 32 for 32 and 128 new tokens, and time to first token.
+
+    .venv/bin/python benchmarks/engine_bench.py [--model PATH] [--device cpu|cuda] [--dtype float32|bfloat16]
+
+Each cell submits `batch` different prompts at once (as concurrent agents would) and generates
+exactly `new_tokens` per prompt (end of turn ignored), so the figures compare across engines.
+Time to first token is measured for a lone request through the streaming callback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from agentgrad.engine import Engine, SamplingParams
+
+QUESTIONS = [
+    "What is {a} + {b}?",
+    "Write one sentence about the number {a}.",
+    "List {b} colours.",
+    "Explain in a few words why {a} is smaller than {b}.",
+]
+
+
+def prompts(engine: Engine, count: int) -> list[list[int]]:
+    """Distinct chat prompts of ~40 tokens (the default system prompt plus a short question)."""
+    return [
+        engine.chat_prompt_ids([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)].format(a=10 + i, b=3 + i % 7)}])
+        for i in range(count)
+    ]
+
+
+def throughput(engine: Engine, batch: int, new_tokens: int) -> tuple[float, float]:
+    """(generated tokens per second, wall seconds) for one batch."""
+    params = SamplingParams(max_tokens=new_tokens, temperature=1.0, ignore_eos=True, seed=0)
+    began = time.perf_counter()
+    generations = engine.generate(prompts(engine, batch), params)
+    elapsed = time.perf_counter() - began
+    return sum(len(c.token_ids) for g in generations for c in g.completions) / elapsed, elapsed
+
+
+def time_to_first_token(engine: Engine, repeats: int = 5) -> float:
+    times = []
+    for i in range(repeats):
+        first = threading.Event()
+        began = time.perf_counter()
+        future = engine.submit(prompts(engine, i + 1)[-1], SamplingParams(max_tokens=8, temperature=0),
+                               on_token=lambda *_: first.set())
+        first.wait(60)
+        times.append(time.perf_counter() - began)
+        future.result(60)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a Hugging Face path or id (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--device")
+    parser.add_argument("--dtype", help="sampling precision (default: bf16 where the hardware has it)")
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--new-tokens", default="32,128")
+    args = parser.parse_args()
+    console = Console()
+    began = time.perf_counter()
+    engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype)
+    load_seconds = time.perf_counter() - began
+    engine.generate(prompts(engine, 2), SamplingParams(max_tokens=4))  # warm up kernels
+    batches = [int(b) for b in args.batches.split(",")]
+    lengths = [int(n) for n in args.new_tokens.split(",")]
+    table = Table(title=f"engine: {engine.name} on {engine.device}, {str(engine.sampling_dtype).replace('torch.', '')}, "
+                        f"{__import__('torch').get_num_threads()} threads")
+    table.add_column("batch", justify="right")
+    for n in lengths:
+        table.add_column(f"{n} new tokens: tok/s", justify="right")
+        table.add_column("wall s", justify="right")
+    for batch in batches:
+        row = [str(batch)]
+        for n in lengths:
+            rate, wall = throughput(engine, batch, n)
+            row += [f"{rate:.0f}", f"{wall:.2f}"]
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"time to first token (lone request, median of 5): {1000 * time_to_first_token(engine):.0f} ms; "
+                  f"model load: {load_seconds:.1f} s")
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()

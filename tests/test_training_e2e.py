@@ -1,0 +1,126 @@
+"""GRPO, SFT and a multi-turn tool agent on the real model, through runners → gateway → engine."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+import agentgrad as ag
+from agentgrad.adapters import llm_calls, to_trajectories
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.sft import SFT, SFTConfig
+from agentgrad.engine import Engine
+from agentgrad.store import SqliteStore
+from examples.calc_agent import build_messages, make_splits, parse_answer
+
+pytestmark = pytest.mark.model
+
+
+@ag.rollout
+def close_enough(task: dict[str, Any], llm: ag.LLM) -> float:
+    """The calc agent with a graded reward (closer answers earn more), so every group has signal."""
+    client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+    reply = client.chat.completions.create(model=llm.model, messages=build_messages(task["question"]),
+                                           **llm.sampling_parameters).choices[0].message.content or ""
+    answer = parse_answer(reply)
+    return 0.0 if answer is None else 1.0 / (1.0 + abs(answer - task["answer"]))
+
+
+@pytest.fixture(scope="module")
+def own_engine() -> Engine:
+    """An engine of this module's own: training changes its weights."""
+    return Engine(sampling_dtype="float32", device="cpu")
+
+
+def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_path: Path, own_engine: Engine) -> None:
+    train, val = make_splits(n_train=40, n_val=6, seed=7)
+    checkpoints = tmp_path / "checkpoints"
+    config = dict(prompts_per_step=2, group_size=4, max_tokens=16, val_every=0, checkpoint_dir=str(checkpoints),
+                  checkpoint_every=1, learning_rate=1e-5, success_threshold=0.99)
+    store = SqliteStore(tmp_path / "run.db")
+    result = ag.Trainer(GRPO(GRPOConfig(steps=3, **config), engine=own_engine), n_runners=2, runner_concurrency=8,
+                        store=store).fit(close_enough, train, val)
+    assert [h["step"] for h in result.history] == [1, 2, 3]
+    assert own_engine.version >= 1  # at least one step had signal and updated the weights
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1", "step-2", "step-3"]
+    assert result.checkpoint == str(checkpoints / "step-3")
+
+    async def metric_steps(name: str) -> list[int]:
+        return [m.step for m in await store.query_metrics(name)]
+
+    for name in ("train/reward_mean", "train/loss", "train/kl", "train/clip_fraction", "perf/tokens_per_s", "perf/step_seconds"):
+        assert asyncio.run(metric_steps(name)) == [1, 2, 3], name
+    assert asyncio.run(metric_steps("val/accuracy")) == [0, 3]
+    first_run_rollouts = len(asyncio.run(store.query_rollouts(mode="train")))
+    assert first_run_rollouts == 3 * 2 * 4
+
+    # a new run on the same checkpoint folder picks up at step 3 and only runs step 4
+    resumed = ag.Trainer(GRPO(GRPOConfig(steps=4, **config), engine=own_engine), n_runners=2, runner_concurrency=8,
+                         store=store).fit(close_enough, train, val)
+    assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
+    assert len(asyncio.run(store.query_rollouts(mode="train"))) == first_run_rollouts + 2 * 4
+    assert (checkpoints / "step-4").is_dir()
+    assert asyncio.run(metric_steps("train/loss"))[-1] == 4
+
+
+def test_sft_keeps_rewarded_rollouts_and_fine_tunes_on_them(tmp_path: Path, own_engine: Engine) -> None:
+    train, val = make_splits(n_train=20, n_val=4, seed=3)
+    store = ag.MemoryStore()
+    version = own_engine.version
+    result = ag.Trainer(
+        SFT(SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.3, max_tokens=16,
+                      epochs=1, checkpoint_dir=str(tmp_path / "sft")), engine=own_engine),
+        n_runners=2, runner_concurrency=8, store=store,
+    ).fit(close_enough, train, val)
+    (round_,) = result.history
+    assert round_["train/kept"] > 0 and round_["train/loss"] == round_["train/loss"]  # not NaN
+    assert own_engine.version == version + 1
+    assert result.initial is not None and result.final is not None and result.checkpoint is not None
+    assert (Path(result.checkpoint) / "trainer_state.pt").exists()
+
+
+@ag.rollout
+def two_turn_tool_agent(task: dict[str, Any], llm: ag.LLM) -> float:
+    """Asks, returns a tool result as the next user turn, asks again: a multi-turn conversation."""
+    client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+    messages = build_messages(task["question"])
+    for _ in range(2):
+        reply = client.chat.completions.create(model=llm.model, messages=messages, temperature=0, max_tokens=12)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content or ""})
+        messages.append({"role": "user", "content": f"Result: {task['answer']}. Now reply with the answer."})
+    ag.emit_object({"conversation": messages[:-1]})
+    return 1.0
+
+
+def test_a_multi_turn_tool_agent_records_token_ids_that_decode_to_the_conversation(own_engine: Engine) -> None:
+    from agentgrad.algorithms.policy import LocalPolicy
+
+    store = ag.MemoryStore()
+    with LocalPolicy(store, own_engine) as policy:
+        ag.Trainer(store=store, resources={"llm": policy.llm()}).fit(two_turn_tool_agent, make_splits(4, 1)[0][:2])
+    tokenizer = own_engine.tokenizer
+    for rollout in asyncio.run(store.query_rollouts()):
+        spans = asyncio.run(store.query_spans(rollout.rollout_id))
+        calls = llm_calls(spans)
+        assert len(calls) == 2
+        conversation = next(s for s in spans if s.name == "agentgrad.object").attributes["agentgrad.object.json"]
+        messages = __import__("json").loads(conversation)["conversation"]
+        for call, turn in zip(calls, (len(messages) - 3, len(messages) - 1)):
+            assert call.prompt_token_ids == own_engine.chat_prompt_ids(messages[:turn])
+            reply = tokenizer.decode(call.response_token_ids, skip_special_tokens=True)
+            assert reply == messages[turn]["content"]
+            assert len(call.response_logprobs or []) == len(call.response_token_ids)
+        # the second prompt extends the first conversation: one trajectory, tool result masked out
+        trajectories = to_trajectories(spans)
+        if calls[1].prompt_token_ids[: len(calls[0].prompt_token_ids) + len(calls[0].response_token_ids)] == \
+                calls[0].prompt_token_ids + calls[0].response_token_ids:
+            (trajectory,) = trajectories
+            assert trajectory.response_length == len(calls[0].response_token_ids) + len(calls[1].response_token_ids)
+            assert re.search("Result:", tokenizer.decode([t for t, m in zip(trajectory.token_ids, trajectory.loss_mask) if not m]))
+        else:
+            assert len(trajectories) == 2
