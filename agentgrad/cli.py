@@ -177,14 +177,23 @@ def apo_command(args: argparse.Namespace) -> None:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    llm = ag.LLM(base_url=args.base_url, model=args.model, api_key=api_key,
-                 sampling_parameters={"temperature": args.temperature})
-    trainer = ag.Trainer(algorithm, n_runners=args.runners, store=args.store,
-                         resources={"prompt": module.seed_prompt, "llm": llm})
-    try:
-        result = trainer.fit(module.agent, module.train_data, module.val_data)
-    except APOError as exc:
-        raise UsageError(str(exc)) from None
+    from agentgrad.gateway import Backend, Gateway
+    from agentgrad.serving import ServerThread
+    from agentgrad.trainer import default_store_path
+
+    # The agent, critic and editor call the endpoint through a gateway in this process: the key
+    # stays here (the store keeps resources, and never sees it) and every call is recorded.
+    store = open_store(args.store or default_store_path())
+    upstream = Backend(url=args.base_url, api_key=api_key, token_ids=False, logprobs=False)
+    with ServerThread(Gateway(store, default=upstream)) as gateway:
+        llm = ag.LLM(base_url=gateway.url + "/v1", model=args.model, proxied=True,
+                     sampling_parameters={"temperature": args.temperature})
+        trainer = ag.Trainer(algorithm, n_runners=args.runners, store=store,
+                             resources={"prompt": module.seed_prompt, "llm": llm})
+        try:
+            result = trainer.fit(module.agent, module.train_data, module.val_data)
+        except APOError as exc:
+            raise UsageError(str(exc)) from None
 
     table = Table(title="APO: validation score by round")
     for column in ("round", "best candidate", "best so far"):

@@ -77,7 +77,7 @@ class FakeLLM:
 
 def critique(prompt: str) -> str:
     failures = prompt.split("## Failed runs", 1)[1]
-    if "team should handle" in failures:
+    if "team should handle this ticket." in failures:  # an answer, not the prompt's own question
         text = "The agent answers with a whole sentence; the prompt should ask for the team name only, in one word."
     elif "refund" in failures or "money back" in failures:
         text = "Refunds for lost or damaged parcels are sent to billing; the prompt should say they belong to shipping."

@@ -320,6 +320,12 @@ def test_cli_apo_optimizes_the_example_against_an_openai_compatible_endpoint(tmp
     assert snapshots[0].resources["llm"].model == "agent-model"
     assert {"critic-model", "editor-model", "agent-model"} <= {r["model"] for r in fake.requests}
     assert USELESS_RULE not in snapshots[-1].resources["prompt"].template
+    # the key stayed in the CLI's process: its gateway called the endpoint, and recorded the calls
+    written = b"".join(p.read_bytes() for p in tmp_path.glob("apo.db*"))
+    assert b"Which team" in written and b"sk-test" not in written
+    store = SqliteStore(path)
+    rollout = asyncio.run(store.query_rollouts(limit=1))[0]
+    assert any(s.attributes.get("gen_ai.request.model") == "agent-model" for s in asyncio.run(store.query_spans(rollout.rollout_id)))
 
 
 def test_cli_apo_says_what_is_missing(tmp_path: Path, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch,
