@@ -296,10 +296,10 @@ def grpo_update(
             if cfg.kl_coef > 0:
                 with torch.no_grad():
                     ref = _reference_logprobs(model, reference, sequences, temperature, pad_token_id)
-            loss = torch.zeros(())
+            loss = torch.zeros((), device=new[0].device)
             for i, ((trajectory, advantage), new_logprobs) in enumerate(zip(micro, new)):
-                mask = torch.tensor(trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32)
-                old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :])
+                mask = torch.tensor(trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32, device=loss.device)
+                old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
                 token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
                                                None if ref is None else ref[i], cfg.kl_coef)
                 loss = loss + (token_loss * mask).sum() / total_tokens

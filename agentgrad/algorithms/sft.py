@@ -153,7 +153,8 @@ class SFT(Algorithm):
                     batch = [data[i] for i in order[start : start + cfg.batch_size]]
                     logprobs = sequence_logprobs(model, [ScoredSequence(t.token_ids, t.prompt_length) for t in batch],
                                                  1.0, policy.engine.tokenizer.pad_token_id)
-                    masks = [torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32) for t in batch]
+                    masks = [torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
+                             for t, lp in zip(batch, logprobs)]
                     tokens = sum(float(m.sum()) for m in masks)
                     loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
                     optimizer.zero_grad(set_to_none=True)
