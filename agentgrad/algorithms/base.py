@@ -5,12 +5,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 
 from agentgrad.store import Store
-from agentgrad.types import Metric, NamedResources, Rollout, RolloutConfig, RolloutStatus
+from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,12 @@ class Algorithm:
         """Store a new version of the resources; returns its id for the rollouts to run with."""
         return (await self.store.add_resources(resources, metadata)).resources_id
 
+    async def publish_with(self, name: str, resource: Resource, metadata: dict[str, Any] | None = None) -> str:
+        """Publish the latest resources (the agent's prompt, say) with `name` set to `resource`."""
+        latest = await self.store.get_latest_resources()
+        return await self.publish({**(latest.resources if latest else {}), name: resource}, metadata)
+
+
     async def run_rollouts(
         self,
         tasks: Sequence[Any],
@@ -71,3 +77,15 @@ class Algorithm:
     async def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
         """Write figures as store metrics, so the dashboard and the CLI show the same numbers."""
         await self.store.add_metrics([Metric(name=name, step=step, value=float(v)) for name, v in values.items()])
+
+
+C = TypeVar("C")
+
+
+def with_overrides(config: C, overrides: Mapping[str, Any], algorithm: str) -> C:
+    """`config` with keyword overrides applied; an unknown name is a TypeError naming it."""
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise TypeError(f"{algorithm} has no setting {key!r}; see {type(config).__name__}")
+        setattr(config, key, value)
+    return config

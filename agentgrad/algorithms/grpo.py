@@ -24,7 +24,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
@@ -124,11 +124,7 @@ class GRPO(Algorithm):
 
     def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
-        self.config = config or GRPOConfig()
-        for key, value in overrides.items():
-            if not hasattr(self.config, key):
-                raise TypeError(f"GRPO has no setting {key!r}; see GRPOConfig")
-            setattr(self.config, key, value)
+        self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
         if self.config.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
         self.engine = engine
@@ -147,12 +143,10 @@ class GRPO(Algorithm):
         cfg = self.config
         engine = policy.engine
         # ---- resources: the agent's other resources, plus the policy behind the gateway
-        base = await self.store.get_latest_resources()
-        others = {k: v for k, v in (base.resources if base else {}).items() if k != cfg.resource_name}
-        train_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens)},
-                                      {"algorithm": "grpo", "purpose": "train"})
-        val_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=0.0, max_tokens=cfg.max_tokens)},
-                                    {"algorithm": "grpo", "purpose": "val"})
+        train_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+                                           {"algorithm": "grpo", "purpose": "train"})
+        val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
+                                         {"algorithm": "grpo", "purpose": "val"})
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.lora_rank == 0 else None

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.grpo import TaskSampler
 from agentgrad.algorithms.policy import LocalPolicy
 from agentgrad.engine import Engine
@@ -64,11 +64,7 @@ class SFT(Algorithm):
 
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
-        self.config = config or SFTConfig()
-        for key, value in overrides.items():
-            if not hasattr(self.config, key):
-                raise TypeError(f"SFT has no setting {key!r}; see SFTConfig")
-            setattr(self.config, key, value)
+        self.config = with_overrides(config or SFTConfig(), overrides, "SFT")
         self.engine = engine
         self.model_name = model
 
@@ -81,12 +77,10 @@ class SFT(Algorithm):
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
         cfg = self.config
-        base = await self.store.get_latest_resources()
-        others = {k: v for k, v in (base.resources if base else {}).items() if k != cfg.resource_name}
-        train_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens)},
-                                      {"algorithm": "sft", "purpose": "collect"})
-        val_id = await self.publish({**others, cfg.resource_name: policy.llm(temperature=0.0, max_tokens=cfg.max_tokens)},
-                                    {"algorithm": "sft", "purpose": "val"})
+        train_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+                                           {"algorithm": "sft", "purpose": "collect"})
+        val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
+                                         {"algorithm": "sft", "purpose": "val"})
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
         sampler = TaskSampler(len(train_data), cfg.seed)
