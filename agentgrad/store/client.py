@@ -106,8 +106,8 @@ class StoreClient(Store):
         super().__init__()
         self.url = url.rstrip("/")
         self.retry_seconds = retry_seconds
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
-        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         ConnectionPool(self.url)  # check the URL now rather than on first use
         self._pools: dict[asyncio.AbstractEventLoop, ConnectionPool] = {}
         self._pools_lock = threading.Lock()
