@@ -94,6 +94,7 @@ CREATE TABLE IF NOT EXISTS spans (
     body TEXT NOT NULL,
     PRIMARY KEY (rollout_key, sequence_id)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, json_extract(body, '$.span_id'));
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS resources (
     version INTEGER PRIMARY KEY,
@@ -462,20 +463,14 @@ class SqliteStore(Store):
         if not spans:
             return []
         at = now()
-        stored: list[Span] = []
+        stored: list[Span] = list(spans)
         with self._write() as db:
-            by_rollout: dict[str | None, list[Span]] = {}
-            for span in spans:
-                by_rollout.setdefault(span.rollout_id, []).append(span)
-            for rollout_id, group in by_rollout.items():
-                if rollout_id is None:
-                    row = db.execute(
-                        "INSERT INTO counters VALUES ('unattached_spans', ?) ON CONFLICT(name) "
-                        "DO UPDATE SET value = value + ? RETURNING value",
-                        (len(group), len(group)),
-                    ).fetchone()
-                else:
-                    for attempt_id in {span.attempt_id for span in group}:
+            by_rollout: dict[str | None, list[int]] = {}
+            for index, span in enumerate(spans):
+                by_rollout.setdefault(span.rollout_id, []).append(index)
+            for rollout_id, indices in by_rollout.items():
+                if rollout_id is not None:
+                    for attempt_id in {spans[i].attempt_id for i in indices}:
                         if attempt_id is None:
                             raise StoreError(f"a span names rollout {rollout_id!r} but no attempt_id")
                         updated = db.execute(
@@ -484,24 +479,61 @@ class SqliteStore(Store):
                         ).rowcount
                         if not updated:
                             self._get_attempt(db, rollout_id, attempt_id)  # raises NotFoundError
-                    row = db.execute(
-                        "UPDATE rollouts SET span_count = span_count + ? WHERE rollout_id = ? RETURNING span_count",
-                        (len(group), rollout_id),
-                    ).fetchone()
-                first = row[0] - len(group) + 1
-                rows = []
-                for offset, span in enumerate(group):
-                    span = span.model_copy(update={"sequence_id": first + offset})
-                    stored.append(span)
-                    rows.append((rollout_id or UNATTACHED, span.sequence_id, span.attempt_id, span.model_dump_json()))
-                    reward = span.attributes.get(REWARD_ATTR)
-                    if rollout_id is not None and isinstance(reward, (int, float)):
-                        db.execute(
-                            "UPDATE attempts SET reward = ? WHERE attempt_id = ? AND status = 'running'",
-                            (float(reward), span.attempt_id),
-                        )
-                db.executemany("INSERT INTO spans VALUES (?, ?, ?, ?)", rows)
+                key = rollout_id or UNATTACHED
+                known = self._stored_span_ids(db, key, [spans[i].span_id for i in indices if spans[i].span_id])
+                fresh, repeats = [], []
+                for i in indices:
+                    span_id = spans[i].span_id
+                    if span_id and span_id in known:
+                        repeats.append(i)
+                    else:
+                        fresh.append(i)
+                        if span_id:
+                            known[span_id] = 0  # its sequence id comes below
+                if fresh:
+                    first = self._next_sequence_ids(db, rollout_id, len(fresh))
+                    rows = []
+                    for offset, i in enumerate(fresh):
+                        span = stored[i] = spans[i].model_copy(update={"sequence_id": first + offset})
+                        if span.span_id:
+                            known[span.span_id] = span.sequence_id
+                        rows.append((key, span.sequence_id, span.attempt_id, span.model_dump_json()))
+                        reward = span.attributes.get(REWARD_ATTR)
+                        if rollout_id is not None and isinstance(reward, (int, float)):
+                            db.execute(
+                                "UPDATE attempts SET reward = ? WHERE attempt_id = ? AND status = 'running'",
+                                (float(reward), span.attempt_id),
+                            )
+                    db.executemany("INSERT INTO spans VALUES (?, ?, ?, ?)", rows)
+                for i in repeats:
+                    stored[i] = spans[i].model_copy(update={"sequence_id": known[spans[i].span_id]})
         return stored
+
+    def _stored_span_ids(self, db: sqlite3.Connection, key: str, span_ids: list[str]) -> dict[str, int]:
+        """Sequence ids of the spans among `span_ids` that this rollout already holds."""
+        if not span_ids:
+            return {}
+        rows = db.execute(
+            "SELECT json_extract(body, '$.span_id'), sequence_id FROM spans INDEXED BY spans_by_span_id "
+            "WHERE rollout_key = ? AND json_extract(body, '$.span_id') IN (SELECT value FROM json_each(?))",
+            (key, json.dumps(span_ids)),
+        )
+        return dict(rows.fetchall())
+
+    def _next_sequence_ids(self, db: sqlite3.Connection, rollout_id: str | None, count: int) -> int:
+        """Reserve `count` sequence ids of the rollout (or of the unattached spans); returns the first."""
+        if rollout_id is None:
+            row = db.execute(
+                "INSERT INTO counters VALUES ('unattached_spans', ?) ON CONFLICT(name) "
+                "DO UPDATE SET value = value + ? RETURNING value",
+                (count, count),
+            ).fetchone()
+        else:
+            row = db.execute(
+                "UPDATE rollouts SET span_count = span_count + ? WHERE rollout_id = ? RETURNING span_count",
+                (count, rollout_id),
+            ).fetchone()
+        return int(row[0]) - count + 1
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
