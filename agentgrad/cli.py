@@ -127,7 +127,7 @@ def serve(store_spec: str, host: str, port: int, token: str | None) -> None:
     """Serve a store file until Ctrl+C; refuses an address beyond loopback without a token."""
     import uvicorn
 
-    from agentgrad.store.server import KEEP_ALIVE_SECONDS, check_exposure, create_app
+    from agentgrad.store.server import UVICORN_OPTIONS, check_exposure, create_app
 
     try:
         check_exposure(host, token)
@@ -137,8 +137,7 @@ def serve(store_spec: str, host: str, port: int, token: str | None) -> None:
     shown = f"[{host}]" if ":" in host else host
     console.print(f"agentgrad store server on http://{shown}:{port}/api/ (store: {store_spec}"
                   f"{', token required' if token else ''}); Ctrl+C stops it")
-    uvicorn.run(create_app(store, token=token), host=host, port=port, log_level="warning",
-                timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    uvicorn.run(create_app(store, token=token), host=host, port=port, log_level="warning", **UVICORN_OPTIONS)
 
 
 def runner(store_spec: str, agent_spec: str, workers: int, token: str | None) -> None:

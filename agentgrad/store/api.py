@@ -7,11 +7,12 @@ rest of the server's paths to the gateway (`/v1/...`), OTLP ingest and the dashb
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agentgrad.store.base import Store
 from agentgrad.types import (
@@ -33,6 +34,8 @@ from agentgrad.types import (
 
 LONG_POLL_SECONDS = 30.0
 """Longest a `wait` request is held open by the server; the client asks again until its own timeout."""
+
+JSON = "application/json"
 
 MAX_INT = 2**63 - 1
 """Largest count or offset accepted (what SQLite can hold)."""
@@ -250,3 +253,72 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation("stats", "GET", "/api/stats", lambda s, _: s.stats(), StoreStats, "Counts by status."),
 )
+
+
+def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, Any]:
+    """OpenAPI 3.1 for the store API, from the pydantic models that validate its requests."""
+    components: dict[str, Any] = {
+        "Error": {
+            "type": "object",
+            "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+            "required": ["error", "detail"],
+        }
+    }
+
+    def schema_of(annotation: Any) -> dict[str, Any]:
+        schema = TypeAdapter(annotation).json_schema(ref_template="#/components/schemas/{model}")
+        components.update(schema.pop("$defs", {}))
+        return schema
+
+    errors = {"$ref": "#/components/schemas/Error"}
+    paths: dict[str, Any] = {
+        "/api/health": {"get": {"operationId": "health", "summary": "Is the server up?", "responses": {"200": {
+            "description": "up", "content": {JSON: {"schema": {"type": "object"}}}}}}},
+    }
+    for operation in operations:
+        parameters = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in re.findall(r"{(\w+)}", operation.path)
+        ]
+        if operation.query is not None:
+            query = schema_of(operation.query)
+            for name, prop in query["properties"].items():
+                parameters.append({"name": name, "in": "query", "required": name in query.get("required", ()), "schema": prop})
+        entry: dict[str, Any] = {
+            "operationId": operation.name,
+            "summary": operation.summary,
+            "parameters": parameters,
+            "responses": {
+                "200": {"description": operation.summary, "content": {JSON: {"schema": schema_of(operation.response)}}},
+                "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
+            },
+        }
+        if operation.body is not None:
+            required = any(field.is_required() for field in operation.body.model_fields.values())
+            entry["requestBody"] = {"required": required, "content": {JSON: {"schema": schema_of(operation.body)}}}
+        paths.setdefault(operation.path, {})[operation.method.lower()] = entry
+    paths["/v1/traces"] = {"post": {
+        "operationId": "otlp_traces",
+        "summary": "OTLP/HTTP trace export (protobuf or JSON); spans with agentgrad.rollout_id land in that rollout.",
+        "requestBody": {"required": True, "content": {
+            JSON: {"schema": {"type": "object"}},
+            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+        }},
+        "responses": {
+            "200": {"description": "accepted, maybe partially", "content": {
+                JSON: {"schema": {"type": "object"}},
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+            }},
+            "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
+        },
+    }}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agentgrad store", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }

@@ -32,17 +32,20 @@ class TransportError(ConnectionError):
 class _Reply:
     """httptools callbacks: collects one response."""
 
-    __slots__ = ("body", "done")
+    __slots__ = ("body", "done", "keep_alive", "parser")
 
     def __init__(self) -> None:
         self.body: list[bytes] = []
         self.done = False
+        self.keep_alive = False
+        self.parser = httptools.HttpResponseParser(self)
 
     def on_body(self, data: bytes) -> None:
         self.body.append(data)
 
     def on_message_complete(self) -> None:
         self.done = True
+        self.keep_alive = self.parser.should_keep_alive()  # the parser forgets it once the message is over
 
 
 class Response:
@@ -134,7 +137,7 @@ class ConnectionPool:
 
     async def _exchange(self, connection: _Connection, message: bytes, reused: bool) -> Response | None:
         reply = _Reply()
-        parser = httptools.HttpResponseParser(reply)
+        parser = reply.parser
         received = False
         try:
             connection.writer.write(message)
@@ -157,7 +160,7 @@ class ConnectionPool:
         except BaseException:  # cancelled or timed out mid-exchange: the connection is in an unknown state
             connection.close()
             raise
-        if parser.should_keep_alive():
+        if reply.keep_alive:
             connection.last_used = time.monotonic()
             self._idle.append(connection)
         else:

@@ -1,9 +1,10 @@
 """The store server: every `Store` operation over HTTP under `/api/`, plus OTLP ingest at `/v1/traces`.
 
-`create_app(store)` is a Starlette app; other routes (the gateway, a dashboard) join it through
-`extra_routes`. Starlette rather than FastAPI because FastAPI's per-request machinery doubled
-the server's cost per call; the OpenAPI schema is generated from the same pydantic models
-(`agentgrad.store.api`) that validate the requests.
+`create_app(store)` is an ASGI app; other routes (the gateway, a dashboard) join it through
+`extra_routes`, served by Starlette. A call to a store operation is answered directly, without
+Starlette's router and middleware stack: per call, that stack cost as much CPU as the store's
+own work. Paths that match no operation (404) or not its method (405, with `Allow`) fall through
+to Starlette, which has the same routes.
 
 Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong:
 `{"error": "NotFoundError", "detail": "no rollout with id 'ro-x'"}`.
@@ -14,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import json
 import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgrad.serving import ServerThread
-from agentgrad.store.api import OPERATIONS, Operation
+from agentgrad.store.api import JSON, OPERATIONS, Operation, openapi_schema
 from agentgrad.store.base import InvalidTransitionError, NotFoundError, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -40,10 +43,14 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 REPLAY_ENTRIES = 4096
 """Answers remembered by idempotency key, so a client's retry of a write is not applied twice."""
 
-KEEP_ALIVE_SECONDS = 75
-"""How long the server keeps an idle client connection (clients drop theirs after 30 s)."""
+UVICORN_OPTIONS: dict[str, Any] = {
+    "timeout_keep_alive": 75,  # clients drop idle connections after 30 s, before the server does
+    "proxy_headers": False,
+    "server_header": False,
+    "date_header": False,
+}
 
-JSON = "application/json"
+Answer = tuple[int, bytes]
 
 
 class BodyTooLarge(Exception):
@@ -51,12 +58,16 @@ class BodyTooLarge(Exception):
         super().__init__(f"request body is larger than the server's limit of {limit} bytes; send smaller batches")
 
 
+def problem(status: int, error: str, detail: str) -> Answer:
+    return status, json.dumps({"error": error, "detail": detail}).encode()
+
+
 def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
 def validation_message(exc: ValidationError) -> str:
-    """`body.spans.0.name: Field required; ...`: where each problem is and what it is."""
+    """`spans.0.name: Field required; ...`: where each problem is and what it is."""
     parts = []
     for error in exc.errors(include_url=False)[:10]:
         where = ".".join(str(part) for part in error["loc"])
@@ -64,22 +75,27 @@ def validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def exception_response(exc: BaseException) -> Response:
+def exception_answer(exc: BaseException) -> Answer:
     """The 4xx a store exception means; anything unexpected is a logged 500."""
     if isinstance(exc, BodyTooLarge):
-        return error_response(413, "BodyTooLarge", str(exc))
+        return problem(413, "BodyTooLarge", str(exc))
     if isinstance(exc, ValidationError):
-        return error_response(422, "ValidationError", validation_message(exc))
+        return problem(422, "ValidationError", validation_message(exc))
     if isinstance(exc, NotFoundError):
-        return error_response(404, "NotFoundError", str(exc))
+        return problem(404, "NotFoundError", str(exc))
     if isinstance(exc, InvalidTransitionError):
-        return error_response(409, "InvalidTransitionError", str(exc))
+        return problem(409, "InvalidTransitionError", str(exc))
     if isinstance(exc, StoreError):
-        return error_response(400, "StoreError", str(exc))
+        return problem(400, "StoreError", str(exc))
     if isinstance(exc, (ValueError, OverflowError)):  # bad enum values and numbers a backend cannot hold
-        return error_response(422, "ValueError", str(exc))
+        return problem(422, "ValueError", str(exc))
     log.error("store server failed", exc_info=exc)
-    return error_response(500, "InternalError", f"{type(exc).__name__}: {exc}")
+    return problem(500, "InternalError", f"{type(exc).__name__}: {exc}")
+
+
+def exception_response(exc: BaseException) -> Response:
+    status, body = exception_answer(exc)
+    return Response(body, status_code=status, media_type=JSON)
 
 
 class _Replays:
@@ -87,27 +103,24 @@ class _Replays:
 
     def __init__(self, size: int = REPLAY_ENTRIES) -> None:
         self._size = size
-        self._done: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
-        self._running: dict[str, asyncio.Future[tuple[int, bytes]]] = {}
+        self._done: OrderedDict[str, Answer] = OrderedDict()
+        self._running: dict[str, asyncio.Future[Answer]] = {}
 
-    async def run(self, key: str, work: Callable[[], Awaitable[Response]]) -> Response:
+    async def run(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
         if key in self._done:
-            status, body = self._done[key]
-            return Response(body, status_code=status, media_type=JSON)
+            return self._done[key]
         if key in self._running:  # the first try is still being answered
-            status, body = await asyncio.shield(self._running[key])
-            return Response(body, status_code=status, media_type=JSON)
-        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+            return await asyncio.shield(self._running[key])
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._running[key] = future
         try:
-            response = await work()
-            outcome = (response.status_code, bytes(response.body))
-            if response.status_code < 500:
-                self._done[key] = outcome
+            answer = await work()
+            if answer[0] < 500:
+                self._done[key] = answer
                 if len(self._done) > self._size:
                     self._done.popitem(last=False)
-            future.set_result(outcome)
-            return response
+            future.set_result(answer)
+            return answer
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: nobody may be waiting
@@ -116,38 +129,90 @@ class _Replays:
             del self._running[key]
 
 
-def _endpoint(operation: Operation, replays: _Replays) -> Callable[[Request], Awaitable[Response]]:
-    response_type = TypeAdapter(operation.response)
+class _Handler:
+    """One operation: validates its input, calls the store, serializes the result."""
 
-    async def answer(request: Request) -> Response:
+    def __init__(self, operation: Operation, replays: _Replays) -> None:
+        self.operation = operation
+        self.replays = replays
+        self.result = TypeAdapter(operation.response)
+
+    async def __call__(self, store: Store, body: bytes, query: str, key: str | None, path: dict[str, str]) -> Answer:
+        if key is not None and self.operation.body is not None:
+            return await self.replays.run(key, lambda: self._answer(store, body, query, path))
+        return await self._answer(store, body, query, path)
+
+    async def _answer(self, store: Store, body: bytes, query: str, path: dict[str, str]) -> Answer:
+        operation = self.operation
         try:
             if operation.body is not None:
-                argument: Any = operation.body.model_validate_json((await request.body()) or b"{}", strict=True)
+                argument: Any = operation.body.model_validate_json(body or b"{}", strict=True)
             elif operation.query is not None:
-                argument = operation.query.model_validate(dict(request.query_params))
+                argument = operation.query.model_validate(dict(parse_qsl(query, keep_blank_values=True)))
             else:
                 argument = None
-            result = await operation.call(request.app.state.store, argument, **request.path_params)
+            result = await operation.call(store, argument, **path)
         except Exception as exc:
-            return exception_response(exc)
-        return Response(response_type.dump_json(result), media_type=JSON)
+            return exception_answer(exc)
+        return 200, self.result.dump_json(result)
 
-    async def endpoint(request: Request) -> Response:
-        key = request.headers.get("idempotency-key") if operation.body is not None else None
-        if key is None:
-            return await answer(request)
-        return await replays.run(key, lambda: answer(request))
+    async def endpoint(self, request: Request) -> Response:
+        """The same, as a Starlette endpoint."""
+        key = request.headers.get("idempotency-key")
+        status, body = await self(
+            request.app.state.store, await request.body(), request.url.query, key, request.path_params
+        )
+        return Response(body, status_code=status, media_type=JSON)
 
-    return endpoint
+
+class _Dispatch:
+    """Answers store operations directly; everything else goes to the Starlette app."""
+
+    def __init__(self, app: Starlette, handlers: Sequence[_Handler]) -> None:
+        self.app = app
+        self.state = app.state
+        self.static: dict[tuple[str, str], _Handler] = {}
+        self.patterns: list[tuple[str, re.Pattern[str], _Handler]] = []
+        for handler in handlers:
+            path = handler.operation.path
+            if "{" in path:
+                regex = re.compile("^" + re.sub(r"{(\w+)}", r"(?P<\1>[^/]+)", path) + "$")
+                self.patterns.append((handler.operation.method, regex, handler))
+            else:
+                self.static[(handler.operation.method, path)] = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            method, path = scope["method"], scope["path"]
+            handler, params = self.static.get((method, path)), {}
+            if handler is None:
+                for verb, regex, candidate in self.patterns:
+                    if verb == method and (match := regex.match(path)):
+                        handler, params = candidate, match.groupdict()
+                        break
+            if handler is not None:
+                body = await _read_body(receive)
+                if body is None:
+                    return  # the client went away
+                key = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"idempotency-key"), None)
+                query = scope["query_string"].decode("latin-1")
+                status, payload = await handler(self.state.store, body, query, key, params)
+                await send({"type": "http.response.start", "status": status, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                await send({"type": "http.response.body", "body": payload})
+                return
+        await self.app(scope, receive, send)
 
 
-def _by_method(endpoints: dict[str, Callable[[Request], Awaitable[Response]]]) -> Callable[[Request], Awaitable[Response]]:
-    """One route per path, so a 405 lists every method the path has in `Allow`."""
-
-    async def endpoint(request: Request) -> Response:
-        return await endpoints[request.method](request)
-
-    return endpoint
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 class _Guard:
@@ -175,13 +240,12 @@ class _Guard:
             await response(scope, receive, send)
             return
         declared = headers.get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit() or int(declared) > self.max_body_bytes:
-                await exception_response(BodyTooLarge(self.max_body_bytes))(scope, receive, send)
-                return
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
+            await exception_response(BodyTooLarge(self.max_body_bytes))(scope, receive, send)
+        elif b"transfer-encoding" in headers:
+            await self._counting(scope, receive, send)
+        else:
             await self.app(scope, receive, send)
-            return
-        await self._counting(scope, receive, send)
 
     async def _counting(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A body without a declared length (chunked) is counted as it arrives."""
@@ -224,87 +288,20 @@ async def _health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, Any]:
-    """OpenAPI 3.1 for the store API, from the pydantic models that validate its requests."""
-    components: dict[str, Any] = {
-        "Error": {
-            "type": "object",
-            "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
-            "required": ["error", "detail"],
-        }
-    }
-
-    def schema_of(annotation: Any) -> dict[str, Any]:
-        schema = TypeAdapter(annotation).json_schema(ref_template="#/components/schemas/{model}")
-        components.update(schema.pop("$defs", {}))
-        return schema
-
-    errors = {"$ref": "#/components/schemas/Error"}
-    paths: dict[str, Any] = {
-        "/api/health": {"get": {"operationId": "health", "summary": "Is the server up?", "responses": {"200": {
-            "description": "up", "content": {JSON: {"schema": {"type": "object"}}}}}}},
-    }
-    for operation in operations:
-        parameters = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in re.findall(r"{(\w+)}", operation.path)
-        ]
-        if operation.query is not None:
-            query = schema_of(operation.query)
-            for name, prop in query["properties"].items():
-                parameters.append({"name": name, "in": "query", "required": name in query.get("required", ()), "schema": prop})
-        entry: dict[str, Any] = {
-            "operationId": operation.name,
-            "summary": operation.summary,
-            "parameters": parameters,
-            "responses": {
-                "200": {"description": operation.summary, "content": {JSON: {"schema": schema_of(operation.response)}}},
-                "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
-            },
-        }
-        if operation.body is not None:
-            required = any(field.is_required() for field in operation.body.model_fields.values())
-            entry["requestBody"] = {"required": required, "content": {JSON: {"schema": schema_of(operation.body)}}}
-        paths.setdefault(operation.path, {})[operation.method.lower()] = entry
-    paths["/v1/traces"] = {"post": {
-        "operationId": "otlp_traces",
-        "summary": "OTLP/HTTP trace export (protobuf or JSON); spans with agentgrad.rollout_id land in that rollout.",
-        "requestBody": {"required": True, "content": {
-            JSON: {"schema": {"type": "object"}},
-            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-        }},
-        "responses": {
-            "200": {"description": "accepted, maybe partially", "content": {
-                JSON: {"schema": {"type": "object"}},
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-            }},
-            "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
-        },
-    }}
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "agentgrad store", "version": "1"},
-        "paths": paths,
-        "components": {
-            "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}, {}],
-    }
-
-
 def create_app(
     store: Store,
     *,
     token: str | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
-) -> Starlette:
+) -> _Guard:
     """The store server as an ASGI app. With `token`, every request but `/api/health` needs
-    `Authorization: Bearer <token>`. `extra_routes` (the gateway, say) are served after the API's."""
+    `Authorization: Bearer <token>`. `extra_routes` (the gateway, say) are served after the API's.
+    `app.state.store` is the store it serves."""
     from agentgrad.store.otlp import otlp_traces
 
     replays = _Replays()
+    handlers = [_Handler(operation, replays) for operation in OPERATIONS]
     schema: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:
@@ -312,17 +309,26 @@ def create_app(
             schema.update(openapi_schema())
         return JSONResponse(schema)
 
+    by_path: dict[str, dict[str, _Handler]] = {}
+    for handler in handlers:
+        by_path.setdefault(handler.operation.path, {})[handler.operation.method] = handler
     routes: list[BaseRoute] = [Route("/api/health", _health), Route("/api/openapi.json", openapi)]
-    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
-    for operation in OPERATIONS:
-        by_path.setdefault(operation.path, {})[operation.method] = _endpoint(operation, replays)
-    routes += [Route(path, _by_method(endpoints), methods=list(endpoints)) for path, endpoints in by_path.items()]
+    for path, methods in by_path.items():  # one route per path, so a 405 lists all its methods in `Allow`
+        routes.append(Route(path, _by_method(methods), methods=list(methods)))
     routes += [Route("/v1/traces", otlp_traces, methods=["POST"]), *extra_routes]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
-    app.state.store = store
-    app.state.max_body_bytes = max_body_bytes
-    app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
+    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    starlette.state.store = store
+    starlette.state.max_body_bytes = max_body_bytes
+    app = _Guard(_Dispatch(starlette, handlers), token=token, max_body_bytes=max_body_bytes)
+    app.state = starlette.state  # type: ignore[attr-defined]
     return app
+
+
+def _by_method(handlers: dict[str, _Handler]) -> Any:
+    async def endpoint(request: Request) -> Response:
+        return await handlers[request.method].endpoint(request)
+
+    return endpoint
 
 
 def is_loopback(host: str) -> bool:
@@ -355,4 +361,4 @@ def store_server(
     (or `.start()`); `server.url` says where."""
     check_exposure(host, token)
     app = create_app(store, token=token, extra_routes=extra_routes)
-    return ServerThread(app, host=host, port=port, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    return ServerThread(app, host=host, port=port, **UVICORN_OPTIONS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from starlette.applications import Starlette
 
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore, SqliteStore, Store
@@ -22,7 +22,7 @@ BACKENDS = [*LOCAL, *(f"http-{name}" for name in LOCAL)]
 
 
 @pytest.fixture(scope="session")
-def http_server() -> Iterator[tuple[Starlette, ServerThread]]:
+def http_server() -> Iterator[tuple[Any, ServerThread]]:
     """One server for the session (starting one per test costs ~0.25 s); each test gives it a fresh store."""
     app = create_app(MemoryStore())
     with ServerThread(app) as server:

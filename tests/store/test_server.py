@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -179,8 +180,7 @@ def test_5xx_answers_are_retried_4xx_answers_are_not() -> None:
         hits["rollout"] += 1
         return JSONResponse({"error": "NotFoundError", "detail": "no rollout with id 'ro-x'"}, status_code=404)
 
-    app = create_app(MemoryStore())
-    app.router.routes[:0] = [Route("/api/stats", flaky_stats), Route("/api/rollouts/{rollout_id}", missing)]
+    app = Starlette(routes=[Route("/api/stats", flaky_stats), Route("/api/rollouts/{rollout_id}", missing)])
     with ServerThread(app) as server:
 
         async def call() -> None:
@@ -215,3 +215,23 @@ def test_the_client_raises_what_local_stores_raise() -> None:
                 await client.get_resources("res-404")
 
         asyncio.run(call())
+
+
+def test_the_client_keeps_its_connection_alive_between_calls() -> None:
+    ports = []
+
+    async def stats(request: Request) -> Response:
+        assert request.client is not None
+        ports.append(request.client.port)
+        return Response(b'{"rollouts": {}, "attempts": {}, "spans": 0, "workers": 0, "resources": 0}',
+                        media_type="application/json")
+
+    with ServerThread(Starlette(routes=[Route("/api/stats", stats)])) as server:
+
+        async def calls() -> None:
+            client = StoreClient(server.url)
+            for _ in range(5):
+                await client.stats()
+
+        asyncio.run(calls())
+    assert len(ports) == 5 and len(set(ports)) == 1
