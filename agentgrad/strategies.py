@@ -149,6 +149,8 @@ def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess], gra
             process.terminate()
     deadline = time.monotonic() + grace
     for process in processes:
+        if process.pid is None:
+            continue  # never started
         process.join(max(0.0, deadline - time.monotonic()))
         if process.is_alive():
             log.warning("runner process %s did not stop within %.0f s; killing it", process.name, grace)

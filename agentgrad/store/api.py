@@ -312,6 +312,7 @@ def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, An
             "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
         },
     }}
+    _tagged_unions(paths, components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentgrad store", "version": "1"},
@@ -322,3 +323,23 @@ def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, An
         },
         "security": [{"bearer": []}, {}],
     }
+
+
+def _tagged_unions(*trees: Any) -> None:
+    """Spell pydantic's discriminated unions (resources) as what they are: the tag is required in each
+    variant, so the variants exclude one another and `anyOf` says the same as `oneOf`, in a form
+    schema-driven tools can generate from (schemathesis cannot always negate a `oneOf`)."""
+    components = trees[-1]
+    stack = list(trees)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "discriminator" in node and "oneOf" in node:
+                node["anyOf"] = node.pop("oneOf")
+                tag = node["discriminator"]["propertyName"]
+                for ref in node["discriminator"].get("mapping", {}).values():
+                    variant = components[ref.rsplit("/", 1)[-1]]
+                    variant["required"] = sorted({*variant.get("required", ()), tag})
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)

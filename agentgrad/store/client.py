@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -311,6 +312,10 @@ class StoreClient(Store):
         return _WORKERS.validate_json(await self._call("GET", "/api/workers"))
 
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
+        for metric in metrics:
+            if not math.isfinite(metric.value):
+                raise ValueError(f"metric {metric.name!r} at step {metric.step} is {metric.value}, which JSON cannot carry "
+                                 "to the store server; log a finite value")
         await self._call("POST", "/api/metrics", AddMetricsBody(metrics=list(metrics)))
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:

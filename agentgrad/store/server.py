@@ -45,6 +45,7 @@ REPLAY_ENTRIES = 4096
 
 UVICORN_OPTIONS: dict[str, Any] = {
     "timeout_keep_alive": 75,  # clients drop idle connections after 30 s, before the server does
+    "timeout_graceful_shutdown": 5,  # then long-polls are cut; their clients ask again elsewhere or later
     "proxy_headers": False,
     "server_header": False,
     "date_header": False,

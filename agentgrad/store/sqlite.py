@@ -631,7 +631,8 @@ class SqliteStore(Store):
         with self._write() as db:
             db.executemany(
                 "INSERT INTO metrics (name, step, value, time) VALUES (?, ?, ?, ?)",
-                [(m.name, m.step, m.value, m.time) for m in metrics],
+                # SQLite turns a NaN into NULL; as text it reads back as NaN (a diverged loss is a figure too)
+                [(m.name, m.step, m.value if m.value == m.value else "NaN", m.time) for m in metrics],
             )
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:

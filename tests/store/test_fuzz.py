@@ -19,7 +19,6 @@ from agentgrad.store import SqliteStore
 from agentgrad.store.server import create_app
 
 
-
 @schemathesis.serializer("application/x-protobuf")
 def as_bytes(ctx: object, value: object) -> bytes:
     """OTLP protobuf bodies are fuzzed as raw bytes."""

@@ -18,6 +18,7 @@ from agentgrad.serving import ServerThread
 from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, StoreError
 from agentgrad.store.api import OPERATIONS
 from agentgrad.store.client import StoreClient, StoreUnreachable
+from agentgrad.store.http11 import ConnectionPool
 from agentgrad.store.server import check_exposure, create_app, store_server
 
 
@@ -235,3 +236,29 @@ def test_the_client_keeps_its_connection_alive_between_calls() -> None:
 
         asyncio.run(calls())
     assert len(ports) == 5 and len(set(ports)) == 1
+
+
+def test_waiting_for_rollouts_is_one_long_poll_not_a_stream_of_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    original = ConnectionPool.request
+
+    async def counted(self, method, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        return await original(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(ConnectionPool, "request", counted)
+    store = MemoryStore()
+    with store_server(store) as server:
+
+        async def wait() -> None:
+            client = StoreClient(server.url)
+            started = await store.start_rollout("t")
+            finisher = asyncio.get_running_loop().call_later(
+                0.8, lambda: asyncio.ensure_future(
+                    store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")))
+            (done,) = await client.wait_for_rollouts([started.rollout_id], timeout=10)
+            finisher.cancel()
+            assert done.status.value == "succeeded"
+
+        asyncio.run(wait())
+    assert calls == ["/api/rollouts/wait"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -13,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from agentgrad.store import SqliteStore
-from agentgrad.types import Span
+from agentgrad.types import Metric, Span
 
 CLAIM_AND_FINISH = textwrap.dedent(
     """
@@ -52,7 +53,7 @@ WRITE_UNTIL_KILLED = textwrap.dedent(
     """
     import asyncio, sys
     from agentgrad.store import SqliteStore
-    from agentgrad.types import Span
+    from agentgrad.types import Metric, Span
 
     async def main(path):
         store = SqliteStore(path)
@@ -120,3 +121,11 @@ def test_a_file_from_before_span_ids_had_a_column_still_opens_and_keeps_counting
     new = Span(rollout_id=started.rollout_id, attempt_id=started.attempt.attempt_id, name="new", span_id="a" * 16)
     assert [s.sequence_id for s in asyncio.run(store.add_spans([new, new]))] == [2, 2]
     assert [s.name for s in asyncio.run(store.query_spans(started.rollout_id))] == ["old", "new"]
+
+
+def test_a_metric_that_is_not_a_number_is_kept_as_one(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")  # SQLite alone would turn NaN into NULL and refuse it
+    asyncio.run(store.add_metrics([Metric(name="train/loss", step=0, value=float("nan")),
+                                   Metric(name="train/loss", step=1, value=float("inf"))]))
+    values = [m.value for m in asyncio.run(store.query_metrics("train/loss"))]
+    assert math.isnan(values[0]) and values[1] == float("inf")
