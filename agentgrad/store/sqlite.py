@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,9 +51,12 @@ from agentgrad.types import (
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's transaction before giving up."""
 
+CHECKPOINT_SECONDS = 0.5
+"""How often a background thread copies the WAL into the database file. Checkpoints fsync; done by
+the writer that crosses SQLite's threshold, they stall it (and a server's event loop) for tens of ms."""
+
 CHECKPOINT_PAGES = 4000
-"""WAL size (4 KiB pages) that triggers a checkpoint: fewer, larger checkpoints write each hot page
-(queue tail, index leaves) once per checkpoint instead of once per 1,000 pages."""
+"""WAL size (4 KiB pages) at which a writer checkpoints itself, should the background thread fall behind."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (
@@ -159,6 +163,19 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     )
 
 
+def _checkpoint_until(path: Path, stop: threading.Event) -> None:
+    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        while not stop.wait(CHECKPOINT_SECONDS):
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:  # the file went away, or is busy: the writers' own checkpoints still run
+                pass
+    finally:
+        conn.close()
+
+
 class SqliteStore(Store):
     def __init__(self, path: str | Path) -> None:
         super().__init__()
@@ -180,6 +197,11 @@ class SqliteStore(Store):
                 "CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL"
             )
         self._last_check = 0.0
+        self._checkpoints = threading.Event()
+        weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
+        threading.Thread(
+            target=_checkpoint_until, args=(self.path, self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
+        ).start()
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -201,6 +223,7 @@ class SqliteStore(Store):
             return self._conn.execute(sql, params).fetchall()
 
     async def close(self) -> None:
+        self._checkpoints.set()
         with self._lock:
             self._conn.close()
 
