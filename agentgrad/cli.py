@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from agentgrad.store import NotFoundError, Store, open_store
-from agentgrad.store.client import TOKEN_ENV
+from agentgrad.store import NotFoundError, Store, StoreError, open_store
+from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
 from agentgrad.types import Rollout, Span
 
 console = Console()
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.handler(args)
-    except (NotFoundError, UsageError) as exc:
+    except (StoreError, StoreUnreachable, UsageError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
     except KeyboardInterrupt:

@@ -256,3 +256,11 @@ def test_runner_command_errors_say_how_to_fix_them() -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = run.communicate(timeout=60)
         assert run.returncode == 2 and message in " ".join(out.split()), out + err
+
+
+def test_serve_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
+    env = {k: v for k, v in ENV.items() if k != "AGENTGRAD_TOKEN"}
+    run = subprocess.run([sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(tmp_path / "s.db"),
+                          "--host", "0.0.0.0"], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "without a token" in " ".join(run.stdout.split())
+    assert not (tmp_path / "s.db").exists()  # refused before touching anything
