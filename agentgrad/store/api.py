@@ -325,12 +325,11 @@ def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, An
     }
 
 
-def _tagged_unions(*trees: Any) -> None:
+def _tagged_unions(paths: dict[str, Any], components: dict[str, Any]) -> None:
     """Spell pydantic's discriminated unions (resources) as what they are: the tag is required in each
     variant, so the variants exclude one another and `anyOf` says the same as `oneOf`, in a form
     schema-driven tools can generate from (schemathesis cannot always negate a `oneOf`)."""
-    components = trees[-1]
-    stack = list(trees)
+    stack: list[Any] = [paths, components]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
