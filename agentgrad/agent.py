@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
+import pickle
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +84,17 @@ class FunctionAgent(LitAgent):
     def name(self) -> str:
         return self.function.__qualname__
 
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        """Pickled by module and name, so runner processes get the agent: `@rollout` replaced the
+        function in its module by this object, which pickling the function by reference trips on."""
+        module, qualname = self.function.__module__, self.function.__qualname__
+        if "<" in qualname:
+            raise pickle.PicklingError(
+                f"agent {qualname} is defined inside a function or is a lambda; runner processes import agents "
+                "by module and name, so define it at module level"
+            )
+        return (load_agent, (module, qualname))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
 
@@ -125,6 +138,14 @@ class FunctionAgent(LitAgent):
 def rollout(function: Callable[..., Any]) -> FunctionAgent:
     """Make an agent of a function `(task, <resources...>) -> reward | None`, sync or async."""
     return FunctionAgent(function)
+
+
+def load_agent(module: str, name: str) -> LitAgent:
+    """The agent `name` (dotted within the module) of `module`, imported."""
+    value: Any = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return as_agent(value)
 
 
 def as_agent(agent: LitAgent | Callable[..., Any]) -> LitAgent:

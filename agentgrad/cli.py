@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from agentgrad.store import NotFoundError, Store, open_store
+from agentgrad.store import NotFoundError, Store, StoreError, open_store
+from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
 from agentgrad.types import Rollout, Span
 
 console = Console()
@@ -30,6 +31,8 @@ AGENT_FILE_NAMES = ("agent", "seed_prompt", "train_data", "val_data")
 
 class UsageError(Exception):
     """The command line asks for something that cannot be done; the message says what to change."""
+
+DEFAULT_PORT = 4780
 
 SHOWN_ATTRIBUTES = (
     "agentgrad.reward",
@@ -238,6 +241,50 @@ def run_gateway(args: argparse.Namespace) -> None:
                 proxy_headers=False, server_header=False, date_header=False)
 
 
+def serve(store_spec: str, host: str, port: int, token: str | None) -> None:
+    """Serve a store file until Ctrl+C; refuses an address beyond loopback without a token."""
+    import uvicorn
+
+    from agentgrad.store.server import UVICORN_OPTIONS, check_exposure, create_app
+
+    try:
+        check_exposure(host, token)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    store = open_store(store_spec)
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"agentgrad store server on http://{shown}:{port}/api/ (store: {store_spec}"
+                  f"{', token required' if token else ''}); Ctrl+C stops it")
+    uvicorn.run(create_app(store, token=token), host=host, port=port, log_level="warning", **UVICORN_OPTIONS)
+
+
+def runner(store_spec: str, agent_spec: str, workers: int, token: str | None) -> None:
+    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C."""
+    import importlib
+    import os
+    import socket
+
+    from agentgrad.agent import load_agent
+    from agentgrad.strategies import run_workers
+
+    module, _, name = agent_spec.partition(":")
+    if not module or not name:
+        raise UsageError(f"--agent takes module:object (my_agents:calc_agent), not {agent_spec!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(f"cannot import the agent's module {module!r} from {os.getcwd()}: {exc}") from None
+    try:
+        agent = load_agent(module, name)
+    except AttributeError:
+        raise UsageError(f"module {module!r} has no agent named {name!r}") from None
+    prefix = f"{socket.gethostname()}-{os.getpid()}"
+    worker_ids = [f"{prefix}-{i}" for i in range(workers)]
+    console.print(f"{workers} runner(s) of {agent.name} joining {store_spec}; Ctrl+C stops them")
+    run_workers(store_spec, token, agent, worker_ids)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -311,6 +358,21 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_argument("--token-env", default="AGENTGRAD_TOKEN",
                          help="variable holding the bearer token callers must send (required off loopback)")
     gateway.set_defaults(handler=run_gateway)
+
+    server = commands.add_parser("serve", help="serve a store over HTTP (runners and algorithms anywhere can use it)")
+    server.add_argument("--store", required=True, help="SQLite file (created if missing), or 'memory'")
+    server.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a token is required")
+    server.add_argument("--port", type=int, default=DEFAULT_PORT)
+    server.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token clients must send "
+                        f"(default: ${TOKEN_ENV})")
+    server.set_defaults(handler=lambda a: serve(a.store, a.host, a.port, a.token))
+
+    join = commands.add_parser("runner", help="join a store as runner(s) executing an agent")
+    join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")
+    join.add_argument("--agent", required=True, help="the agent as module:object, importable from here")
+    join.add_argument("--workers", type=int, default=1, help="concurrent runners in this process")
+    join.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"the server's token (default: ${TOKEN_ENV})")
+    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token))
     return parser
 
 
@@ -318,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.handler(args)
-    except (NotFoundError, UsageError) as exc:
+    except (StoreError, StoreUnreachable, UsageError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:

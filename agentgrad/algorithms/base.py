@@ -38,6 +38,8 @@ class Algorithm:
 
     store: Store
     console: Console = Console()
+    rollout_config: RolloutConfig | None = None
+    """Retry policy of rollouts queued without one; the `processes` strategy sets a heartbeat rule here."""
 
     async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Any:
         raise NotImplementedError
@@ -63,7 +65,7 @@ class Algorithm:
         timeout: float | None = None,
     ) -> list[Rollout]:
         """Queue one rollout per task and wait for all of them; returns them in task order."""
-        config = config or RolloutConfig()
+        config = config or self.rollout_config or RolloutConfig()
         requests = [
             {"input": task, "mode": mode, "resources_id": resources_id, "config": config,
              "metadata": metadata[i] if metadata else {}}

@@ -48,6 +48,7 @@ class MemoryStore(Store):
         self._attempts: dict[str, list[Attempt]] = {}
         self._spans: dict[str | None, list[Span]] = {}
         self._span_count = 0
+        self._span_ids: dict[str | None, dict[str, int]] = {}
         self._resources: list[ResourcesSnapshot] = []
         self._workers: dict[str, Worker] = {}
         self._metrics: list[Metric] = []
@@ -245,7 +246,13 @@ class MemoryStore(Store):
                     self._attempt(span.rollout_id, span.attempt_id)
             for span in spans:
                 bucket = self._spans.setdefault(span.rollout_id, [])
+                known = self._span_ids.setdefault(span.rollout_id, {})
+                if span.span_id in known:  # written before: a retry
+                    stored.append(span.model_copy(update={"sequence_id": known[span.span_id]}))
+                    continue
                 span = span.model_copy(update={"sequence_id": len(bucket) + 1})
+                if span.span_id:
+                    known[span.span_id] = span.sequence_id
                 bucket.append(span)
                 stored.append(span)
                 if span.rollout_id is not None:
@@ -254,7 +261,7 @@ class MemoryStore(Store):
                     reward = span.attributes.get(REWARD_ATTR)
                     if isinstance(reward, (int, float)) and attempt.status is AttemptStatus.RUNNING:
                         attempt.reward = float(reward)
-            self._span_count += len(stored)
+                self._span_count += 1
         return stored
 
     async def query_spans(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +51,13 @@ from agentgrad.types import (
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's transaction before giving up."""
 
+CHECKPOINT_SECONDS = 0.5
+"""How often a background thread copies the WAL into the database file. Checkpoints fsync; done by
+the writer that crosses SQLite's threshold, they stall it (and a server's event loop) for tens of ms."""
+
+CHECKPOINT_PAGES = 4000
+"""WAL size (4 KiB pages) at which a writer checkpoints itself, should the background thread fall behind."""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (
     rollout_id TEXT PRIMARY KEY,
@@ -65,8 +73,7 @@ CREATE TABLE IF NOT EXISTS rollouts (
     enqueue_time REAL NOT NULL,
     start_time REAL,
     end_time REAL,
-    queue_position REAL NOT NULL,
-    span_count INTEGER NOT NULL DEFAULT 0
+    queue_position REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rollouts_waiting ON rollouts(queue_position) WHERE status IN ('queuing', 'requeuing');
 CREATE INDEX IF NOT EXISTS rollouts_by_status ON rollouts(status, enqueue_time);
@@ -92,9 +99,9 @@ CREATE TABLE IF NOT EXISTS spans (
     sequence_id INTEGER NOT NULL,
     attempt_id TEXT,
     body TEXT NOT NULL,
-    PRIMARY KEY (rollout_key, sequence_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    span_id TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS spans_in_order ON spans(rollout_key, sequence_id);
 CREATE TABLE IF NOT EXISTS resources (
     version INTEGER PRIMARY KEY,
     resources_id TEXT NOT NULL UNIQUE,
@@ -156,6 +163,19 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     )
 
 
+def _checkpoint_until(path: Path, stop: threading.Event) -> None:
+    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        while not stop.wait(CHECKPOINT_SECONDS):
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:  # the file went away, or is busy: the writers' own checkpoints still run
+                pass
+    finally:
+        conn.close()
+
+
 class SqliteStore(Store):
     def __init__(self, path: str | Path) -> None:
         super().__init__()
@@ -166,11 +186,22 @@ class SqliteStore(Store):
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
         with self._write() as db:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            if "span_id" not in {row[1] for row in db.execute("PRAGMA table_info(spans)")}:
+                db.execute("ALTER TABLE spans ADD COLUMN span_id TEXT")  # a file from before spans had ids here
+            db.execute(
+                "CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL"
+            )
         self._last_check = 0.0
+        self._checkpoints = threading.Event()
+        weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
+        threading.Thread(
+            target=_checkpoint_until, args=(self.path, self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
+        ).start()
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -192,6 +223,7 @@ class SqliteStore(Store):
             return self._conn.execute(sql, params).fetchall()
 
     async def close(self) -> None:
+        self._checkpoints.set()
         with self._lock:
             self._conn.close()
 
@@ -462,20 +494,14 @@ class SqliteStore(Store):
         if not spans:
             return []
         at = now()
-        stored: list[Span] = []
+        stored: list[Span] = list(spans)
         with self._write() as db:
-            by_rollout: dict[str | None, list[Span]] = {}
-            for span in spans:
-                by_rollout.setdefault(span.rollout_id, []).append(span)
-            for rollout_id, group in by_rollout.items():
-                if rollout_id is None:
-                    row = db.execute(
-                        "INSERT INTO counters VALUES ('unattached_spans', ?) ON CONFLICT(name) "
-                        "DO UPDATE SET value = value + ? RETURNING value",
-                        (len(group), len(group)),
-                    ).fetchone()
-                else:
-                    for attempt_id in {span.attempt_id for span in group}:
+            by_rollout: dict[str | None, list[int]] = {}
+            for index, span in enumerate(spans):
+                by_rollout.setdefault(span.rollout_id, []).append(index)
+            for rollout_id, indices in by_rollout.items():
+                if rollout_id is not None:
+                    for attempt_id in {spans[i].attempt_id for i in indices}:
                         if attempt_id is None:
                             raise StoreError(f"a span names rollout {rollout_id!r} but no attempt_id")
                         updated = db.execute(
@@ -484,24 +510,52 @@ class SqliteStore(Store):
                         ).rowcount
                         if not updated:
                             self._get_attempt(db, rollout_id, attempt_id)  # raises NotFoundError
-                    row = db.execute(
-                        "UPDATE rollouts SET span_count = span_count + ? WHERE rollout_id = ? RETURNING span_count",
-                        (len(group), rollout_id),
-                    ).fetchone()
-                first = row[0] - len(group) + 1
-                rows = []
-                for offset, span in enumerate(group):
-                    span = span.model_copy(update={"sequence_id": first + offset})
-                    stored.append(span)
-                    rows.append((rollout_id or UNATTACHED, span.sequence_id, span.attempt_id, span.model_dump_json()))
-                    reward = span.attributes.get(REWARD_ATTR)
-                    if rollout_id is not None and isinstance(reward, (int, float)):
-                        db.execute(
-                            "UPDATE attempts SET reward = ? WHERE attempt_id = ? AND status = 'running'",
-                            (float(reward), span.attempt_id),
-                        )
-                db.executemany("INSERT INTO spans VALUES (?, ?, ?, ?)", rows)
+                key = rollout_id or UNATTACHED
+                known = self._stored_span_ids(db, key, [spans[i].span_id for i in indices if spans[i].span_id])
+                fresh, repeats = [], []
+                for i in indices:
+                    span_id = spans[i].span_id
+                    if span_id and span_id in known:
+                        repeats.append(i)
+                    else:
+                        fresh.append(i)
+                        if span_id:
+                            known[span_id] = 0  # its sequence id comes below
+                if fresh:
+                    first = self._next_sequence_id(db, key)
+                    rows = []
+                    for offset, i in enumerate(fresh):
+                        span = stored[i] = spans[i].model_copy(update={"sequence_id": first + offset})
+                        if span.span_id:
+                            known[span.span_id] = span.sequence_id
+                        rows.append((key, span.sequence_id, span.attempt_id, span.model_dump_json(), span.span_id or None))
+                        reward = span.attributes.get(REWARD_ATTR)
+                        if rollout_id is not None and isinstance(reward, (int, float)):
+                            db.execute(
+                                "UPDATE attempts SET reward = ? WHERE attempt_id = ? AND status = 'running'",
+                                (float(reward), span.attempt_id),
+                            )
+                    db.executemany(
+                        "INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) VALUES (?, ?, ?, ?, ?)", rows
+                    )
+                for i in repeats:
+                    stored[i] = spans[i].model_copy(update={"sequence_id": known[spans[i].span_id]})
         return stored
+
+    def _stored_span_ids(self, db: sqlite3.Connection, key: str, span_ids: list[str]) -> dict[str, int]:
+        """Sequence ids of the spans among `span_ids` that this rollout already holds."""
+        if not span_ids:
+            return {}
+        rows = db.execute(
+            "SELECT span_id, sequence_id FROM spans INDEXED BY spans_by_span_id "
+            "WHERE rollout_key = ? AND span_id IN (SELECT value FROM json_each(?))",
+            (key, json.dumps(span_ids)),
+        )
+        return dict(rows.fetchall())
+
+    def _next_sequence_id(self, db: sqlite3.Connection, key: str) -> int:
+        """The rollout's next span sequence id (read in the write transaction, so no one else takes it)."""
+        return int(db.execute("SELECT COALESCE(MAX(sequence_id), 0) + 1 FROM spans WHERE rollout_key = ?", (key,)).fetchone()[0])
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
@@ -600,7 +654,8 @@ class SqliteStore(Store):
         with self._write() as db:
             db.executemany(
                 "INSERT INTO metrics (name, step, value, time) VALUES (?, ?, ?, ?)",
-                [(m.name, m.step, m.value, m.time) for m in metrics],
+                # SQLite turns a NaN into NULL; as text it reads back as NaN (a diverged loss is a figure too)
+                [(m.name, m.step, m.value if m.value == m.value else "NaN", m.time) for m in metrics],
             )
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:

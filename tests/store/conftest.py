@@ -1,22 +1,45 @@
-"""Every backend in `BACKENDS` runs the whole contract suite."""
+"""Every backend in `BACKENDS` runs the whole contract suite; `http-*` are a client talking to a
+real server on loopback that keeps its data in the named backend."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore, SqliteStore, Store
+from agentgrad.store.client import StoreClient
+from agentgrad.store.server import create_app
 
-BACKENDS: dict[str, Callable[[Path], Store]] = {
+LOCAL: dict[str, Callable[[Path], Store]] = {
     "memory": lambda tmp: MemoryStore(),
     "sqlite": lambda tmp: SqliteStore(tmp / "store.db"),
 }
+BACKENDS = [*LOCAL, *(f"http-{name}" for name in LOCAL)]
 
 
-@pytest.fixture(params=list(BACKENDS))
+@pytest.fixture(scope="session")
+def http_server() -> Iterator[tuple[Any, ServerThread]]:
+    """One server for the session (starting one per test costs ~0.25 s); each test gives it a fresh store."""
+    app = create_app(MemoryStore())
+    with ServerThread(app) as server:
+        yield app, server
+
+
+@pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    backend = BACKENDS[request.param](tmp_path)
-    yield backend
+    name: str = request.param
+    backend = LOCAL[name.removeprefix("http-")](tmp_path)
+    if not name.startswith("http-"):
+        yield backend
+        await backend.close()
+        return
+    app, server = request.getfixturevalue("http_server")
+    app.state.store = backend
+    client = StoreClient(server.url, retry_seconds=5)
+    yield client
+    await client.close()
     await backend.close()

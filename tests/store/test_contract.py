@@ -176,6 +176,27 @@ async def test_spans_come_back_in_sequence_order_per_attempt(store: Store) -> No
     assert [s.sequence_id for s in everything] == list(range(1, 8))
 
 
+async def test_a_span_written_again_is_stored_once_as_a_retried_write_needs(store: Store) -> None:
+    started = await store.start_rollout("t")
+    rid, aid = started.rollout_id, started.attempt.attempt_id
+    first = await store.add_spans([Span(rollout_id=rid, attempt_id=aid, span_id=f"{i:016x}", name=f"s{i}") for i in range(3)])
+    again = await store.add_spans(
+        [Span(rollout_id=rid, attempt_id=aid, span_id=f"{i:016x}", name=f"s{i}") for i in (1, 3, 3)]
+        + [span(rid, aid, "anonymous"), span(rid, aid, "anonymous")]  # no span id: never taken for a repeat
+    )
+    assert [s.sequence_id for s in first] == [1, 2, 3]
+    assert [s.sequence_id for s in again] == [2, 4, 4, 5, 6]
+    assert [s.name for s in await store.query_spans(rid)] == ["s0", "s1", "s2", "s3", "anonymous", "anonymous"]
+    assert (await store.stats()).spans == 6
+
+
+async def test_spans_of_several_rollouts_in_one_batch_come_back_in_the_order_given(store: Store) -> None:
+    a, b = await store.start_rollout("a"), await store.start_rollout("b")
+    stored = await store.add_spans([span(a.rollout_id, a.attempt.attempt_id, "a1"), span(b.rollout_id, b.attempt.attempt_id, "b1"),
+                                    span(None, None, "free"), span(a.rollout_id, a.attempt.attempt_id, "a2")])
+    assert [(s.name, s.sequence_id) for s in stored] == [("a1", 1), ("b1", 1), ("free", 1), ("a2", 2)]
+
+
 async def test_span_attributes_round_trip(store: Store) -> None:
     started = await store.start_rollout("t")
     original = Span(

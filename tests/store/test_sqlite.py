@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from agentgrad.store import SqliteStore
+from agentgrad.types import Metric, Span
 
 CLAIM_AND_FINISH = textwrap.dedent(
     """
@@ -50,7 +53,7 @@ WRITE_UNTIL_KILLED = textwrap.dedent(
     """
     import asyncio, sys
     from agentgrad.store import SqliteStore
-    from agentgrad.types import Span
+    from agentgrad.types import Metric, Span
 
     async def main(path):
         store = SqliteStore(path)
@@ -91,3 +94,38 @@ def test_everything_committed_before_a_sigkill_reads_back(tmp_path: Path) -> Non
         await store.close()
 
     asyncio.run(read_back())
+
+
+OLD_SPANS_TABLE = """
+CREATE TABLE spans (
+    rollout_key TEXT NOT NULL,
+    sequence_id INTEGER NOT NULL,
+    attempt_id TEXT,
+    body TEXT NOT NULL,
+    PRIMARY KEY (rollout_key, sequence_id)
+) WITHOUT ROWID
+"""
+
+
+def test_a_file_from_before_span_ids_had_a_column_still_opens_and_keeps_counting(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(OLD_SPANS_TABLE)
+    store = SqliteStore(path)
+    started = asyncio.run(store.start_rollout("t"))
+    old = Span(rollout_id=started.rollout_id, attempt_id=started.attempt.attempt_id, name="old", sequence_id=1)
+    with sqlite3.connect(path) as db:  # a span written by the earlier code, without a span_id column
+        db.execute("INSERT INTO spans (rollout_key, sequence_id, attempt_id, body) VALUES (?, 1, ?, ?)",
+                   (started.rollout_id, started.attempt.attempt_id, old.model_dump_json()))
+    store = SqliteStore(path)
+    new = Span(rollout_id=started.rollout_id, attempt_id=started.attempt.attempt_id, name="new", span_id="a" * 16)
+    assert [s.sequence_id for s in asyncio.run(store.add_spans([new, new]))] == [2, 2]
+    assert [s.name for s in asyncio.run(store.query_spans(started.rollout_id))] == ["old", "new"]
+
+
+def test_a_metric_that_is_not_a_number_is_kept_as_one(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")  # SQLite alone would turn NaN into NULL and refuse it
+    asyncio.run(store.add_metrics([Metric(name="train/loss", step=0, value=float("nan")),
+                                   Metric(name="train/loss", step=1, value=float("inf"))]))
+    values = [m.value for m in asyncio.run(store.query_metrics("train/loss"))]
+    assert math.isnan(values[0]) and values[1] == float("inf")

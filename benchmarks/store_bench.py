@@ -1,0 +1,320 @@
+"""The store's rollout lifecycle, timed: in process (memory, SQLite) and over HTTP (SQLite behind the server).
+
+Each worker repeats, until 2,000 rollouts are done: enqueue a task -> dequeue a rollout ->
+add 10 spans (one batch, ~10 short attributes each) -> mark the attempt succeeded -> wait for
+the rollout it enqueued -> query that rollout's spans. Every setup runs in fresh processes, so
+peak RSS is its own; over HTTP the server is `agentgrad serve` on a SQLite file, and the last
+row writes the 10 spans one call at a time. CPU ms per rollout barely depends on what else the
+machine runs; rollouts/s and the p99s do.
+
+    .venv/bin/python benchmarks/store_bench.py            # the table, in about a minute
+    .venv/bin/python benchmarks/store_bench.py --rollouts 500 --only http
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROLLOUTS = 2000
+SPANS_PER_ROLLOUT = 10
+
+# Agent Lightning 0.3 on the same machine, from the issue (rollouts/s, span write p50 ms).
+BAR = {"in-process": 430, "in-process, batched spans": 730, "http 1x16": 55, "http 4x8": 37, "span write ms": 15}
+
+
+def spans_for(rollout_id: str, attempt_id: str, index: int) -> list[Any]:
+    from agentgrad.types import Span
+
+    return [
+        Span(
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            name="chat" if j % 2 else "tool",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "small-model",
+                "gen_ai.usage.input_tokens": 120 + j,
+                "gen_ai.usage.output_tokens": 30 + j,
+                "agentgrad.step": j,
+                "task.index": index,
+                "tool.name": "search",
+                "score": 0.25 * j,
+                "lang": "en",
+                "ok": "yes",
+            },
+        )
+        for j in range(SPANS_PER_ROLLOUT)
+    ]
+
+
+async def lifecycle(store: Any, workers: int, count: int, single_spans: bool) -> dict[str, Any]:
+    """Run `count` lifecycles on `workers` concurrent workers; returns the latencies in seconds."""
+    remaining = count
+    dequeue: list[float] = []
+    span_writes: list[float] = []
+
+    async def worker(index: int) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            mine = await store.enqueue_rollout({"index": index, "question": "What is 2+2?"}, mode="train")
+            began = time.perf_counter()
+            item = await store.dequeue_rollout(worker_id=f"w{index}")
+            dequeue.append(time.perf_counter() - began)
+            spans = spans_for(item.rollout_id, item.attempt.attempt_id, index)
+            began = time.perf_counter()
+            if single_spans:
+                for span in spans:
+                    await store.add_span(span)
+            else:
+                await store.add_spans(spans)
+            span_writes.append(time.perf_counter() - began)
+            await store.update_attempt(item.rollout_id, item.attempt.attempt_id, status="succeeded", reward=1.0)
+            (done,) = await store.wait_for_rollouts([mine.rollout_id], timeout=60)
+            assert done.status.value == "succeeded"
+            assert len(await store.query_spans(mine.rollout_id)) == SPANS_PER_ROLLOUT
+
+    began, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    return {"seconds": time.perf_counter() - began, "cpu": time.process_time() - cpu, "dequeue": dequeue,
+            "span_writes": span_writes}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def process_peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ----------------------------------------------------------------------------- child modes
+
+
+def run_in_process(backend: str, workers: int, count: int, directory: str) -> None:
+    from agentgrad.store import MemoryStore, SqliteStore
+
+    store = MemoryStore() if backend == "memory" else SqliteStore(Path(directory) / "bench.db")
+    result = asyncio.run(lifecycle(store, workers, count, single_spans=False))
+    print(json.dumps({**result, "rss": peak_rss_mb()}))
+
+
+def run_client(url: str, workers: int, count: int, single_spans: bool) -> None:
+    """One client process: get ready, wait for 'go' on stdin, run, print the result."""
+    from agentgrad.store.client import StoreClient
+
+    async def main() -> dict[str, Any]:
+        store = StoreClient(url)
+        await store.stats()  # connected and warm
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        result = await lifecycle(store, workers, count, single_spans)
+        await store.close()
+        return result
+
+    result = asyncio.run(main())
+    print(json.dumps({**result, "rss": peak_rss_mb()}))
+
+
+# ----------------------------------------------------------------------------- the parent
+
+
+def child(*args: str, **options: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **options
+    )
+
+
+def in_process(backend: str, workers: int, count: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
+        run = child("--child-in-process", backend, "--workers", str(workers), "--rollouts", str(count), "--dir", directory)
+        out, _ = run.communicate(timeout=600)
+    result = json.loads(out.splitlines()[-1])
+    return summary(f"{backend}, in process", f"{workers}", count, result["seconds"], [result], result["rss"], None, None)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(directory: str) -> tuple[subprocess.Popen[str], str, float]:
+    """`agentgrad serve` on a fresh SQLite file; returns it, its URL and its start-up time (spawn to healthy)."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    began = time.perf_counter()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(Path(directory) / "bench.db"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+    )
+    with httpx.Client() as client:
+        while True:
+            try:
+                if client.get(url + "/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.005)
+    return server, url, time.perf_counter() - began
+
+
+def over_http(processes: int, workers: int, count: int, single_spans: bool = False) -> tuple[dict[str, Any], float]:
+    with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
+        server, url, startup = start_server(directory)
+        try:
+            share = count // processes
+            extra = ["--single-spans"] if single_spans else []
+            clients = [
+                child("--child-client", url, "--workers", str(workers), "--rollouts", str(share), *extra)
+                for _ in range(processes)
+            ]
+            for client in clients:
+                assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+            began, server_cpu = time.perf_counter(), process_cpu_seconds(server.pid)
+            for client in clients:
+                assert client.stdin is not None
+                client.stdin.write("go\n")
+                client.stdin.flush()
+            results = [json.loads(client.communicate(timeout=600)[0].splitlines()[-1]) for client in clients]
+            seconds = time.perf_counter() - began
+            server_cpu = process_cpu_seconds(server.pid) - server_cpu
+            server_rss = process_peak_rss_mb(server.pid)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    name = "HTTP, SQLite server" + (", spans one by one" if single_spans else "")
+    rss = max(r["rss"] for r in results)
+    row = summary(name, f"{processes}×{workers}", share * processes, seconds, results, rss, server_rss, server_cpu)
+    return row, startup
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def summary(
+    name: str,
+    layout: str,
+    count: int,
+    seconds: float,
+    results: list[dict[str, Any]],
+    rss: float,
+    server_rss: float | None,
+    server_cpu: float | None,
+) -> dict[str, Any]:
+    dequeue = [x for r in results for x in r["dequeue"]]
+    writes = [x for r in results for x in r["span_writes"]]
+    return {
+        "setup": name,
+        "workers": layout,
+        "rollouts/s": count / seconds,
+        "spans/s": count * SPANS_PER_ROLLOUT / seconds,
+        "dequeue p50/p99 ms": (1000 * percentile(dequeue, 50), 1000 * percentile(dequeue, 99)),
+        "span write p50/p99 ms": (1000 * percentile(writes, 50), 1000 * percentile(writes, 99)),
+        "peak RSS MB": (server_rss, rss),
+        "CPU ms/rollout": (None if server_cpu is None else 1000 * server_cpu / count,
+                           1000 * sum(r["cpu"] for r in results) / count),
+    }
+
+
+def pair(values: tuple[float | None, float], form: str) -> str:
+    server, client = values
+    return f"{'-' if server is None else form.format(server)} / {form.format(client)}"
+
+
+def import_seconds(module: str) -> float:
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout) for _ in range(5)]
+    return min(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rollouts", type=int, default=ROLLOUTS)
+    parser.add_argument("--only", choices=["memory", "sqlite", "http"], help="run one kind of setup")
+    parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--single-spans", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-in-process", help=argparse.SUPPRESS)
+    parser.add_argument("--child-client", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_in_process:
+        return run_in_process(args.child_in_process, args.workers, args.rollouts, args.dir)
+    if args.child_client:
+        return run_client(args.child_client, args.workers, args.rollouts, args.single_spans)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=150)
+    began = time.perf_counter()
+    rows, startups = [], []
+    for backend in ("memory", "sqlite"):
+        if args.only in (None, backend):
+            for workers in (1, 16):
+                rows.append(in_process(backend, workers, args.rollouts))
+                console.print(f"  {rows[-1]['setup']} ×{workers}: {rows[-1]['rollouts/s']:.0f} rollouts/s")
+    if args.only in (None, "http"):
+        for processes, workers, single in ((1, 16, False), (4, 8, False), (1, 16, True)):
+            row, startup = over_http(processes, workers, args.rollouts, single)
+            rows.append(row)
+            startups.append(startup)
+            console.print(f"  {row['setup']} {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
+
+    table = Table(title=f"Store lifecycle, {args.rollouts} rollouts × {SPANS_PER_ROLLOUT} spans ({os.cpu_count()} CPUs)")
+    for column in ("setup", "workers", "rollouts/s", "spans/s", "dequeue p50/p99 ms", "span write p50/p99 ms",
+                   "peak RSS MB server/client", "CPU ms/rollout server/clients"):
+        table.add_column(column, justify="left" if column == "setup" else "right")
+    for row in rows:
+        table.add_row(
+            row["setup"], row["workers"], f"{row['rollouts/s']:,.0f}", f"{row['spans/s']:,.0f}",
+            "{:.2f} / {:.2f}".format(*row["dequeue p50/p99 ms"]), "{:.2f} / {:.2f}".format(*row["span write p50/p99 ms"]),
+            pair(row["peak RSS MB"], "{:.0f}"), pair(row["CPU ms/rollout"], "{:.2f}"),
+        )
+    console.print(table)
+    if startups:
+        console.print(f"server start-up (spawn to healthy): {1000 * min(startups):.0f} ms (best of {len(startups)})")
+    console.print(f"import agentgrad: {1000 * import_seconds('agentgrad'):.0f} ms; "
+                  f"import agentgrad.store.client (a runner's): {1000 * import_seconds('agentgrad.store.client'):.0f} ms")
+    console.print(f"Agent Lightning 0.3 here, from the issue: {BAR['in-process']} rollouts/s in process "
+                  f"({BAR['in-process, batched spans']} with batched spans), {BAR['http 1x16']} over HTTP 1×16, "
+                  f"{BAR['http 4x8']} 4×8, span writes ~{BAR['span write ms']} ms p50 over HTTP, server start ~5.5 s, 490 MB")
+    best = {(row["setup"], row["workers"]): row["rollouts/s"] for row in rows}
+    for label, key, bar in (
+        ("memory ×16 vs their in-process (batched)", ("memory, in process", "16"), BAR["in-process, batched spans"]),
+        ("SQLite ×16 vs their in-process (batched)", ("sqlite, in process", "16"), BAR["in-process, batched spans"]),
+        ("HTTP 1×16 vs theirs", ("HTTP, SQLite server", "1×16"), BAR["http 1x16"]),
+        ("HTTP 4×8 vs theirs", ("HTTP, SQLite server", "4×8"), BAR["http 4x8"]),
+    ):
+        if key in best:
+            console.print(f"  {label}: {best[key] / bar:.1f}×")
+    console.print(f"[dim]total {time.perf_counter() - began:.0f} s; the machine is shared, so figures move between runs[/dim]")
+
+
+if __name__ == "__main__":
+    main()

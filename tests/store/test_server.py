@@ -1,0 +1,264 @@
+"""The store server as an HTTP client meets it: tokens, limits, bad input, retries, room for other routes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentgrad.serving import ServerThread
+from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, StoreError
+from agentgrad.store.api import OPERATIONS
+from agentgrad.store.client import StoreClient, StoreUnreachable
+from agentgrad.store.http11 import ConnectionPool
+from agentgrad.store.server import check_exposure, create_app, store_server
+
+
+@pytest.fixture
+def served(tmp_path) -> Iterator[tuple[SqliteStore, ServerThread]]:  # type: ignore[no-untyped-def]
+    store = SqliteStore(tmp_path / "store.db")
+    with ServerThread(create_app(store, max_body_bytes=10_000)) as server:
+        yield store, server
+
+
+def test_a_token_is_required_on_every_route_but_health() -> None:
+    with store_server(MemoryStore(), token="s3cret") as server:
+        assert httpx.get(server.url + "/api/health").status_code == 200
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "s3cret"}):
+            denied = httpx.get(server.url + "/api/stats", headers=headers)
+            assert denied.status_code == 401 and "Bearer" in denied.json()["detail"]
+        assert httpx.post(server.url + "/api/rollouts", json={"requests": [{"input": 1}]}).status_code == 401
+        assert httpx.get(server.url + "/api/stats", headers={"authorization": "Bearer s3cret"}).status_code == 200
+
+        async def use() -> None:
+            with pytest.raises(StoreError, match="refused the token"):
+                await StoreClient(server.url).stats()
+            client = StoreClient(server.url, token="s3cret")
+            await client.enqueue_rollout("t")
+            assert (await client.stats()).rollouts == {"queuing": 1}
+            await client.close()
+
+        asyncio.run(use())
+
+
+def test_serving_beyond_loopback_needs_a_token() -> None:
+    for host in ("0.0.0.0", "192.168.1.4", "::", "example.org"):
+        with pytest.raises(ValueError, match="without a token"):
+            check_exposure(host, None)
+        check_exposure(host, "token")
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        check_exposure(host, None)
+    with pytest.raises(ValueError, match="without a token"):
+        store_server(MemoryStore(), host="0.0.0.0")
+
+
+def test_malformed_requests_get_a_4xx_that_says_what_was_wrong_and_change_nothing(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+    started = asyncio.run(store.start_rollout("t"))
+    rid, aid = started.rollout_id, started.attempt.attempt_id
+    before = asyncio.run(store.stats())
+    api = server.url + "/api"
+    cases = [
+        (httpx.post(api + "/rollouts", content=b"{not json"), 422, "Invalid JSON"),
+        (httpx.post(api + "/rollouts", json={"requests": "many"}), 422, "requests"),
+        (httpx.post(api + "/rollouts", json={"requests": [{"input": 1, "config": {"max_attempts": 0}}]}), 422,
+         "max_attempts"),
+        (httpx.post(api + "/rollouts", json={"requests": [{"input": 1}], "extra": 1}), 422, "extra: Extra inputs"),
+        (httpx.post(api + "/rollouts", json=[1, 2]), 422, "Input should be an object"),
+        (httpx.patch(f"{api}/rollouts/{rid}/attempts/{aid}", json={"status": "exploded"}), 422, "status"),
+        (httpx.patch(f"{api}/rollouts/{rid}/attempts/{aid}", json={"reward": "lots"}), 422, "reward"),
+        (httpx.patch(f"{api}/rollouts/{rid}/attempts/{aid}", json={"status": "running"}), 409, "already running"),
+        (httpx.patch(f"{api}/rollouts/{rid}", json={"status": "succeeded"}), 409, "only 'cancelled'"),
+        (httpx.patch(f"{api}/rollouts/{rid}/attempts/at-nope", json={"status": "failed"}), 404, "at-nope"),
+        (httpx.get(api + "/rollouts/ro-nope"), 404, "ro-nope"),
+        (httpx.post(api + "/spans", json={"spans": [{"name": "x", "rollout_id": rid, "attempt_id": "at-x"}]}), 404,
+         "at-x"),
+        (httpx.post(api + "/spans", json={"spans": [{"name": "x", "rollout_id": rid}]}), 400, "attempt_id"),
+        (httpx.get(api + "/spans", params={"rollout_id": rid, "all_attempts": "perhaps"}), 422, "all_attempts"),
+        (httpx.get(api + "/metrics", params={"colour": "red"}), 422, "colour"),
+        (httpx.post(api + "/rollouts/query", json={"limit": -1}), 422, "limit"),
+        (httpx.post(api + "/rollouts/query", json={"offset": 10**30}), 422, "offset"),
+        (httpx.post(api + "/metrics", json={"metrics": [{"name": "m", "step": 10**30, "value": 1}]}), 422, ""),
+        (httpx.post(api + "/spans", content=b"x" * 20_000), 413, "limit of 10000 bytes"),
+        (httpx.get(server.url + "/nowhere"), 404, "under /api/"),
+        (httpx.delete(api + "/stats"), 405, "DELETE"),
+    ]
+    for response, status, fragment in cases:
+        assert response.status_code == status, (response.request.url, response.text)
+        body = response.json()
+        assert set(body) == {"error", "detail"} and fragment in body["detail"], body
+    assert asyncio.run(store.stats()) == before
+    assert asyncio.run(store.get_rollout(rid)).status.value == "running"
+
+
+def test_a_chunked_body_over_the_limit_is_refused_while_it_arrives(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"requests": ['
+        for _ in range(1000):
+            yield b'{"input": "xxxxxxxxxxxxxxxx"},'
+        yield b'{"input": 0}]}'
+
+    response = httpx.post(server.url + "/api/rollouts", content=chunks())
+    assert response.status_code == 413 and "limit of 10000 bytes" in response.json()["detail"]
+    assert asyncio.run(store.stats()).rollouts == {}
+
+
+def test_a_retried_write_with_the_same_idempotency_key_is_applied_once(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+    asyncio.run(store.enqueue_rollouts([{"input": 1}, {"input": 2}]))
+    headers = {"idempotency-key": "k-1"}
+    first = httpx.post(server.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=headers)
+    again = httpx.post(server.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=headers)
+    assert first.json() == again.json() and first.json()["input"] == 1
+    assert asyncio.run(store.stats()).rollouts == {"queuing": 1, "running": 1}
+
+
+def test_every_store_operation_is_in_the_openapi_schema(served) -> None:  # type: ignore[no-untyped-def]
+    _, server = served
+    schema = httpx.get(server.url + "/api/openapi.json").json()
+    operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
+    assert {op.name for op in OPERATIONS} | {"health", "otlp_traces"} == operations
+    assert schema["openapi"].startswith("3.1") and "Span" in schema["components"]["schemas"]
+
+
+def test_other_routes_are_served_next_to_the_api() -> None:
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "m"}]})
+
+    app = create_app(MemoryStore(), token="t", extra_routes=[Route("/v1/models", models)])
+    with ServerThread(app) as server:
+        assert httpx.get(server.url + "/v1/models").status_code == 401  # the token guards them too
+        answer = httpx.get(server.url + "/v1/models", headers={"authorization": "Bearer t"})
+        assert answer.json() == {"data": [{"id": "m"}]}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_client_waits_for_a_server_that_is_not_up_yet() -> None:
+    port = _free_port()
+    store = MemoryStore()
+
+    async def call() -> None:
+        client = StoreClient(f"http://127.0.0.1:{port}", retry_seconds=20)
+        task = asyncio.create_task(client.enqueue_rollout("late"))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # still retrying
+        server = await asyncio.to_thread(lambda: ServerThread(create_app(store), port=port).start())
+        try:
+            rollout = await asyncio.wait_for(task, 10)
+            assert (await store.get_rollout(rollout.rollout_id)).input == "late"
+        finally:
+            await asyncio.to_thread(server.stop)
+
+    asyncio.run(call())
+
+
+def test_5xx_answers_are_retried_4xx_answers_are_not() -> None:
+    hits = {"stats": 0, "rollout": 0}
+
+    async def flaky_stats(request: Request) -> Response:
+        hits["stats"] += 1
+        if hits["stats"] < 3:
+            return JSONResponse({"error": "Busy", "detail": "try later"}, status_code=503)
+        stats = {"rollouts": {}, "attempts": {}, "spans": 0, "workers": 0, "resources": 0}
+        return Response(json.dumps(stats), media_type="application/json")
+
+    async def missing(request: Request) -> Response:
+        hits["rollout"] += 1
+        return JSONResponse({"error": "NotFoundError", "detail": "no rollout with id 'ro-x'"}, status_code=404)
+
+    app = Starlette(routes=[Route("/api/stats", flaky_stats), Route("/api/rollouts/{rollout_id}", missing)])
+    with ServerThread(app) as server:
+
+        async def call() -> None:
+            client = StoreClient(server.url)
+            assert (await client.stats()).spans == 0
+            with pytest.raises(NotFoundError, match="ro-x"):
+                await client.get_rollout("ro-x")
+
+        asyncio.run(call())
+    assert hits == {"stats": 3, "rollout": 1}
+
+
+def test_a_server_that_stays_down_is_reported_after_the_retry_window() -> None:
+    async def call() -> None:
+        client = StoreClient(f"http://127.0.0.1:{_free_port()}", retry_seconds=0.5)
+        with pytest.raises(StoreUnreachable, match="failed for"):
+            await client.stats()
+
+    asyncio.run(call())
+
+
+def test_the_client_raises_what_local_stores_raise() -> None:
+    with store_server(MemoryStore()) as server:
+
+        async def call() -> None:
+            client = StoreClient(server.url)
+            started = await client.start_rollout("t")
+            await client.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")
+            with pytest.raises(InvalidTransitionError, match="already succeeded"):
+                await client.update_rollout(started.rollout_id, status="cancelled")
+            with pytest.raises(NotFoundError):
+                await client.get_resources("res-404")
+
+        asyncio.run(call())
+
+
+def test_the_client_keeps_its_connection_alive_between_calls() -> None:
+    ports = []
+
+    async def stats(request: Request) -> Response:
+        assert request.client is not None
+        ports.append(request.client.port)
+        return Response(b'{"rollouts": {}, "attempts": {}, "spans": 0, "workers": 0, "resources": 0}',
+                        media_type="application/json")
+
+    with ServerThread(Starlette(routes=[Route("/api/stats", stats)])) as server:
+
+        async def calls() -> None:
+            client = StoreClient(server.url)
+            for _ in range(5):
+                await client.stats()
+
+        asyncio.run(calls())
+    assert len(ports) == 5 and len(set(ports)) == 1
+
+
+def test_waiting_for_rollouts_is_one_long_poll_not_a_stream_of_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    original = ConnectionPool.request
+
+    async def counted(self, method, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        return await original(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(ConnectionPool, "request", counted)
+    store = MemoryStore()
+    with store_server(store) as server:
+
+        async def wait() -> None:
+            client = StoreClient(server.url)
+            started = await store.start_rollout("t")
+            finisher = asyncio.get_running_loop().call_later(
+                0.8, lambda: asyncio.ensure_future(
+                    store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")))
+            (done,) = await client.wait_for_rollouts([started.rollout_id], timeout=10)
+            finisher.cancel()
+            assert done.status.value == "succeeded"
+
+        asyncio.run(wait())
+    assert calls == ["/api/rollouts/wait"]
