@@ -1,12 +1,10 @@
-"""The `agentgrad` command: run the demo, optimize a prompt, serve the engine or the gateway, inspect rollouts."""
+"""The `agentgrad` command: train (demo, apo), serve (store, gateway, engine), join (runner), inspect (rollouts, metrics)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -16,11 +14,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.tree import Tree
 
+from agentgrad import views
+from agentgrad.serving import check_exposure
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
 from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
-from agentgrad.types import Rollout, Span
 
 console = Console()
 
@@ -32,91 +30,9 @@ AGENT_FILE_NAMES = ("agent", "seed_prompt", "train_data", "val_data")
 class UsageError(Exception):
     """The command line asks for something that cannot be done; the message says what to change."""
 
+
 DEFAULT_PORT = 4780
-
-SHOWN_ATTRIBUTES = (
-    "agentgrad.reward",
-    "gen_ai.request.model",
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
-    "gen_ai.response.finish_reasons",
-    "agentgrad.resources.version",
-    "agentgrad.llm.latency_ms",
-    "agentgrad.message.body",
-    "agentgrad.operation.input",
-    "agentgrad.operation.output",
-    "exception.type",
-    "exception.message",
-)
-"""Attributes `rollouts show` prints under each span; the rest stay in the store."""
-
-
-def _duration(rollout: Rollout) -> str:
-    if rollout.start_time is None:
-        return "-"
-    end = rollout.end_time or datetime.datetime.now().timestamp()
-    return f"{end - rollout.start_time:.2f}s"
-
-
-def _short(value: Any, width: int = 100) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=repr)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-async def rollouts_ls(store: Store, status: list[str] | None, mode: str | None, limit: int, offset: int) -> None:
-    rollouts = await store.query_rollouts(status=status, mode=mode, limit=limit, offset=offset)
-    table = Table(title=f"Rollouts ({len(rollouts)} shown)")
-    for column in ("id", "status", "mode", "attempts", "reward", "duration"):
-        table.add_column(column, justify="right" if column in ("attempts", "reward", "duration") else "left", no_wrap=True)
-    table.add_column("input", overflow="ellipsis", no_wrap=True, max_width=40)
-    for r in rollouts:
-        reward = "-" if r.reward is None else f"{r.reward:.3f}"
-        table.add_row(r.rollout_id, r.status.value, r.mode or "-", str(r.num_attempts), reward, _duration(r), _short(r.input, 40))
-    console.print(table)
-    stats = await store.stats()
-    console.print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.rollouts.items())))
-
-
-def span_tree(spans: Sequence[Span], title: str) -> Tree:
-    """Spans nested by parent id; spans whose parent is not among them are roots."""
-    tree = Tree(title)
-    by_id = {s.span_id: s for s in spans if s.span_id}
-    children: dict[str | None, list[Span]] = {}
-    for s in spans:
-        parent = s.parent_id if s.parent_id in by_id else None
-        children.setdefault(parent, []).append(s)
-
-    def add(node: Tree, span: Span) -> None:
-        duration = f" {1000 * (span.end_time - span.start_time):.1f} ms" if span.end_time else ""
-        error = " [red]ERROR[/red]" if span.status.code == "ERROR" else ""
-        branch = node.add(f"[bold]{span.name}[/bold] #{span.sequence_id}{duration}{error}")
-        for key in SHOWN_ATTRIBUTES:
-            if key in span.attributes:
-                branch.add(f"[dim]{key}[/dim] = {_short(span.attributes[key])}")
-        for child in sorted(children.get(span.span_id, []), key=lambda s: s.sequence_id):
-            add(branch, child)
-
-    for root in sorted(children.get(None, []), key=lambda s: s.sequence_id):
-        add(tree, root)
-    return tree
-
-
-async def rollouts_show(store: Store, rollout_id: str) -> None:
-    rollout = await store.get_rollout(rollout_id)
-    console.print(f"[bold]{rollout.rollout_id}[/bold]  status={rollout.status.value}  mode={rollout.mode}  "
-                  f"reward={rollout.reward}  resources={rollout.resources_id}")
-    console.print(f"input: {_short(rollout.input, 400)}")
-    table = Table(title="Attempts")
-    for column in ("#", "attempt", "worker", "status", "reward", "duration", "error"):
-        table.add_column(column)
-    attempts = await store.query_attempts(rollout_id)
-    for a in attempts:
-        duration = f"{a.end_time - a.start_time:.2f}s" if a.end_time else "-"
-        table.add_row(str(a.sequence), a.attempt_id, a.worker_id or "-", a.status.value,
-                      "-" if a.reward is None else f"{a.reward:.3f}", duration, _short(a.error or "", 60))
-    console.print(table)
-    for a in attempts:
-        console.print(span_tree(await store.query_spans(rollout_id, a.attempt_id), f"spans of attempt {a.sequence} ({a.attempt_id})"))
+"""Where `agentgrad serve` listens unless told otherwise."""
 
 
 def _with_store(spec: str, work: Callable[[Store], Any]) -> None:
@@ -138,10 +54,15 @@ def serve_engine_command(args: argparse.Namespace) -> None:
 
     from agentgrad.engine import Engine
     from agentgrad.engine.server import create_engine_app
+    from agentgrad.serving import TokenGuard
 
+    try:
+        check_exposure(args.host, args.token, "the model")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
     console.print(f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1")
-    uvicorn.run(create_engine_app(engine), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(TokenGuard(create_engine_app(engine), args.token), host=args.host, port=args.port, log_level="warning")
 
 
 def load_agent_file(path: Path) -> Any:
@@ -214,48 +135,54 @@ def apo_command(args: argparse.Namespace) -> None:
                   f"rollouts: agentgrad rollouts ls --store {store_path})")
 
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None, close_store: bool) -> Any:
+    """The gateway that `--backend` / `--default` describe (`agentgrad gateway` and `agentgrad serve`)."""
+    from agentgrad.gateway import Gateway, parse_backend
+
+    try:
+        backends = dict(parse_backend(spec) for spec in args.backend)
+        default = parse_backend(f"default={args.default}")[1] if args.default else None
+        return Gateway(store, backends, default=default, token=token, close_store=close_store)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run_gateway(args: argparse.Namespace) -> None:
     """`agentgrad gateway`: serve the gateway until interrupted; buffered spans are written on the way out."""
-    import os
-
     import uvicorn
 
-    from agentgrad.gateway import Gateway, parse_backend
-
-    token = os.environ.get(args.token_env) or None
     try:
-        if token is None and args.host not in LOOPBACK_HOSTS and not args.host.startswith("127."):
-            raise ValueError(f"--host {args.host} is reachable from other machines: set ${args.token_env} to a bearer token")
-        backends = dict(parse_backend(spec) for spec in args.backend)
-        default = parse_backend(f"default={args.default}")[1] if args.default else None
-        gateway = Gateway(open_store(args.store), backends, default=default, token=token, close_store=True)
+        check_exposure(args.host, args.token, "the gateway")
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise SystemExit(2) from None
-    served = ", ".join(gateway.models) + (" and any other model" if default else "")
+        raise UsageError(str(exc)) from None
+    gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
+    served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
     uvicorn.run(gateway, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
                 proxy_headers=False, server_header=False, date_header=False)
 
 
-def serve(store_spec: str, host: str, port: int, token: str | None) -> None:
-    """Serve a store file until Ctrl+C; refuses an address beyond loopback without a token."""
+def serve(args: argparse.Namespace) -> None:
+    """Serve a store (API, dashboard, OTLP, and the gateway when backends are given) until Ctrl+C."""
     import uvicorn
 
-    from agentgrad.store.server import UVICORN_OPTIONS, check_exposure, create_app
+    from agentgrad.store.server import UVICORN_OPTIONS, create_app
 
     try:
-        check_exposure(host, token)
+        check_exposure(args.host, args.token)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    store = open_store(store_spec)
-    shown = f"[{host}]" if ":" in host else host
-    console.print(f"agentgrad store server on http://{shown}:{port}/api/ (store: {store_spec}"
-                  f"{', token required' if token else ''}); Ctrl+C stops it")
-    uvicorn.run(create_app(store, token=token), host=host, port=port, log_level="warning", **UVICORN_OPTIONS)
+    store = open_store(args.store)
+    extra: list[Any] = []
+    closing: list[Any] = []
+    if args.backend or args.default:
+        gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
+        extra, closing = gateway.routes(), [gateway.aclose]
+    shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+    console.print(f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})")
+    console.print(f"  dashboard: {shown}/" + (f"\n  gateway: {shown}/v1" if extra else "") + "\nCtrl+C stops it")
+    uvicorn.run(create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing), host=args.host,
+                port=args.port, log_level="warning", **UVICORN_OPTIONS)
 
 
 def runner(store_spec: str, agent_spec: str, workers: int, token: str | None) -> None:
@@ -285,6 +212,14 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None) ->
     run_workers(store_spec, token, agent, worker_ids)
 
 
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", action="append", default=[], metavar="MODEL=URL[,OPTION=VALUE...]",
+                        help="gateway: serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR "
+                             "(API key from that variable), model=NAME (upstream's name), system=NAME, "
+                             "token_ids=false, logprobs=false")
+    parser.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="gateway: upstream for any other model")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -307,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
     serve_engine.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)")
     serve_engine.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    serve_engine.add_argument("--token", default=os.environ.get(TOKEN_ENV),
+                              help=f"bearer token callers must send (default: ${TOKEN_ENV}; required off loopback)")
     serve_engine.set_defaults(handler=serve_engine_command)
 
     apo = commands.add_parser(
@@ -341,22 +278,24 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--mode", help="only this mode (train, val, ...)")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
-    ls.set_defaults(handler=lambda a: _with_store(a.store, lambda s: rollouts_ls(s, a.status, a.mode, a.limit, a.offset)))
+    ls.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollouts(console, s, a.status, a.mode, a.limit, a.offset)))
     show = rollout_commands.add_parser("show", help="one rollout: its attempts and span tree")
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
-    show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: rollouts_show(s, a.rollout_id)))
+    show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
+
+    metrics = commands.add_parser("metrics", help="the training curves in a store, a line each")
+    metrics.add_argument("--store", required=True, help="SQLite path or store server URL")
+    metrics.add_argument("--prefix", help="only names starting with this (train/, val/, perf/, apo/)")
+    metrics.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 
     gateway = commands.add_parser("gateway", help="serve the OpenAI-compatible gateway that records model calls into a store")
     gateway.add_argument("--store", required=True, help="SQLite path, 'memory', or store server URL")
-    gateway.add_argument("--backend", action="append", default=[], metavar="MODEL=URL[,OPTION=VALUE...]",
-                         help="serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR (API key "
-                              "from that variable), model=NAME (upstream's name), system=NAME, token_ids=false, logprobs=false")
-    gateway.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="upstream for models not named by --backend")
+    add_backend_arguments(gateway)
     gateway.add_argument("--host", default="127.0.0.1")
     gateway.add_argument("--port", type=int, default=8090)
-    gateway.add_argument("--token-env", default="AGENTGRAD_TOKEN",
-                         help="variable holding the bearer token callers must send (required off loopback)")
+    gateway.add_argument("--token", default=os.environ.get(TOKEN_ENV),
+                         help=f"bearer token callers must send as their API key (default: ${TOKEN_ENV}; required off loopback)")
     gateway.set_defaults(handler=run_gateway)
 
     server = commands.add_parser("serve", help="serve a store over HTTP (runners and algorithms anywhere can use it)")
@@ -365,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=DEFAULT_PORT)
     server.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token clients must send "
                         f"(default: ${TOKEN_ENV})")
-    server.set_defaults(handler=lambda a: serve(a.store, a.host, a.port, a.token))
+    add_backend_arguments(server)
+    server.set_defaults(handler=serve)
 
     join = commands.add_parser("runner", help="join a store as runner(s) executing an agent")
     join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")

@@ -45,6 +45,7 @@ from agentgrad.backends import (
     post_with_retries,
 )
 from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
+from agentgrad.serving import bearer_ok, expected_authorization
 from agentgrad.store import NotFoundError, Store
 from agentgrad.tracer import SpanSink
 from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanStatus
@@ -157,7 +158,7 @@ class Gateway:
             else Upstream.of("default", default if isinstance(default, Backend) else Backend(default))
         )
         self.token = token
-        self._auth = None if token is None else f"Bearer {token}".encode()
+        self._auth = expected_authorization(token)
         self.max_retries = max_retries
         self.retry_backoff_s = retry_backoff_s
         self._close_store = close_store
@@ -252,7 +253,7 @@ class Gateway:
                 "not_found",
             )
         headers = dict(scope["headers"])
-        if self._auth is not None and headers.get(b"authorization") != self._auth:
+        if not bearer_ok(headers, self._auth):  # constant-time comparison
             message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
             return await _reject(send, 401, message, "invalid_api_key")
         endpoint, method = match["endpoint"], scope["method"]

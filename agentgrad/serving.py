@@ -1,9 +1,16 @@
-"""Run an ASGI app (store server, gateway, engine, a test's fake upstream) with uvicorn in a thread."""
+"""Running our servers: uvicorn in a thread, and the rules every server follows about who may call it.
+
+Servers bind to loopback by default; bound to any other address they need a bearer token
+(`check_exposure`), and `TokenGuard` / `bearer_ok` check it.
+"""
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 STARTUP_SECONDS = 15.0
@@ -58,3 +65,47 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None, what: str = "the store") -> None:
+    """Refuse to serve beyond this machine without a token: anyone reaching the server could use it."""
+    if token is None and not is_loopback(host):
+        raise ValueError(
+            f"refusing to serve {what} on {host!r} without a token: anyone who can reach it could use it. "
+            "Pass --token (or set AGENTGRAD_TOKEN), or bind to 127.0.0.1"
+        )
+
+
+def expected_authorization(token: str | None) -> bytes | None:
+    return None if token is None else f"Bearer {token}".encode()
+
+
+def bearer_ok(headers: Mapping[bytes, bytes], expected: bytes | None) -> bool:
+    """Whether a request's headers carry the expected `Authorization` (always, when none is expected)."""
+    return expected is None or hmac.compare_digest(headers.get(b"authorization", b""), expected)
+
+
+class TokenGuard:
+    """An ASGI app that answers 401 (OpenAI error shape) unless the request carries the bearer token."""
+
+    def __init__(self, app: Any, token: str | None, public: tuple[str, ...] = ("/health",)) -> None:
+        self.app, self.expected, self.public = app, expected_authorization(token), public
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.public and not bearer_ok(dict(scope["headers"]), self.expected):
+            from starlette.responses import JSONResponse
+
+            error = {"message": "this server needs 'Authorization: Bearer <token>' with the token it was started with",
+                     "type": "authentication_error", "param": None, "code": None}
+            await JSONResponse({"error": error}, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

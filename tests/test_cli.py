@@ -54,6 +54,42 @@ def test_rollouts_ls_and_show_print_what_the_store_holds(tmp_path: Path) -> None
     assert failed.rollout_id in only_failed.stdout and "succeeded " not in only_failed.stdout.split("by status")[0]
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_serve_hosts_the_gateway_and_the_dashboard_next_to_the_store(tmp_path: Path, upstream) -> None:  # type: ignore[no-untyped-def]
+    path, port = tmp_path / "served.db", free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(path), "--port", str(port),
+         "--backend", f"policy={upstream.url},key_env=FAKE_UPSTREAM_KEY"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "FAKE_UPSTREAM_KEY": "sk-upstream-secret-1234", "COLUMNS": "200"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/api/health").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and process.poll() is None, "the server did not come up"
+                time.sleep(0.05)
+        assert "<html" in httpx.get(url + "/").text.lower()
+        reply = openai.OpenAI(base_url=url + "/v1", api_key="unused").chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content
+    finally:
+        process.terminate()
+        out, err = process.communicate(timeout=30)
+    assert "dashboard: " + url in out and "gateway: " + url + "/v1" in out, out + err
+    spans = asyncio.run(SqliteStore(path).query_spans(None))  # the gateway flushed on shutdown
+    assert [s.attributes["gen_ai.request.model"] for s in spans] == ["policy"]
+
+
 def test_unknown_ids_and_missing_files_are_clear_errors(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     SqliteStore(path)
@@ -100,6 +136,6 @@ def test_the_gateway_command_serves_records_into_a_store_file_and_flushes_on_shu
 
 def test_the_gateway_command_refuses_other_hosts_without_a_token_and_bad_backends(tmp_path: Path) -> None:
     off_loopback = agentgrad_cli("gateway", "--store", "memory", "--host", "0.0.0.0", "--backend", "m=http://h/v1")
-    assert off_loopback.returncode == 2 and "set $AGENTGRAD_TOKEN to a bearer token" in off_loopback.stdout
+    assert off_loopback.returncode == 2 and "without a token" in off_loopback.stdout and "--token" in off_loopback.stdout
     bad = agentgrad_cli("gateway", "--store", "memory", "--backend", "http://h/v1")
     assert bad.returncode == 2 and "expected NAME=URL" in bad.stdout

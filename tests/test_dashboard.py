@@ -1,6 +1,6 @@
 """The dashboard as the store server serves it: the page, its assets, and every API call its script makes.
 
-The server is built the way `agentgrad serve` mounts the dashboard (`extra_routes=dashboard_routes()`)
+The server is built the way `agentgrad serve` builds it: every store server has the dashboard at `/`
 over a SQLite store holding one run's worth of everything the page shows. No browser is needed, except
 for the last test, which runs only where Chromium is installed.
 """
@@ -98,7 +98,7 @@ async def fill(store: SqliteStore) -> dict[str, str]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     store = SqliteStore(tmp_path_factory.mktemp("dashboard") / "store.db")
     ids = asyncio.run(fill(store))
-    with ServerThread(create_app(store, extra_routes=dashboard_routes())) as server:
+    with ServerThread(create_app(store)) as server:
         yield server.url, ids
     asyncio.run(store.close())
 
@@ -212,11 +212,9 @@ def test_the_script_builds_the_page_from_text_nodes_only() -> None:
         assert sink not in SCRIPT, sink
 
 
-@pytest.mark.xfail(strict=True, reason="the server's _Guard asks a token of `/` and `/dashboard/` too, so a browser "
-                   "cannot load the page of a server started with --token; remove this mark once it lets them through")
 def test_with_a_token_the_page_loads_and_only_the_api_needs_the_token(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")
-    with ServerThread(create_app(store, token="s3cret", extra_routes=dashboard_routes())) as server:
+    with ServerThread(create_app(store, token="s3cret")) as server:
         assert httpx.get(server.url + "/api/stats").status_code == 401
         assert httpx.get(server.url + "/api/stats", headers={"authorization": "Bearer s3cret"}).status_code == 200
         assert httpx.get(server.url + "/").status_code == 200

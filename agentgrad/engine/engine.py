@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
-import functools
 import logging
 import threading
 import time
@@ -27,18 +26,16 @@ from typing import Any, Iterator
 
 import torch
 
+from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, common_prefix_length, new_cache
 from agentgrad.engine.model import load_model
+from agentgrad.engine.sampling import sample
 
 log = logging.getLogger(__name__)
 
 BATCH_WINDOW_SECONDS = 0.01
 """When idle, how long to wait after a request for more to arrive before starting a batch."""
 MAX_BATCH_WINDOW_SECONDS = 0.1
-MIN_SHARED_PREFIX = 8
-"""Prompts of a batch sharing at least this many leading tokens compute them once."""
 PREFIX_CACHE_SIZE = 4
-KV_SPARE_TOKENS = 64
-"""Room left in each KV buffer, so a decode step writes in place; it grows by this much when full."""
 
 
 @dataclass
@@ -307,8 +304,8 @@ class Engine:
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
         prompts = list(distinct)
-        shared = min(_common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
-        cache = _new_cache()
+        shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        cache = new_cache()
         if shared >= MIN_SHARED_PREFIX:
             for layer_index, (keys, values) in enumerate(self._prefix_kv(prompts[0][:shared])):
                 cache.update(keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index)
@@ -336,7 +333,7 @@ class Engine:
         """Keys and values of a shared prefix (batch of one), cached while the weights are unchanged."""
         key = (self.version, prefix)
         if key not in self._prefixes:
-            cache = _new_cache()
+            cache = new_cache()
             ids = torch.tensor([prefix], device=self.device)
             self._sampler(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             self._prefixes[key] = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
@@ -456,97 +453,3 @@ def _merge(running: _Batch, added: _Batch) -> _Batch:
         positions=torch.cat([running.positions, added.positions]),
         last=torch.cat([running.last, added.last]),
     )
-
-
-def _common_prefix_length(prompts: Sequence[tuple[int, ...]]) -> int:
-    first = prompts[0]
-    length = len(first)
-    for prompt in prompts[1:]:
-        length = min(length, len(prompt))
-        for i in range(length):
-            if prompt[i] != first[i]:
-                length = i
-                break
-    return length
-
-
-def _new_cache() -> Any:
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = _growing_layer_class()
-    return cache
-
-
-@functools.cache
-def _growing_layer_class() -> type:
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        """A layer's keys and values in a buffer with spare room: a decode step writes in place
-        instead of copying the whole cache (which cost a quarter of each step)."""
-
-        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            self.device = key_states.device
-            self.replace(key_states[:, :, :0], value_states[:, :, :0])
-            self.is_initialized = True
-
-        def replace(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-            length = keys.shape[2]
-            shape = (keys.shape[0], keys.shape[1], length + KV_SPARE_TOKENS, keys.shape[3])
-            self._keys, self._values = keys.new_empty(shape), values.new_empty(shape)
-            self._keys[:, :, :length], self._values[:, :, :length] = keys, values
-            self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            start = self.keys.shape[2]
-            end = start + key_states.shape[2]
-            if end > self._keys.shape[2]:
-                self.replace(self.keys, self.values)
-                if end > self._keys.shape[2]:
-                    self.replace(torch.cat([self.keys, key_states], 2), torch.cat([self.values, value_states], 2))
-                    return self.keys, self.values
-            self._keys[:, :, start:end], self._values[:, :, start:end] = key_states, value_states
-            self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            self.replace(self.keys[indices], self.values[indices])
-
-    return GrowingLayer
-
-
-def sample(
-    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its logprob under the distribution it was drawn from.
-
-    Temperature 0 is greedy (logprob under the model's own distribution); otherwise logits are
-    divided by the temperature and, with top_p < 1, cut to the smallest set of tokens whose
-    probability reaches top_p, then renormalized.
-    """
-    temperature = torch.tensor([p.temperature for p in params], device=logits.device)
-    greedy = temperature == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
-    top_p = torch.tensor([p.top_p for p in params], device=logits.device)
-    if bool((top_p < 1).any()):
-        probs_sorted, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
-        before = probs_sorted.cumsum(-1) - probs_sorted  # mass of the tokens ranked above each one
-        cut = before >= top_p[:, None]
-        scaled = scaled.scatter(-1, order, scaled.gather(-1, order).masked_fill(cut, float("-inf")))
-    logprobs = torch.log_softmax(scaled, dim=-1)
-    tokens = torch.empty(len(params), dtype=torch.long, device=logits.device)
-    if bool(greedy.any()):
-        tokens[greedy] = logits[greedy].argmax(-1)
-    sampled = ~greedy
-    if bool(sampled.any()):
-        probs = logprobs.exp()
-        plain = [i for i, g in enumerate(generators) if sampled[i] and g is None]
-        if plain:
-            tokens[plain] = torch.multinomial(probs[plain], 1).squeeze(-1)
-        for i, generator in enumerate(generators):
-            if sampled[i] and generator is not None:
-                tokens[i] = torch.multinomial(probs[i], 1, generator=generator).squeeze(-1)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)

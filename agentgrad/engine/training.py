@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-MIN_SHARED_PREFIX = 8
+from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, common_prefix_length
 
 
 @dataclass
@@ -32,15 +32,6 @@ class ScoredSequence:
             )
 
 
-def _common_prefix(sequences: Sequence[list[int]]) -> int:
-    first = sequences[0]
-    length = len(first)
-    for other in sequences[1:]:
-        length = min(length, len(other))
-        length = next((i for i in range(length) if other[i] != first[i]), length)
-    return length
-
-
 def sequence_logprobs(
     model: torch.nn.Module, sequences: Sequence[ScoredSequence], temperature: float = 1.0, pad_token_id: int = 0
 ) -> list[torch.Tensor]:
@@ -51,7 +42,7 @@ def sequence_logprobs(
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    shared = min(_common_prefix([s.token_ids for s in sequences]), min(s.first_scored for s in sequences) - 1)
+    shared = min(common_prefix_length([s.token_ids for s in sequences]), min(s.first_scored for s in sequences) - 1)
     cache = DynamicCache()
     if shared >= MIN_SHARED_PREFIX:
         model(input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device), cache=cache, use_cache=True,

@@ -13,13 +13,12 @@ Bad input never changes anything and always gets a 4xx whose JSON body says what
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
+import contextlib
 import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -31,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentgrad.serving import ServerThread
+from agentgrad.serving import ServerThread, bearer_ok, check_exposure, expected_authorization
 from agentgrad.store.api import JSON, OPERATIONS, Operation, openapi_schema
 from agentgrad.store.base import InvalidTransitionError, NotFoundError, Store, StoreError
 
@@ -216,12 +215,18 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
+def _is_public(path: str) -> bool:
+    """Health and the dashboard's static page need no token (a browser cannot send one to open
+    a page); every call for data does."""
+    return path in ("/api/health", "/") or path.startswith("/dashboard/")
+
+
 class _Guard:
     """Bearer-token check and request size limit, for every route of the app."""
 
     def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int) -> None:
         self.app = app
-        self.expected = None if token is None else f"Bearer {token}".encode()
+        self.expected = expected_authorization(token)
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -229,11 +234,7 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if (
-            self.expected is not None
-            and scope["path"] != "/api/health"
-            and not hmac.compare_digest(headers.get(b"authorization", b""), self.expected)
-        ):
+        if not _is_public(scope["path"]) and not bearer_ok(headers, self.expected):
             response = error_response(
                 401, "Unauthorized", "this server needs 'Authorization: Bearer <token>' with the token it was started with",
                 headers={"www-authenticate": "Bearer"},
@@ -295,10 +296,13 @@ def create_app(
     token: str | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
+    on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> _Guard:
-    """The store server as an ASGI app. With `token`, every request but `/api/health` needs
-    `Authorization: Bearer <token>`. `extra_routes` (the gateway, say) are served after the API's.
-    `app.state.store` is the store it serves."""
+    """The store server as an ASGI app: the API under `/api/`, OTLP ingest, the dashboard at `/`.
+    With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
+    (the gateway, say) are served after the API's; `on_shutdown` coroutines (the gateway's `aclose`)
+    run when the server stops. `app.state.store` is the store it serves."""
+    from agentgrad.dashboard import dashboard_routes
     from agentgrad.store.otlp import otlp_traces
 
     replays = _Replays()
@@ -316,8 +320,14 @@ def create_app(
     routes: list[BaseRoute] = [Route("/api/health", _health), Route("/api/openapi.json", openapi)]
     for path, methods in by_path.items():  # one route per path, so a 405 lists all its methods in `Allow`
         routes.append(Route(path, _by_method(methods), methods=list(methods)))
-    routes += [Route("/v1/traces", otlp_traces, methods=["POST"]), *extra_routes]
-    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    routes += [Route("/v1/traces", otlp_traces, methods=["POST"]), *extra_routes, *dashboard_routes()]
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        for close in on_shutdown:
+            await close()
+
+    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
     starlette.state.store = store
     starlette.state.max_body_bytes = max_body_bytes
     app = _Guard(_Dispatch(starlette, handlers), token=token, max_body_bytes=max_body_bytes)
@@ -330,24 +340,6 @@ def _by_method(handlers: dict[str, _Handler]) -> Any:
         return await handlers[request.method].endpoint(request)
 
     return endpoint
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_exposure(host: str, token: str | None) -> None:
-    """Refuse to serve a store beyond this machine without a token: anyone reaching it could change it."""
-    if token is None and not is_loopback(host):
-        raise ValueError(
-            f"refusing to serve the store on {host!r} without a token: anyone who can reach it could read and "
-            "change it. Pass --token (or set AGENTGRAD_TOKEN), or bind to 127.0.0.1"
-        )
 
 
 def store_server(
