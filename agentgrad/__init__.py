@@ -35,6 +35,10 @@ _EXPORTS = {
     "instrument_openai": "agentgrad.instrument",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
+    "GRPO": "agentgrad.algorithms.grpo",
+    "GRPOConfig": "agentgrad.algorithms.grpo",
+    "SFT": "agentgrad.algorithms.sft",
+    "SFTConfig": "agentgrad.algorithms.sft",
     "APO": "agentgrad.algorithms.apo",
     # stores
     "Store": "agentgrad.store",
@@ -64,6 +68,8 @@ if TYPE_CHECKING:
     from agentgrad.algorithms.apo import APO
     from agentgrad.algorithms.base import Algorithm
     from agentgrad.algorithms.baseline import Baseline
+    from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+    from agentgrad.algorithms.sft import SFT, SFTConfig
     from agentgrad.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
     from agentgrad.gateway import Backend, Gateway
     from agentgrad.instrument import GatewayEnvHook, instrument_openai
