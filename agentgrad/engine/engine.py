@@ -13,11 +13,13 @@ bumps `version`, so the very next request runs on them.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import copy
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -224,6 +226,8 @@ class Engine:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentgrad-engine", daemon=True)
                 self._thread.start()
+                # stop the loop before the interpreter tears torch down under it (an abort otherwise)
+                atexit.register(_close_at_exit, weakref.ref(self))
             self._cv.notify()
         return request.future
 
@@ -427,6 +431,12 @@ class Engine:
             for layer in batch.cache.layers:
                 layer.replace(layer.keys[:, :, leading:], layer.values[:, :, leading:])
         return batch
+
+
+def _close_at_exit(engine: weakref.ref[Engine]) -> None:
+    alive = engine()
+    if alive is not None:
+        alive.close()
 
 
 def _merge(running: _Batch, added: _Batch) -> _Batch:
