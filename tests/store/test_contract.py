@@ -112,12 +112,12 @@ async def test_retry_on_decides_which_outcomes_are_retried(store: Store) -> None
 
 
 async def test_an_attempt_past_its_timeout_is_marked_and_the_rollout_requeued(store: Store) -> None:
-    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=0.2, max_attempts=2))
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=0.5, max_attempts=2))
     first = await store.dequeue_rollout()
     await store.check_attempts(force=True)
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
 
-    await asyncio.sleep(0.25)
+    await asyncio.sleep(0.55)
     await store.check_attempts(force=True)
     assert (await store.query_attempts(rollout.rollout_id))[0].status is AttemptStatus.TIMEOUT
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
@@ -128,14 +128,14 @@ async def test_an_attempt_past_its_timeout_is_marked_and_the_rollout_requeued(st
 
     second = await store.dequeue_rollout()
     assert second is not None and second.attempt.sequence == 2
-    await asyncio.sleep(0.25)
+    await asyncio.sleep(0.55)
     await store.check_attempts(force=True)
     final = await store.get_rollout(rollout.rollout_id)
     assert final.status is RolloutStatus.FAILED and final.num_attempts == 2  # max_attempts respected
 
 
 async def test_spans_and_heartbeats_keep_an_attempt_alive_silence_does_not(store: Store) -> None:
-    config = RolloutConfig(unresponsive_seconds=0.3, max_attempts=2)
+    config = RolloutConfig(unresponsive_seconds=0.6, max_attempts=2)  # beats every 0.15 s: margin for a slow CI
     rollout = await store.enqueue_rollout("t", config=config)
     claimed = await store.dequeue_rollout(worker_id="w")
     assert claimed is not None
@@ -149,7 +149,7 @@ async def test_spans_and_heartbeats_keep_an_attempt_alive_silence_does_not(store
     await store.check_attempts(force=True)
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
 
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(0.65)
     await store.check_attempts(force=True)
     attempts = await store.query_attempts(rollout.rollout_id)
     assert attempts[0].status is AttemptStatus.UNRESPONSIVE
