@@ -185,8 +185,11 @@ def serve(args: argparse.Namespace) -> None:
                 port=args.port, log_level="warning", **UVICORN_OPTIONS)
 
 
-def runner(store_spec: str, agent_spec: str, workers: int, token: str | None) -> None:
-    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C."""
+def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None) -> None:
+    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C.
+
+    With `gateway`, agents that build `OpenAI()` without arguments are routed through it (the
+    runner sets OPENAI_BASE_URL / OPENAI_API_KEY for each attempt)."""
     import importlib
     import os
     import socket
@@ -209,7 +212,12 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None) ->
     prefix = f"{socket.gethostname()}-{os.getpid()}"
     worker_ids = [f"{prefix}-{i}" for i in range(workers)]
     console.print(f"{workers} runner(s) of {agent.name} joining {store_spec}; Ctrl+C stops them")
-    run_workers(store_spec, token, agent, worker_ids)
+    hooks = []
+    if gateway:
+        from agentgrad.instrument import GatewayEnvHook
+
+        hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
+    run_workers(store_spec, token, agent, worker_ids, hooks=hooks)
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -312,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--agent", required=True, help="the agent as module:object, importable from here")
     join.add_argument("--workers", type=int, default=1, help="concurrent runners in this process")
     join.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"the server's token (default: ${TOKEN_ENV})")
-    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token))
+    join.add_argument("--gateway", help="gateway URL (…/v1) that agents building OpenAI() without arguments should "
+                                        "call: set as OPENAI_BASE_URL, routed to each attempt")
+    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway))
     return parser
 
 

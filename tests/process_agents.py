@@ -34,3 +34,12 @@ def dies_once(task: dict, rollout: ag.Rollout) -> float:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(0.05)
     return 1.0
+
+
+@ag.rollout
+def bare_openai(task: dict) -> float:
+    """An agent written for plain OpenAI: it builds its client with no arguments, from the environment."""
+    from openai import OpenAI
+
+    reply = OpenAI().chat.completions.create(model="policy", messages=[{"role": "user", "content": task["q"]}])
+    return 1.0 if reply.choices[0].message.content else 0.0

@@ -31,7 +31,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.enviro
 
 
 def agentgrad_cli(*args: str, **options: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "agentgrad.cli", *args], env=ENV, text=True, **options)
+    return subprocess.Popen([sys.executable, "-m", "agentgrad.cli", *args], text=True, **{"env": ENV, **options})
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -265,3 +265,35 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path)
                           "--host", "0.0.0.0"], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "without a token" in " ".join(run.stdout.split())
     assert not (tmp_path / "s.db").exists()  # refused before touching anything
+
+
+def test_a_runner_with_gateway_routes_agents_that_build_openai_without_arguments(tmp_path: Path, upstream: Any) -> None:
+    """`agentgrad serve --backend` hosts the gateway; `agentgrad runner --gateway` sets OPENAI_BASE_URL per attempt."""
+    path, port = tmp_path / "store.db", free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**ENV, "FAKE_UPSTREAM_KEY": "sk-upstream-secret-1234", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    server = agentgrad_cli("serve", "--store", str(path), "--port", str(port), "--backend",
+                           f"policy={upstream.url},key_env=FAKE_UPSTREAM_KEY", stdout=subprocess.DEVNULL, env=env)
+    runner = None
+    try:
+        wait_until(lambda: healthy(url), "the server to start")
+        client = StoreClient(url)
+        ids = [r.rollout_id for r in asyncio.run(client.enqueue_rollouts([{"input": {"q": f"question {i}"}} for i in range(4)]))]
+        runner = agentgrad_cli("runner", "--store", url, "--agent", "tests.process_agents:bare_openai", "--workers", "1",
+                               "--gateway", url + "/v1", env=env)
+        assert len(asyncio.run(client.wait_for_rollouts(ids, timeout=60))) == 4
+
+        async def calls() -> dict[str, list[Span]]:
+            return {rid: [s for s in await client.query_spans(rid) if s.attributes.get("gen_ai.operation.name") == "chat"]
+                    for rid in ids}
+
+        recorded = asyncio.run(calls())
+        for rid, spans in recorded.items():
+            (span,) = spans  # each agent's call landed in its own attempt
+            assert span.rollout_id == rid and "question" in span.attributes["gen_ai.input.messages"]
+        assert all(r.reward == 1.0 for r in asyncio.run(client.query_rollouts(rollout_ids=ids)))
+    finally:
+        for process in (runner, server):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=20)
