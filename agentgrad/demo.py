@@ -37,7 +37,7 @@ def load_calc_example() -> ModuleType:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)")
-    parser.add_argument("--steps", type=int, default=20, help="GRPO steps, or SFT rounds (default: 20 / 3)")
+    parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 20 / 3)")
     parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
@@ -56,12 +56,11 @@ def main(args: argparse.Namespace) -> None:
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
-        algorithm = GRPO(GRPOConfig(steps=args.steps, val_every=10, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
+        algorithm = GRPO(GRPOConfig(steps=args.steps or 20, val_every=10, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        rounds = 3 if args.steps == 20 else args.steps
-        algorithm = SFT(SFTConfig(rounds=rounds, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
+        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
     trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store)
     console.print(f"training the calculator agent with {args.algorithm.upper()} on {engine.name} ({engine.device}); "
                   f"store: {getattr(trainer.store, 'path', trainer.store)}")

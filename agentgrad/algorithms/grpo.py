@@ -189,8 +189,8 @@ class GRPO(Algorithm):
                 rollout_seconds = time.perf_counter() - began
 
                 # ---- adapt: spans → trajectories; advantages within each task's group
-                batch, rewards, kept_groups = await self._batch(rollouts, groups)
-                generated = sum(t.response_length for t, _ in batch)
+                batch, rewards, kept_groups, sampled = await self._batch(rollouts, groups)
+                generated = sum(t.response_length for t in sampled)  # every rollout's, kept or not
 
                 # ---- optimize: clipped policy gradient over the response tokens
                 update_began = time.perf_counter()
@@ -205,12 +205,12 @@ class GRPO(Algorithm):
                     "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
                     "train/groups_used": kept_groups,
                     "train/failed_rollouts": len(rollouts) - len(finished),
-                    "train/response_length": generated / max(len(batch), 1),
+                    "train/response_length": generated / max(len(sampled), 1),
                     **{f"train/{k}": v for k, v in stats.items()},
                     "perf/rollout_seconds": rollout_seconds,
                     "perf/update_seconds": update_seconds,
                     "perf/step_seconds": time.perf_counter() - began,
-                    "perf/tokens_per_s": sum(len(t.token_ids) - t.prompt_length for t, _ in batch) / max(rollout_seconds, 1e-9),
+                    "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
                     "train/model_version": engine.version,
                 }
                 await self.log_metrics(step, metrics)
@@ -231,8 +231,11 @@ class GRPO(Algorithm):
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
 
-    async def _batch(self, rollouts: list[Rollout], groups: list[int]) -> tuple[list[tuple[Trajectory, float]], list[float], int]:
-        """Trajectories with their advantages; groups whose rewards are all equal are dropped."""
+    async def _batch(
+        self, rollouts: list[Rollout], groups: list[int]
+    ) -> tuple[list[tuple[Trajectory, float]], list[float], int, list[Trajectory]]:
+        """Trajectories with their advantages (groups whose rewards are all equal are dropped), the
+        rewards, how many groups were kept, and every trajectory sampled."""
         cfg = self.config
         scored: list[tuple[Rollout, int, list[Trajectory]]] = []
         for rollout, group in zip(rollouts, groups):
@@ -253,7 +256,7 @@ class GRPO(Algorithm):
             if group in useful
             for trajectory in trajectories
         ]
-        return batch, rewards, len(useful)
+        return batch, rewards, len(useful), [t for _, _, trajectories in scored for t in trajectories]
 
     def _update(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer,
                 batch: list[tuple[Trajectory, float]], reference: torch.nn.Module | None) -> dict[str, float]:
