@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Iterator
 
 import httpx
@@ -21,6 +20,7 @@ from agentgrad.store.client import StoreClient, StoreUnreachable
 from agentgrad.store.http11 import ConnectionPool
 from agentgrad.serving import check_exposure
 from agentgrad.store.server import create_app, store_server
+from tests.helpers import free_port
 
 
 @pytest.fixture
@@ -143,14 +143,8 @@ def test_other_routes_are_served_next_to_the_api() -> None:
         assert answer.json() == {"data": [{"id": "m"}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_the_client_waits_for_a_server_that_is_not_up_yet() -> None:
-    port = _free_port()
+    port = free_port()
     store = MemoryStore()
 
     async def call() -> None:
@@ -197,7 +191,7 @@ def test_5xx_answers_are_retried_4xx_answers_are_not() -> None:
 
 def test_a_server_that_stays_down_is_reported_after_the_retry_window() -> None:
     async def call() -> None:
-        client = StoreClient(f"http://127.0.0.1:{_free_port()}", retry_seconds=0.5)
+        client = StoreClient(f"http://127.0.0.1:{free_port()}", retry_seconds=0.5)
         with pytest.raises(StoreUnreachable, match="failed for"):
             await client.stats()
 
