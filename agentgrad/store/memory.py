@@ -8,27 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentgrad.store import transitions as t
-from agentgrad.store.base import Store
+from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.transitions import Clock
-from agentgrad.types import (
-    Attempt,
-    AttemptedRollout,
-    AttemptStatus,
-    Metric,
-    NamedResources,
-    ResourcesSnapshot,
-    Rollout,
-    RolloutConfig,
-    RolloutRequest,
-    RolloutStatus,
-    Span,
-    StoreStats,
-    Worker,
-    WorkerStatus,
-)
+from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout
+from agentgrad.types import RolloutStatus, Span, StoreStats, Worker
 
 
-class MemoryStore(Store):
+class MemoryStore(LocalStore):
     def __init__(self, clock: Clock | None = None) -> None:
         super().__init__(clock)
         self._lock = threading.RLock()
@@ -41,7 +27,6 @@ class MemoryStore(Store):
         self._resources: list[ResourcesSnapshot] = []
         self._workers: dict[str, Worker] = {}
         self._metrics: list[Metric] = []
-        self._last_check = 0.0
 
     # ------------------------------------------------------------------ rollouts and attempts
 
@@ -49,14 +34,11 @@ class MemoryStore(Store):
         self._rollouts[rollout.rollout_id] = rollout
         self._attempts[rollout.rollout_id] = []
 
-    async def enqueue_rollouts(self, requests: Sequence[RolloutRequest | dict[str, Any]]) -> list[Rollout]:
-        at = self.clock()
-        created = [t.new_rollout(request, at) for request in t.as_requests(requests)]
+    async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
         with self._lock:
-            for rollout in created:
-                self._add(rollout)
+            for rollout in rollouts:
+                self._add(rollout.model_copy())
                 self._queue.append(rollout.rollout_id)
-        return [rollout.model_copy() for rollout in created]
 
     def _open_attempt(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         claimed = t.open_attempt(rollout, worker_id, self.clock())
@@ -72,17 +54,7 @@ class MemoryStore(Store):
                     return self._open_attempt(rollout, worker_id)
         return None
 
-    async def start_rollout(
-        self,
-        input: Any,
-        *,
-        mode: str | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
-        rollout = t.new_rollout(t.start_request(input, mode, resources_id, config, metadata), self.clock())
+    async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         with self._lock:
             self._add(rollout)
             return self._open_attempt(rollout, worker_id)
@@ -103,29 +75,18 @@ class MemoryStore(Store):
         with self._lock:
             return self._rollout(rollout_id).model_copy()
 
-    async def query_rollouts(
-        self,
-        *,
-        status: Sequence[RolloutStatus | str] | None = None,
-        mode: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[Rollout]:
-        wanted = None if status is None else {RolloutStatus(s) for s in status}
+    async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
+        wanted = None if query.statuses is None else set(query.statuses)
         with self._lock:
-            if rollout_ids is not None:
-                candidates = [self._rollouts[rid] for rid in dict.fromkeys(rollout_ids) if rid in self._rollouts]
+            if query.rollout_ids is not None:
+                candidates = [self._rollouts[rid] for rid in query.rollout_ids if rid in self._rollouts]
                 candidates.sort(key=lambda r: r.enqueue_time)
             else:
                 candidates = list(self._rollouts.values())
-            selected = [
-                r
-                for r in candidates
-                if (wanted is None or r.status in wanted) and (mode is None or r.mode == mode)
-            ]
-            end = None if limit is None else offset + limit
-            return [r.model_copy() for r in selected[offset:end]]
+            selected = [r for r in candidates
+                        if (wanted is None or r.status in wanted) and (query.mode is None or r.mode == query.mode)]
+            end = None if query.limit is None else query.offset + query.limit
+            return [r.model_copy() for r in selected[query.offset:end]]
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._lock:
@@ -133,7 +94,7 @@ class MemoryStore(Store):
             return [a.model_copy() for a in self._attempts[rollout_id]]
 
     def _moved_on(self, rollout: Rollout, before: RolloutStatus) -> None:
-        """Requeue or announce a rollout whose attempt just ended."""
+        """Requeue or announce a rollout whose status just changed."""
         if rollout.status is before:
             return
         if rollout.status is RolloutStatus.REQUEUING:
@@ -141,53 +102,32 @@ class MemoryStore(Store):
         elif rollout.status.finished:
             self._notify_finished()
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | str | None = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Attempt:
+    async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         with self._lock:
             rollout = self._rollout(rollout_id)
             attempt = self._attempt(rollout_id, attempt_id)
             before = rollout.status
-            changed = attempt.model_copy()  # the state machine checks everything before it changes anything
-            t.update_attempt(rollout, changed, status=status, reward=reward, error=error, at=self.clock())
-            attempt.__dict__.update(changed.__dict__)
+            change(rollout, attempt)  # checks everything before it changes anything
             self._moved_on(rollout, before)
             return attempt.model_copy()
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        *,
-        status: RolloutStatus | str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
+    async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
         with self._lock:
             rollout = self._rollout(rollout_id)
             before = rollout.status
-            t.update_rollout(rollout, status=status, metadata=metadata, at=self.clock())
+            change(rollout)
             self._moved_on(rollout, before)
             return rollout.model_copy()
 
-    async def check_attempts(self, force: bool = False) -> None:
-        at = self.clock()
+    async def _expire_attempts(self, at: float) -> None:
         with self._lock:
-            if not t.health_check_due(self._last_check, at, force):
-                return
-            self._last_check = at
             for rollout in self._rollouts.values():
-                if rollout.status is not RolloutStatus.RUNNING:
-                    continue
-                attempt = self._attempts[rollout.rollout_id][-1]
-                expired = t.expiry(rollout.config, attempt, at)
-                if expired is not None:
-                    t.end_attempt(rollout, attempt, expired, at)
-                    self._moved_on(rollout, RolloutStatus.RUNNING)
+                if rollout.status is RolloutStatus.RUNNING:
+                    attempt = self._attempts[rollout.rollout_id][-1]
+                    expired = t.expiry(rollout.config, attempt, at)
+                    if expired is not None:
+                        t.end_attempt(rollout, attempt, expired, at)
+                        self._moved_on(rollout, RolloutStatus.RUNNING)
 
     # ------------------------------------------------------------------ spans
 
@@ -266,20 +206,12 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ workers, metrics, stats
 
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        status: WorkerStatus | str | None = None,
-        active_attempts: Sequence[tuple[str, str]] | None = None,
-        info: dict[str, Any] | None = None,
+    async def _heartbeat(
+        self, worker_id: str, change: WorkerChange, active_attempts: list[tuple[str, str]], at: float
     ) -> Worker:
-        at = self.clock()
         with self._lock:
-            alive = [self._attempt(rollout_id, attempt_id) for rollout_id, attempt_id in active_attempts or ()]
-            worker = t.heartbeat(self._workers.get(worker_id), worker_id, status=status,
-                                 active_attempts=active_attempts, info=info, at=at)
-            self._workers[worker_id] = worker
+            alive = [self._attempt(rollout_id, attempt_id) for rollout_id, attempt_id in active_attempts]
+            worker = self._workers[worker_id] = change(self._workers.get(worker_id))
             for attempt in alive:
                 attempt.last_heartbeat_time = at
             return worker.model_copy()

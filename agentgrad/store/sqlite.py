@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgrad.store import transitions as t
-from agentgrad.store.base import Store
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
+from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     BUSY_TIMEOUT_MS,
@@ -33,28 +33,14 @@ from agentgrad.store.sqlite_schema import (
     rollout_of,
 )
 from agentgrad.store.transitions import Clock
-from agentgrad.types import (
-    Attempt,
-    AttemptedRollout,
-    AttemptStatus,
-    Metric,
-    NamedResources,
-    ResourcesSnapshot,
-    Rollout,
-    RolloutConfig,
-    RolloutRequest,
-    RolloutStatus,
-    Span,
-    StoreStats,
-    Worker,
-    WorkerStatus,
-)
+from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout, RolloutStatus
+from agentgrad.types import Span, StoreStats, Worker
 
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt exactly as the partial index `rollouts_waiting` is, so the planner uses it."""
 
 
-class SqliteStore(Store):
+class SqliteStore(LocalStore):
     def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
         super().__init__(clock)
         self.path = Path(path)
@@ -75,7 +61,6 @@ class SqliteStore(Store):
             db.execute(
                 "CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL"
             )
-        self._last_check = 0.0
         self._last_prune = 0.0
         self._checkpoints = threading.Event()
         weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
@@ -151,7 +136,7 @@ class SqliteStore(Store):
             ),
         )
 
-    def _save_rollout(self, db: sqlite3.Connection, rollout: Rollout, before: RolloutStatus, at: float) -> bool:
+    def _save_rollout(self, db: sqlite3.Connection, rollout: Rollout, before: RolloutStatus) -> bool:
         """Write back what a transition changed; a requeued rollout joins the back of the queue.
         True when the rollout has just finished."""
         db.execute(
@@ -160,7 +145,7 @@ class SqliteStore(Store):
             "WHERE rollout_id = ?",
             (rollout.status.value, json.dumps(rollout.metadata), rollout.reward, rollout.num_attempts,
              rollout.latest_attempt_id, rollout.start_time, rollout.end_time,
-             rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING, at,
+             rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING, self.clock(),
              rollout.rollout_id),
         )
         return rollout.status is not before and rollout.status.finished
@@ -171,13 +156,10 @@ class SqliteStore(Store):
             (attempt.status.value, attempt.end_time, attempt.reward, attempt.error, attempt.attempt_id),
         )
 
-    async def enqueue_rollouts(self, requests: Sequence[RolloutRequest | dict[str, Any]]) -> list[Rollout]:
-        at = self.clock()
-        created = [t.new_rollout(request, at) for request in t.as_requests(requests)]
+    async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
         with self._write() as db:
-            for rollout in created:
+            for rollout in rollouts:
                 self._insert_rollout(db, rollout)
-        return created
 
     def _open_attempt(self, db: sqlite3.Connection, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         claimed = t.open_attempt(rollout, worker_id, self.clock())
@@ -215,17 +197,7 @@ class SqliteStore(Store):
                 ).fetchone()
                 return None if row is None else self._open_attempt(db, rollout_of(row), worker_id)
 
-    async def start_rollout(
-        self,
-        input: Any,
-        *,
-        mode: str | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
-        rollout = t.new_rollout(t.start_request(input, mode, resources_id, config, metadata), self.clock())
+    async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         with self._write() as db:
             self._insert_rollout(db, rollout)
             return self._open_attempt(db, rollout, worker_id)
@@ -249,35 +221,23 @@ class SqliteStore(Store):
         with self._lock:
             return self._get_rollout(self._conn, rollout_id)
 
-    async def query_rollouts(
-        self,
-        *,
-        status: Sequence[RolloutStatus | str] | None = None,
-        mode: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[Rollout]:
+    async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
         where: list[str] = []
         params: list[Any] = []
-        if status is not None:
-            statuses = [RolloutStatus(s).value for s in status]
-            where.append(f"status IN ({', '.join('?' * len(statuses))})")
-            params += statuses
-        if mode is not None:
+        if query.statuses is not None:
+            where.append(f"status IN ({', '.join('?' * len(query.statuses))})")
+            params += [status.value for status in query.statuses]
+        if query.mode is not None:
             where.append("mode = ?")
-            params.append(mode)
-        if rollout_ids is not None:
-            ids = list(dict.fromkeys(rollout_ids))
-            if not ids:
-                return []
+            params.append(query.mode)
+        if query.rollout_ids is not None:
             where.append("rollout_id IN (SELECT value FROM json_each(?))")
-            params.append(json.dumps(ids))
+            params.append(json.dumps(query.rollout_ids))
         sql = f"SELECT {ROLLOUT_COLUMNS} FROM rollouts"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY enqueue_time, rowid LIMIT ? OFFSET ?"
-        params += [-1 if limit is None else limit, offset]
+        params += [-1 if query.limit is None else query.limit, query.offset]
         return [rollout_of(row) for row in self._read(sql, params)]
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
@@ -289,49 +249,29 @@ class SqliteStore(Store):
                 self._get_rollout(self._conn, rollout_id)
         return [attempt_of(row) for row in rows]
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | str | None = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Attempt:
-        at = self.clock()
+    async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         with self._write() as db:
             rollout = self._get_rollout(db, rollout_id)
             attempt = self._get_attempt(db, rollout_id, attempt_id)
             before = rollout.status
-            t.update_attempt(rollout, attempt, status=status, reward=reward, error=error, at=at)
+            change(rollout, attempt)
             self._save_attempt(db, attempt)
-            finished = self._save_rollout(db, rollout, before, at)
+            finished = self._save_rollout(db, rollout, before)
         if finished:
             self._notify_finished()
         return attempt
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        *,
-        status: RolloutStatus | str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
-        at = self.clock()
+    async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
         with self._write() as db:
             rollout = self._get_rollout(db, rollout_id)
             before = rollout.status
-            t.update_rollout(rollout, status=status, metadata=metadata, at=at)
-            finished = self._save_rollout(db, rollout, before, at)
+            change(rollout)
+            finished = self._save_rollout(db, rollout, before)
         if finished:
             self._notify_finished()
         return rollout
 
-    async def check_attempts(self, force: bool = False) -> None:
-        at = self.clock()
-        if not t.health_check_due(self._last_check, at, force):
-            return
-        self._last_check = at
+    async def _expire_attempts(self, at: float) -> None:
         candidates = self._read(  # what may have expired, found by index; `transitions.expiry` decides
             "SELECT rollout_id, attempt_id FROM attempts WHERE status = 'running' AND ("
             "(timeout_seconds IS NOT NULL AND start_time + timeout_seconds < ?) OR "
@@ -346,11 +286,10 @@ class SqliteStore(Store):
                 rollout = self._get_rollout(db, rollout_id)
                 attempt = self._get_attempt(db, rollout_id, attempt_id)  # read again: another process may have won
                 expired = t.expiry(rollout.config, attempt, at)
-                if expired is None:
-                    continue
-                t.end_attempt(rollout, attempt, expired, at)
-                self._save_attempt(db, attempt)
-                finished |= self._save_rollout(db, rollout, RolloutStatus.RUNNING, at)
+                if expired is not None:
+                    t.end_attempt(rollout, attempt, expired, at)
+                    self._save_attempt(db, attempt)
+                    finished |= self._save_rollout(db, rollout, RolloutStatus.RUNNING)
         if finished:
             self._notify_finished()
 
@@ -462,17 +401,11 @@ class SqliteStore(Store):
 
     # ------------------------------------------------------------------ workers, metrics, stats
 
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        status: WorkerStatus | str | None = None,
-        active_attempts: Sequence[tuple[str, str]] | None = None,
-        info: dict[str, Any] | None = None,
+    async def _heartbeat(
+        self, worker_id: str, change: WorkerChange, active_attempts: list[tuple[str, str]], at: float
     ) -> Worker:
-        at = self.clock()
         with self._write() as db:
-            for rollout_id, attempt_id in active_attempts or ():
+            for rollout_id, attempt_id in active_attempts:
                 updated = db.execute(
                     "UPDATE attempts SET last_heartbeat_time = ? WHERE attempt_id = ? AND rollout_id = ?",
                     (at, attempt_id, rollout_id),
@@ -480,8 +413,7 @@ class SqliteStore(Store):
                 if not updated:
                     self._get_attempt(db, rollout_id, attempt_id)  # raises NotFoundError
             row = db.execute("SELECT body FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
-            worker = t.heartbeat(Worker.model_validate_json(row[0]) if row else None, worker_id, status=status,
-                                 active_attempts=active_attempts, info=info, at=at)
+            worker = change(Worker.model_validate_json(row[0]) if row else None)
             db.execute("INSERT OR REPLACE INTO workers VALUES (?, ?)", (worker_id, worker.model_dump_json()))
         return worker
 
