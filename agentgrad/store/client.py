@@ -33,6 +33,7 @@ from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Opera
 from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.base import Store
 from agentgrad.store.http11 import ConnectionPool, TransportError
+from agentgrad.store.span_batches import SpanBatches
 from agentgrad.store.transitions import as_requests
 from agentgrad.types import (
     Attempt,
@@ -94,6 +95,7 @@ class StoreClient(Store):
         self._headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         ConnectionPool(self.url)  # check the URL now rather than on first use
         self._pools: dict[asyncio.AbstractEventLoop, ConnectionPool] = {}
+        self._batches: dict[asyncio.AbstractEventLoop, SpanBatches] = {}
         self._pools_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -106,13 +108,16 @@ class StoreClient(Store):
             with self._pools_lock:
                 for closed in [other for other in self._pools if other.is_closed()]:
                     del self._pools[closed]  # its connections died with their loop
+                    self._batches.pop(closed, None)
                 pool = self._pools[loop] = ConnectionPool(self.url, self._headers)
+                self._batches[loop] = SpanBatches(self._send_spans)
         return pool
 
     async def close(self) -> None:
         """Close this event loop's connections (other loops' close with their loops)."""
         with self._pools_lock:
             pool = self._pools.pop(asyncio.get_running_loop(), None)
+            self._batches.pop(asyncio.get_running_loop(), None)
         if pool is not None:
             pool.close()
 
@@ -239,10 +244,15 @@ class StoreClient(Store):
     # ------------------------------------------------------------------ spans
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """Spans written by other tasks of this loop meanwhile travel in the same request (`span_batches`)."""
         if not spans:
             return []
-        answer: AddSpansReply = await self._invoke("add_spans", spans=list(spans))
-        return [span.model_copy(update={"sequence_id": sid}) for span, sid in zip(spans, answer.sequence_ids)]
+        self._pool()
+        return await self._batches[asyncio.get_running_loop()].add(spans)
+
+    async def _send_spans(self, spans: list[Span]) -> list[int]:
+        answer: AddSpansReply = await self._invoke("add_spans", spans=spans)
+        return answer.sequence_ids
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False

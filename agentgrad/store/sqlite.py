@@ -24,6 +24,7 @@ from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, Roll
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     BUSY_TIMEOUT_MS,
+    CACHE_KIB,
     CHECKPOINT_PAGES,
     ROLLOUT_COLUMNS,
     SCHEMA,
@@ -51,6 +52,7 @@ class SqliteStore(LocalStore):
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
         with self._write() as db:
             for statement in SCHEMA.split(";"):
@@ -111,10 +113,11 @@ class SqliteStore(LocalStore):
             status, body = finish_now(work())
             if status < 300:
                 at = self.clock()
-                db.execute("INSERT INTO replies VALUES (?, ?, ?, ?)", (key, at, status, body))
+                db.execute("INSERT INTO replies (key, time, status, body) VALUES (?, ?, ?, ?)", (key, at, status, body))
                 if at - self._last_prune > REPLY_SECONDS / 10:
                     self._last_prune = at
-                    db.execute("DELETE FROM replies WHERE time < ?", (at - REPLY_SECONDS,))
+                    db.execute("DELETE FROM replies WHERE id < (SELECT id FROM replies WHERE time >= ? ORDER BY id LIMIT 1)",
+                               (at - REPLY_SECONDS,))
         return status, body
 
     # ------------------------------------------------------------------ rollouts and attempts
