@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from agentgrad.store import transitions as t
+import agentgrad.store.transitions as t
 from agentgrad.store.base import Store
 from agentgrad.types import (
     Attempt,

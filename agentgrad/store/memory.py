@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from agentgrad.store import transitions as t
+import agentgrad.store.transitions as t
 from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.transitions import Clock
 from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentgrad.store import transitions as t
+import agentgrad.store.transitions as t
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
 from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (

@@ -325,3 +325,19 @@ def test_a_reward_that_is_no_number_is_a_4xx_that_says_so(served) -> None:  # ty
                              headers={"content-type": "application/json"})
         assert answer.status_code == 400 and "not a finite number" in answer.json()["detail"], answer.text
     assert asyncio.run(store.get_rollout(started.rollout_id)).status.value == "running"
+
+
+def test_the_operation_table_covers_every_store_method_with_its_own_parameter_names() -> None:
+    import inspect
+
+    from agentgrad.store import Store
+    from agentgrad.store.api import BY_NAME
+
+    public = {name for name, member in inspect.getmembers(Store, inspect.iscoroutinefunction)
+              if not name.startswith("_") and name not in ("close", "run_once", "enqueue_rollout", "add_span")}
+    assert public == set(BY_NAME)
+    for name, operation in BY_NAME.items():
+        parameters = set(inspect.signature(getattr(Store, name)).parameters) - {"self"}
+        model = operation.body or operation.query
+        sent = set(operation.path_params) | (set(model.model_fields) if model else set())
+        assert sent == parameters, name
