@@ -10,7 +10,6 @@ rollout. Spans whose rollout or attempt is unknown are rejected and counted in t
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import zlib
 from collections.abc import Iterable
