@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 def now() -> float:
-    """Wall-clock time in seconds since the epoch: the one clock every record uses."""
+    """Wall-clock time in seconds since the epoch: the default clock of every store (`Store(clock=...)`)."""
     return time.time()
 
 

@@ -1,19 +1,14 @@
-"""Helpers every test file shares: waiting on a condition, a free port, a clock the test moves,
-and the store server on loopback."""
+"""Helpers every test file shares: waiting on a condition, a free port, a store server's health,
+and a clock the test moves (the store fixtures build every backend with it: tests/store/conftest.py)."""
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-
-from agentgrad.serving import ServerThread
-from agentgrad.store import Store
-from agentgrad.store.server import create_app
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -52,10 +47,3 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@contextmanager
-def serving(store: Store, **options: Any) -> Iterator[ServerThread]:
-    """The store server for `store` on a free loopback port, for the length of the block."""
-    with ServerThread(create_app(store, **options)) as server:
-        yield server

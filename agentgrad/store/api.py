@@ -137,8 +137,10 @@ class Operation:
 
     Path parameters and the fields of `body` (or `query`) are the method's keyword arguments, by
     name: the server calls `getattr(store, name)(**path, **fields)`, the client builds the same
-    body from its arguments. `writes` marks calls that change the store (sent with an idempotency
-    key); `reply` turns the method's result into what goes on the wire, when that differs.
+    body from its arguments. `once` marks the writes whose repeat would change more than the first
+    try did: the client sends them with an idempotency key and the store applies each key once
+    (a repeated heartbeat or health scan changes nothing more, so they go without). `reply` turns
+    the method's result into what goes on the wire, when that differs.
     """
 
     name: str
@@ -148,7 +150,7 @@ class Operation:
     summary: str
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
-    writes: bool = False
+    once: bool = False
     reply: Callable[[Any], Any] | None = None
 
     @property
@@ -162,43 +164,43 @@ def _sequence_ids(spans: list[Span]) -> AddSpansReply:
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation("enqueue_rollouts", "POST", "/api/rollouts", list[Rollout], "Queue new rollouts, in order.",
-              body=EnqueueBody, writes=True),
+              body=EnqueueBody, once=True),
     Operation("query_rollouts", "POST", "/api/rollouts/query", list[Rollout],
               "Rollouts in enqueue order, filtered and paginated.", body=QueryRolloutsBody),
     Operation("dequeue_rollout", "POST", "/api/rollouts/dequeue", Optional[AttemptedRollout],
-              "Claim the oldest waiting rollout with a new attempt; null if none waits.", body=DequeueBody, writes=True),
+              "Claim the oldest waiting rollout with a new attempt; null if none waits.", body=DequeueBody, once=True),
     Operation("start_rollout", "POST", "/api/rollouts/start", AttemptedRollout,
-              "Create a rollout already running with its first attempt.", body=StartBody, writes=True),
+              "Create a rollout already running with its first attempt.", body=StartBody, once=True),
     Operation("wait_for_rollouts", "POST", "/api/rollouts/wait", list[Rollout],
               "Hold the request until every rollout is finished or `timeout` passes; returns the finished.",
               body=WaitBody),
     Operation("get_rollout", "GET", "/api/rollouts/{rollout_id}", Rollout, "One rollout."),
     Operation("update_rollout", "PATCH", "/api/rollouts/{rollout_id}", Rollout,
-              "Cancel a rollout or merge keys into its metadata.", body=UpdateRolloutBody, writes=True),
+              "Cancel a rollout or merge keys into its metadata.", body=UpdateRolloutBody, once=True),
     Operation("query_attempts", "GET", "/api/rollouts/{rollout_id}/attempts", list[Attempt],
               "Attempts of a rollout, first to last."),
     Operation("update_attempt", "PATCH", "/api/rollouts/{rollout_id}/attempts/{attempt_id}", Attempt,
-              "End an attempt or record its reward.", body=UpdateAttemptBody, writes=True),
+              "End an attempt or record its reward.", body=UpdateAttemptBody, once=True),
     Operation("check_attempts", "POST", "/api/attempts/check", None, "Mark timed-out and unresponsive attempts now.",
-              body=CheckAttemptsBody, writes=True),
+              body=CheckAttemptsBody),
     Operation("add_spans", "POST", "/api/spans", AddSpansReply,
-              "Store spans; each gets the next sequence id of its rollout.", body=AddSpansBody, writes=True,
+              "Store spans; each gets the next sequence id of its rollout.", body=AddSpansBody, once=True,
               reply=_sequence_ids),
     Operation("query_spans", "GET", "/api/spans", list[Span],
               "Spans of a rollout's latest attempt, of one attempt, or of all attempts.", query=SpansQuery),
     Operation("add_resources", "POST", "/api/resources", ResourcesSnapshot, "Store a new version of the resources.",
-              body=AddResourcesBody, writes=True),
+              body=AddResourcesBody, once=True),
     Operation("query_resources", "GET", "/api/resources", list[ResourcesSnapshot], "Every snapshot, oldest first."),
     Operation("get_latest_resources", "GET", "/api/resources/latest", Optional[ResourcesSnapshot],
               "The newest snapshot, or null."),
     Operation("get_resources", "GET", "/api/resources/{resources_id}", ResourcesSnapshot, "One snapshot."),
     Operation("update_resources", "PATCH", "/api/resources/{resources_id}", ResourcesSnapshot,
-              "Merge keys into a snapshot's metadata.", body=UpdateResourcesBody, writes=True),
+              "Merge keys into a snapshot's metadata.", body=UpdateResourcesBody, once=True),
     Operation("heartbeat", "POST", "/api/workers/heartbeat", Worker, "A worker is alive, with the attempts it runs.",
-              body=HeartbeatBody, writes=True),
+              body=HeartbeatBody),
     Operation("query_workers", "GET", "/api/workers", list[Worker], "Every worker."),
     Operation("add_metrics", "POST", "/api/metrics", None, "Append points to training curves.",
-              body=AddMetricsBody, writes=True),
+              body=AddMetricsBody, once=True),
     Operation("query_metrics", "GET", "/api/metrics", list[Metric], "Points by exact name or name prefix.",
               query=MetricsQuery),
     Operation("stats", "GET", "/api/stats", StoreStats, "Counts by status."),

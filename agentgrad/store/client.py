@@ -139,7 +139,7 @@ class StoreClient(Store):
 
         A write carries one idempotency key over all its retries, so the server applies it once."""
         method = operation.method
-        headers = {"idempotency-key": uuid.uuid4().hex} if operation.writes else None
+        headers = {"idempotency-key": uuid.uuid4().hex} if operation.once else None
         pool = self._pool()
         deadline = time.monotonic() + self.retry_seconds
         backoff = FIRST_BACKOFF_SECONDS

@@ -57,7 +57,7 @@ class _Handler:
         self.result = TypeAdapter(operation.response)
 
     async def __call__(self, store: Store, body: bytes, query: str, key: str | None, path: dict[str, str]) -> Answer:
-        if key is not None and self.operation.writes:
+        if key is not None and self.operation.once:
             return await store.run_once(f"{self.operation.name}:{key}", lambda: self._answer(store, body, query, path))
         return await self._answer(store, body, query, path)
 

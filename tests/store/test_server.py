@@ -313,7 +313,13 @@ def test_a_retried_write_after_a_restart_on_the_same_file_gets_its_first_answer(
         redone = httpx.patch(f"{server.url}/api/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"},
                              headers={"idempotency-key": "k-done"})
         assert redone.status_code == 200 and redone.json() == done.json()  # not a 409
-        assert asyncio.run(SqliteStore(path).stats()).rollouts == {"queuing": 1, "succeeded": 1}
+        for _ in range(2):
+            httpx.post(server.url + "/api/rollouts", json={"requests": [{"input": 3}]}, headers={"idempotency-key": "k-q"})
+            httpx.post(server.url + "/api/metrics", json={"metrics": [{"name": "m", "step": 0, "value": 1.0}]},
+                       headers={"idempotency-key": "k-m"})
+    restarted = SqliteStore(path)
+    assert asyncio.run(restarted.stats()).rollouts == {"queuing": 2, "succeeded": 1}  # enqueued once
+    assert len(asyncio.run(restarted.query_metrics("m"))) == 1  # stored once
 
 
 def test_a_reward_that_is_no_number_is_a_4xx_that_says_so(served) -> None:  # type: ignore[no-untyped-def]
