@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 def now() -> float:
-    """Wall-clock time in seconds since the epoch: the one clock every record uses."""
+    """Wall-clock time in seconds since the epoch: the default clock of every store (`Store(clock=...)`)."""
     return time.time()
 
 
@@ -57,16 +57,34 @@ class WorkerStatus(str, Enum):
     STOPPED = "stopped"
 
 
+UNRESPONSIVE_SECONDS = 30.0
+"""Default silence after which an attempt is given up: 15 missed heartbeats of a runner (it sends one every 2 s)."""
+
+
 class RolloutConfig(BaseModel):
-    """Retry policy of a rollout: how long an attempt may take and how often it is retried."""
+    """Retry policy of a rollout: how long an attempt may take and how often it is retried.
+
+    By default an agent's own failure fails the rollout, while a rollout whose runner died
+    (killed, hung, cut off: no span and no heartbeat for `unresponsive_seconds`) runs again,
+    up to `max_attempts_if_lost` attempts in all.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     timeout_seconds: float | None = Field(None, gt=0, description="An attempt running longer is marked `timeout`.")
     unresponsive_seconds: float | None = Field(
-        None, gt=0, description="An attempt without a span or heartbeat for this long is marked `unresponsive`."
+        UNRESPONSIVE_SECONDS,
+        gt=0,
+        description="An attempt without a span or heartbeat for this long is marked `unresponsive` (its runner is "
+        "taken for dead). The default, 30 s, is 15 missed heartbeats of a runner; None never gives an attempt up.",
     )
     max_attempts: int = Field(1, ge=1, description="Attempts allowed in total, the first one included.")
+    max_attempts_if_lost: int = Field(
+        3,
+        ge=1,
+        description="Attempts allowed in total when an attempt ends `unresponsive` (its runner was lost, which is "
+        "not the task's fault), if that is more than `max_attempts`: so a dead runner's rollout runs again by default.",
+    )
     retry_on: list[AttemptStatus] = Field(
         default_factory=lambda: [AttemptStatus.FAILED, AttemptStatus.TIMEOUT, AttemptStatus.UNRESPONSIVE],
         description="Attempt outcomes that send the rollout back to the queue while attempts remain.",

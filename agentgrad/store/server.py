@@ -6,23 +6,20 @@ Starlette's router and middleware stack: per call, that stack cost as much CPU a
 own work. Paths that match no operation (404) or not its method (405, with `Allow`) fall through
 to Starlette, which has the same routes.
 
-Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong:
-`{"error": "NotFoundError", "detail": "no rollout with id 'ro-x'"}`.
+Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong
+(`http_errors`). The bearer-token and body-size checks (`_Guard`) wrap the whole app as one ASGI
+layer, so a further middleware wraps it the same way.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-import logging
 import re
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -30,17 +27,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentgrad.dashboard import dashboard_routes
 from agentgrad.serving import ServerThread, bearer_ok, check_exposure, expected_authorization
-from agentgrad.store.api import JSON, OPERATIONS, Operation, openapi_schema
-from agentgrad.store.base import InvalidTransitionError, NotFoundError, Store, StoreError
-
-log = logging.getLogger(__name__)
+from agentgrad.store.api import JSON, OPERATIONS, Operation, arguments, openapi_schema
+from agentgrad.store.base import Store
+from agentgrad.store.http_errors import BodyTooLarge, error_response, exception_answer, exception_response
+from agentgrad.store.idempotency import Answer
+from agentgrad.store.otlp import otlp_traces
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (413 above): room for big batches of spans with token ids."""
-
-REPLAY_ENTRIES = 4096
-"""Answers remembered by idempotency key, so a client's retry of a write is not applied twice."""
 
 UVICORN_OPTIONS: dict[str, Any] = {
     "timeout_keep_alive": 75,  # clients drop idle connections after 30 s, before the server does
@@ -50,96 +46,19 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "date_header": False,
 }
 
-Answer = tuple[int, bytes]
-
-
-class BodyTooLarge(Exception):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"request body is larger than the server's limit of {limit} bytes; send smaller batches")
-
-
-def problem(status: int, error: str, detail: str) -> Answer:
-    return status, json.dumps({"error": error, "detail": detail}).encode()
-
-
-def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
-
-
-def validation_message(exc: ValidationError) -> str:
-    """`spans.0.name: Field required; ...`: where each problem is and what it is."""
-    parts = []
-    for error in exc.errors(include_url=False)[:10]:
-        where = ".".join(str(part) for part in error["loc"])
-        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
-    return "; ".join(parts)
-
-
-def exception_answer(exc: BaseException) -> Answer:
-    """The 4xx a store exception means; anything unexpected is a logged 500."""
-    if isinstance(exc, BodyTooLarge):
-        return problem(413, "BodyTooLarge", str(exc))
-    if isinstance(exc, ValidationError):
-        return problem(422, "ValidationError", validation_message(exc))
-    if isinstance(exc, NotFoundError):
-        return problem(404, "NotFoundError", str(exc))
-    if isinstance(exc, InvalidTransitionError):
-        return problem(409, "InvalidTransitionError", str(exc))
-    if isinstance(exc, StoreError):
-        return problem(400, "StoreError", str(exc))
-    if isinstance(exc, (ValueError, OverflowError)):  # bad enum values and numbers a backend cannot hold
-        return problem(422, "ValueError", str(exc))
-    log.error("store server failed", exc_info=exc)
-    return problem(500, "InternalError", f"{type(exc).__name__}: {exc}")
-
-
-def exception_response(exc: BaseException) -> Response:
-    status, body = exception_answer(exc)
-    return Response(body, status_code=status, media_type=JSON)
-
-
-class _Replays:
-    """Answers of recent writes by idempotency key: a retried write gets the first answer back."""
-
-    def __init__(self, size: int = REPLAY_ENTRIES) -> None:
-        self._size = size
-        self._done: OrderedDict[str, Answer] = OrderedDict()
-        self._running: dict[str, asyncio.Future[Answer]] = {}
-
-    async def run(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
-        if key in self._done:
-            return self._done[key]
-        if key in self._running:  # the first try is still being answered
-            return await asyncio.shield(self._running[key])
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._running[key] = future
-        try:
-            answer = await work()
-            if answer[0] < 500:
-                self._done[key] = answer
-                if len(self._done) > self._size:
-                    self._done.popitem(last=False)
-            future.set_result(answer)
-            return answer
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: nobody may be waiting
-            raise
-        finally:
-            del self._running[key]
-
 
 class _Handler:
-    """One operation: validates its input, calls the store, serializes the result."""
+    """One operation: validates its input, calls the store method it names, serializes the result.
 
-    def __init__(self, operation: Operation, replays: _Replays) -> None:
+    A write with an idempotency key runs through `store.run_once`, so its retries get the first answer."""
+
+    def __init__(self, operation: Operation) -> None:
         self.operation = operation
-        self.replays = replays
         self.result = TypeAdapter(operation.response)
 
     async def __call__(self, store: Store, body: bytes, query: str, key: str | None, path: dict[str, str]) -> Answer:
-        if key is not None and self.operation.body is not None:
-            return await self.replays.run(key, lambda: self._answer(store, body, query, path))
+        if key is not None and self.operation.once:
+            return await store.run_once(f"{self.operation.name}:{key}", lambda: self._answer(store, body, query, path))
         return await self._answer(store, body, query, path)
 
     async def _answer(self, store: Store, body: bytes, query: str, path: dict[str, str]) -> Answer:
@@ -151,7 +70,9 @@ class _Handler:
                 argument = operation.query.model_validate(dict(parse_qsl(query, keep_blank_values=True)))
             else:
                 argument = None
-            result = await operation.call(store, argument, **path)
+            result = await getattr(store, operation.name)(**arguments(operation, argument, path))
+            if operation.reply is not None:
+                result = operation.reply(result)
         except Exception as exc:
             return exception_answer(exc)
         return 200, self.result.dump_json(result)
@@ -302,11 +223,7 @@ def create_app(
     With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
     (the gateway, say) are served after the API's; `on_shutdown` coroutines (the gateway's `aclose`)
     run when the server stops. `app.state.store` is the store it serves."""
-    from agentgrad.dashboard import dashboard_routes
-    from agentgrad.store.otlp import otlp_traces
-
-    replays = _Replays()
-    handlers = [_Handler(operation, replays) for operation in OPERATIONS]
+    handlers = [_Handler(operation) for operation in OPERATIONS]
     schema: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:

@@ -148,3 +148,13 @@ def test_unreadable_exports_are_a_400_that_says_why(served, content, content_typ
                         headers={"content-type": content_type, "authorization": "Bearer tok"})
     assert answer.status_code == 400 and fragment in answer.json()["detail"], answer.text
     assert asyncio.run(store.stats()).spans == 0
+
+
+def test_json_nested_thousands_of_levels_deep_is_a_4xx_not_a_crash(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+    for depth in (1_000, 100_000):
+        body = b'{"resourceSpans": ' + b"[" * depth + b"]" * depth + b"}"
+        answer = httpx.post(server.url + "/v1/traces", content=body,
+                            headers={"content-type": "application/json", "authorization": "Bearer tok"})
+        assert answer.status_code == 400 and "nested too deeply" in answer.json()["detail"], answer.text
+    assert asyncio.run(store.stats()).spans == 0
