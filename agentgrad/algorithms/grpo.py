@@ -119,7 +119,7 @@ class GRPOResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-class GRPO(Algorithm):
+class GRPO(Algorithm["GRPOResult"]):
     """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
     def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,

@@ -59,7 +59,7 @@ class SFTResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-class SFT(Algorithm):
+class SFT(Algorithm["SFTResult"]):
     """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,

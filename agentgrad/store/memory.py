@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from agentgrad.semconv import REWARD
 from agentgrad.store.base import (
     HEALTH_CHECK_SECONDS,
     NotFoundError,
@@ -20,7 +21,6 @@ from agentgrad.store.base import (
     new_rollout_id,
 )
 from agentgrad.types import (
-    REWARD_ATTR,
     Attempt,
     AttemptedRollout,
     AttemptStatus,
@@ -258,7 +258,7 @@ class MemoryStore(Store):
                 if span.rollout_id is not None:
                     attempt = self._attempt(span.rollout_id, span.attempt_id)  # type: ignore[arg-type]
                     attempt.last_heartbeat_time = at
-                    reward = span.attributes.get(REWARD_ATTR)
+                    reward = span.attributes.get(REWARD)
                     if isinstance(reward, (int, float)) and attempt.status is AttemptStatus.RUNNING:
                         attempt.reward = float(reward)
                 self._span_count += 1

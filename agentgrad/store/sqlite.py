@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agentgrad.semconv import REWARD
 from agentgrad.store.base import (
     HEALTH_CHECK_SECONDS,
     NotFoundError,
@@ -30,7 +31,6 @@ from agentgrad.store.base import (
     new_rollout_id,
 )
 from agentgrad.types import (
-    REWARD_ATTR,
     Attempt,
     AttemptedRollout,
     AttemptStatus,
@@ -529,7 +529,7 @@ class SqliteStore(Store):
                         if span.span_id:
                             known[span.span_id] = span.sequence_id
                         rows.append((key, span.sequence_id, span.attempt_id, span.model_dump_json(), span.span_id or None))
-                        reward = span.attributes.get(REWARD_ATTR)
+                        reward = span.attributes.get(REWARD)
                         if rollout_id is not None and isinstance(reward, (int, float)):
                             db.execute(
                                 "UPDATE attempts SET reward = ? WHERE attempt_id = ? AND status = 'running'",
