@@ -125,8 +125,8 @@ class operation:
         if exc_type is not None and self._span is not None:
             from opentelemetry.trace import Status, StatusCode
 
-            self._span.set_attribute("exception.type", exc_type.__qualname__)
-            self._span.set_attribute("exception.message", str(exc))
+            self._span.set_attribute(sc.EXCEPTION_TYPE, exc_type.__qualname__)
+            self._span.set_attribute(sc.EXCEPTION_MESSAGE, str(exc))
             self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__qualname__}: {exc}"))
         self._span_cm.__exit__(exc_type, exc, tb)
         self._span = self._span_cm = None

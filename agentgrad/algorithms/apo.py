@@ -454,8 +454,8 @@ def transcript(spans: Sequence[Span]) -> str:
         elif sc.OPERATION_NAME in a:
             lines.append(f"{a[sc.OPERATION_NAME]}: input {a.get(sc.OPERATION_INPUT, '-')} "
                          f"-> output {a.get(sc.OPERATION_OUTPUT, '-')}")
-        elif "exception.type" in a:
-            lines.append(f"error: {a['exception.type']}: {a.get('exception.message', '')}")
+        elif sc.EXCEPTION_TYPE in a:
+            lines.append(f"error: {a[sc.EXCEPTION_TYPE]}: {a.get(sc.EXCEPTION_MESSAGE, '')}")
     text = "\n".join(lines)
     return text if len(text) <= TRANSCRIPT_CHARS else text[:TRANSCRIPT_CHARS] + " …"
 
