@@ -55,7 +55,7 @@ class GRPOConfig:
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
-    agent_match: str | None = None  # train only the calls of this agent (regex on agent/model name)
+    agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
     rollout_timeout: float = 600.0  # seconds an attempt may take
     seed: int = 0
 
