@@ -129,3 +129,19 @@ def test_agent_is_a_decorator_of_sync_and_async_functions() -> None:
 def test_an_agent_name_must_fit_in_a_route(bad: object) -> None:
     with pytest.raises(ValueError, match="agent name"):
         ag.agent(bad)  # type: ignore[arg-type]
+
+
+async def test_spans_emitted_under_an_agent_name_carry_it(served: Served) -> None:
+    await served.store.enqueue_rollouts([{"input": "x"}])
+
+    def agent(task: str) -> None:
+        with ag.agent("judge"):
+            ag.emit_reward(0.5)
+        ag.emit_message("unnamed")
+
+    await Runner(agent, served.store, max_rollouts=1).run()
+    (rollout,) = await served.store.query_rollouts()
+    spans = {s.name: s for s in await served.store.query_spans(rollout.rollout_id)}
+    assert semconv.agent_name(spans[semconv.REWARD_SPAN]) == "judge"
+    assert semconv.agent_name(spans[semconv.MESSAGE_SPAN]) is None
+    assert semconv.agent_name(spans[semconv.ROLLOUT_SPAN]).endswith("agent")  # the function's qualified name
