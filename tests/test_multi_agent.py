@@ -47,7 +47,7 @@ async def test_a_two_agent_rollout_records_each_agents_name_and_trains_only_the_
     await served.store.add_resources({"llm": ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True)})
     (rollout,) = await served.store.enqueue_rollouts([{"input": "a haiku"}])
 
-    await Runner(writer_and_critic, served.store, max_rollouts=1).run()
+    await Runner(writer_and_critic, served.store, max_rollouts=1).run()  # flushes the gateway before it closes
 
     assert (await served.store.get_rollout(rollout.rollout_id)).status.value == "succeeded"
     spans = await served.store.query_spans(rollout.rollout_id)
