@@ -232,8 +232,11 @@ class Gateway:
             rollout_id, attempt_id = rollout.decode("latin-1"), attempt.decode("latin-1")  # type: ignore[union-attr]
         else:
             rollout_id, attempt_id = match["rollout"], match["attempt"]
-        named = headers.get(_AGENT_KEY)
-        agent = named.decode("utf-8", "replace") if named is not None else match["agent"] and unquote(match["agent"])
+        named = headers.get(_AGENT_KEY)  # the header wins over the route, like the attempt's
+        if named is not None:
+            agent: str | None = named.decode("utf-8", "replace")
+        else:
+            agent = unquote(match["agent"]) if match["agent"] else None
         try:
             body = await _read_body(receive)
         except ConnectionError:
