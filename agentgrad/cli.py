@@ -194,7 +194,7 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
     import os
     import socket
 
-    from agentgrad.agent import load_agent
+    from agentgrad.litagent import load_agent
     from agentgrad.strategies import run_workers
 
     module, _, name = agent_spec.partition(":")
@@ -214,7 +214,7 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
     console.print(f"{workers} runner(s) of {agent.name} joining {store_spec}; Ctrl+C stops them")
     hooks = []
     if gateway:
-        from agentgrad.instrument import GatewayEnvHook
+        from agentgrad.gateway import GatewayEnvHook
 
         hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
     run_workers(store_spec, token, agent, worker_ids, hooks=hooks)

@@ -6,12 +6,15 @@ all speak these types, so they are the contract of the whole system.
 
 from __future__ import annotations
 
+import re
 import string
 import time
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from agentgrad.semconv import gateway_route
 
 
 def now() -> float:
@@ -218,14 +221,21 @@ class LLM(BaseModel):
     sampling_parameters: dict[str, Any] = Field(default_factory=dict)
     proxied: bool = False
 
-    def for_attempt(self, rollout_id: str, attempt_id: str) -> LLM:
-        """This endpoint as seen by one attempt: the gateway route that records into it."""
+    def for_attempt(self, rollout_id: str, attempt_id: str, agent: str | None = None) -> LLM:
+        """This endpoint as seen by one attempt (and one named agent): the gateway route that records into it."""
         if not self.proxied:
             return self
-        base = self.base_url.rstrip("/")
-        if base.endswith("/v1"):
-            base = base[: -len("/v1")]
-        return self.model_copy(update={"base_url": f"{base}/rollouts/{rollout_id}/attempts/{attempt_id}/v1"})
+        return self.model_copy(update={"base_url": gateway_route(self.base_url, rollout_id, attempt_id, agent)})
+
+    def for_agent(self, name: str) -> LLM:
+        """This endpoint for one named agent of a multi-agent system: its calls carry `name` (see `ag.agent`).
+
+        On the LLM the runner hands an attempt, the route keeps the attempt and adds `/agents/{name}`.
+        """
+        if not self.proxied:
+            return self
+        base = re.sub(r"/agents/[^/]+/v1/?$", "/v1", self.base_url.rstrip("/"))
+        return self.model_copy(update={"base_url": gateway_route(base, agent=name)})
 
 
 class PromptTemplate(BaseModel):
@@ -283,10 +293,3 @@ class Triplet(BaseModel):
     attempt_id: str | None = None
     span_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-# Attribute names of our own spans; LLM calls use the OpenTelemetry GenAI conventions.
-REWARD_SPAN = "agentgrad.reward"
-REWARD_ATTR = "agentgrad.reward"
-ROLLOUT_ID_ATTR = "agentgrad.rollout_id"
-ATTEMPT_ID_ATTR = "agentgrad.attempt_id"

@@ -55,14 +55,14 @@ async def fill(store: SqliteStore) -> dict[str, str]:
     messages = [{"role": "system", "content": "Reply as 'Answer: <number>'."}, {"role": "user", "content": QUESTION}]
     await store.add_spans([
         Span(rollout_id=gid, attempt_id=gat, trace_id=trace, span_id="1" * 16, name="agentgrad.rollout",
-             start_time=100.0, end_time=101.5, attributes={"agentgrad.rollout_id": gid, "agentgrad.agent": "calc"}),
+             start_time=100.0, end_time=101.5, attributes={"agentgrad.rollout_id": gid, "agentgrad.agent.name": "calc"}),
         Span(rollout_id=gid, attempt_id=gat, trace_id=trace, span_id="2" * 16, parent_id="1" * 16, name="chat smollm2",
              start_time=100.1, end_time=101.0, attributes={
                  "gen_ai.operation.name": "chat", "gen_ai.request.model": "smollm2-135m",
                  "gen_ai.input.messages": json.dumps(messages),
                  "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": "Answer: 42"}]),
                  "gen_ai.usage.input_tokens": 31, "gen_ai.usage.output_tokens": 5,
-                 "agentgrad.llm.latency_ms": 912.5, "agentgrad.resources.version": 2,
+                 "agentgrad.llm.latency_ms": 912.5, "agentgrad.llm.weights_version": 2,
                  "agentgrad.llm.prompt_token_ids": list(range(31)), "agentgrad.llm.response_token_ids": [1, 2, 3, 4, 5],
              }),
         Span(rollout_id=gid, attempt_id=gat, trace_id=trace, span_id="3" * 16, parent_id="1" * 16,

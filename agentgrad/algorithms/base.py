@@ -6,7 +6,7 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rich.console import Console
 
@@ -78,17 +78,39 @@ async def collect_failures(store: Store, rollouts: Sequence[Rollout]) -> Failure
     return Failures(len(failed), len(rollouts), reasons.most_common(TOP_ERRORS))
 
 
-class Algorithm:
-    """Base of algorithms. The trainer sets `store` (and `console`) before calling `run`."""
+R = TypeVar("R", covariant=True)
 
-    store: Store
+
+class Algorithm(Generic[R]):
+    """Base of algorithms, generic over what `run` returns (which `Trainer.fit` returns too).
+
+    The trainer sets `store` (and `console`) before calling `run`.
+    """
+
+    _store: Store | None = None
     console: Console = Console()
     last_failures: Failures | None = None
     """What `run_rollouts` found wrong in its latest batch."""
     rollout_config: RolloutConfig | None = None
     """Retry policy of rollouts queued without one; the `processes` strategy sets a heartbeat rule here."""
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Any:
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            name = type(self).__name__
+            raise RuntimeError(
+                f"{name} has no store to queue rollouts in: algorithms run inside a trainer, "
+                f"ag.Trainer(algorithm={name}(...), n_runners=...).fit(agent, train_data, val_data), "
+                f"which also starts the runners that execute the agent (or set {name.lower()}.store = a Store "
+                "that other runners serve, then await run(...))"
+            )
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store = store
+
+    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
         raise NotImplementedError
 
     async def publish(self, resources: NamedResources, metadata: dict[str, Any] | None = None) -> str:

@@ -55,7 +55,7 @@ class GRPOConfig:
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
-    agent_match: str | None = None  # train only the calls of this agent (regex on agent/model name)
+    agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
     rollout_timeout: float = 600.0  # seconds an attempt may take
     seed: int = 0
 
@@ -119,7 +119,7 @@ class GRPOResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-class GRPO(Algorithm):
+class GRPO(Algorithm["GRPOResult"]):
     """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
     def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,

@@ -45,7 +45,7 @@ class SFTConfig:
     checkpoint_dir: str | None = None  # where the final checkpoint goes
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     resource_name: str = "llm"
-    agent_match: str | None = None  # fine-tune only the calls of this agent (regex on agent/model name)
+    agent_match: str | None = None  # fine-tune only this agent's calls (regex on its ag.agent name; unnamed: model)
     rollout_timeout: float = 600.0
     seed: int = 0
 
@@ -59,7 +59,7 @@ class SFTResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-class SFT(Algorithm):
+class SFT(Algorithm["SFTResult"]):
     """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,

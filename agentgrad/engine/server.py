@@ -23,9 +23,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agentgrad.engine.engine import Engine, Generation, SamplingParams
+from agentgrad.semconv import VERSION_HEADER
 
 DEFAULT_MAX_TOKENS = 512
-VERSION_HEADER = "x-agentgrad-model-version"
 
 
 class _Sampling(BaseModel):

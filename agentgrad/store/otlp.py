@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agentgrad.semconv import ATTEMPT_ID, ROLLOUT_ID
 from agentgrad.store.base import Store
 from agentgrad.store.errors import StoreError
 from agentgrad.store.http_errors import BodyTooLarge, error_response, exception_response
-from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanEvent, SpanStatus
+from agentgrad.types import Span, SpanEvent, SpanStatus
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -116,8 +117,8 @@ def to_spans(export: ExportTraceServiceRequest) -> list[Span]:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attributes = attributes_of(span.attributes)
-                rollout_id = attributes.get(ROLLOUT_ID_ATTR, resource.get(ROLLOUT_ID_ATTR))
-                attempt_id = attributes.get(ATTEMPT_ID_ATTR, resource.get(ATTEMPT_ID_ATTR))
+                rollout_id = attributes.get(ROLLOUT_ID, resource.get(ROLLOUT_ID))
+                attempt_id = attributes.get(ATTEMPT_ID, resource.get(ATTEMPT_ID))
                 spans.append(
                     Span(
                         rollout_id=str(rollout_id) if rollout_id is not None else None,

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from agentgrad.semconv import REWARD
 from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.types import (
-    REWARD_ATTR,
     Attempt,
     AttemptedRollout,
     AttemptStatus,
@@ -215,11 +215,11 @@ def check_spans(spans: Sequence[Span]) -> None:
 
 
 def span_reward(span: Span) -> float | None:
-    """The reward a span carries (its `REWARD_ATTR` attribute, when a number), checked finite."""
-    value = span.attributes.get(REWARD_ATTR)
+    """The reward a span carries (its `agentgrad.reward` attribute, when a number), checked finite."""
+    value = span.attributes.get(REWARD)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return check_reward(value, f"the {REWARD_ATTR} of span {span.name!r}")
+    return check_reward(value, f"the {REWARD} of span {span.name!r}")
 
 
 def by_rollout(spans: Sequence[Span]) -> dict[str | None, list[int]]:

@@ -19,7 +19,7 @@ from opentelemetry.trace import Status, StatusCode
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.store.server import create_app
-from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR
+from agentgrad.semconv import ATTEMPT_ID as ATTEMPT_ID_ATTR, ROLLOUT_ID as ROLLOUT_ID_ATTR
 
 
 @pytest.fixture

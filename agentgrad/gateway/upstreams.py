@@ -1,4 +1,4 @@
-"""Where the gateway sends calls: backends, what it asks of them, retries, and their errors.
+"""Upstreams and retries: where the gateway sends calls, what it asks of them, and their errors.
 
 A `Backend` is configuration (URL, where its API key comes from, what it can return); an
 `Upstream` is a backend ready to call. The gateway asks each upstream for token ids and
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
+from agentgrad.semconv import CHAT, TEXT_COMPLETION
 
 log = logging.getLogger(__name__)
 

@@ -1,19 +1,20 @@
-"""The gateway: an OpenAI-compatible proxy that records every model call as a span in the store.
+"""The gateway's front end: an OpenAI-compatible ASGI app that routes each call and records it.
 
 Agents call `/v1/chat/completions`, `/v1/completions` or `/v1/models`, under
-`/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) or at the
-root with the `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` headers. The headers win
-when both are given: they are set per call, the path only when the client was built. Calls
-with neither are recorded outside any rollout.
+`/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) and/or
+`/agents/{name}` (the agent making the call), or at the root with the
+`x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` / `x-agentgrad-agent` headers. The
+headers win when both are given: they are set per call, the path only when the client was
+built. Calls with neither are recorded outside any rollout.
 
 The gateway asks the upstream for token ids and logprobs (vLLM's `return_token_ids`,
 `logprobs`), records them, and strips what it added, so the client gets the response it
 asked for. Spans are built after the last byte went to the client and written in background
-batches. The hot path is a bare ASGI app: no framework routing, orjson, one pooled aiohttp
-session.
+batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
+pooled aiohttp session.
 
 `POST …/v1/agentgrad/flush` returns once every call answered so far is in the store: the
-runner calls it on each proxied LLM's route before it closes an attempt.
+runner calls it on each proxied LLM's route before it closes an attempt (the flush barrier).
 
 Standalone: `agentgrad gateway`, or `ServerThread(Gateway(store, backends))`. On a store
 server: `routes=[*store_routes, *gateway.routes()]` or `Mount("/gateway", gateway)`; mounted
@@ -24,108 +25,46 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 
-from agentgrad import llm_spans
-from agentgrad.backends import (
+from agentgrad import semconv as sc
+from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
     Added,
     Backend,
     GatewayError,
     Upstream,
-    parse_backend,
     post_with_retries,
 )
-from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
+from agentgrad.semconv import CHAT, TEXT_COMPLETION
 from agentgrad.serving import bearer_ok, expected_authorization
-from agentgrad.store import NotFoundError, Store
-from agentgrad.tracer import SpanSink
-from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanStatus
-
-__all__ = ["ATTEMPT_HEADER", "ROLLOUT_HEADER", "Backend", "Gateway", "GatewayError", "flush_gateways", "parse_backend"]
+from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
 
-ROLLOUT_HEADER = "x-agentgrad-rollout-id"
-ATTEMPT_HEADER = "x-agentgrad-attempt-id"
 MAX_BODY_BYTES = 32 * 2**20
 """Larger request bodies get a 413."""
 MAX_UPSTREAM_CONNECTIONS = 1024
-FLUSH_SECONDS = 10.0
-SPAN_LINGER_SECONDS = 0.005
-"""How long the span writer waits to gather a batch: one store write per few calls, not one per call."""
 
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
-    r"/v1/(?P<endpoint>chat/completions|completions|models|agentgrad/flush)/?"
+    r"(?:/agents/(?P<agent>[^/]+))?"
+    r"/v1/(?P<endpoint>chat/completions|completions|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
 _OPERATIONS = {"chat/completions": CHAT, "completions": TEXT_COMPLETION}
-_ROLLOUT_KEY, _ATTEMPT_KEY = ROLLOUT_HEADER.encode(), ATTEMPT_HEADER.encode()
-_VERSION_KEY = llm_spans.MODEL_VERSION_HEADER.encode()
+_ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = sc.ROLLOUT_HEADER.encode(), sc.ATTEMPT_HEADER.encode(), sc.AGENT_HEADER.encode()
+_VERSION_KEY = sc.VERSION_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried; the openai client obeys this
-
-
-@dataclass
-class _Call:
-    """One proxied call, from the request to its span."""
-
-    operation: str
-    request: dict[str, Any]
-    upstream: Upstream | None
-    rollout_id: str | None
-    attempt_id: str | None
-    traceparent: bytes | None
-    started: float = field(default_factory=time.perf_counter)
-    start_time: float = field(default_factory=time.time)
-    first_token: float | None = None
-
-
-class _GatewaySink(SpanSink):
-    """Batches gateway spans; a span naming an unknown rollout or attempt is kept outside any rollout."""
-
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(store, loop)
-        self._warned: set[tuple[str | None, str | None]] = set()
-
-    async def _drain(self) -> None:
-        await asyncio.sleep(SPAN_LINGER_SECONDS)
-        await super()._drain()
-
-    async def write(self, batch: list[Span]) -> None:
-        try:
-            await self.store.add_spans(batch)
-            return
-        except NotFoundError:
-            pass
-        except Exception:
-            log.exception("gateway could not write %d span(s) to the store", len(batch))
-            return
-        for span in batch:  # one bad route must not cost the other spans of its batch
-            try:
-                await self.store.add_span(span)
-            except NotFoundError as exc:
-                if (span.rollout_id, span.attempt_id) not in self._warned:
-                    self._warned.add((span.rollout_id, span.attempt_id))
-                    log.warning(
-                        "calls routed to %s/%s are recorded outside any rollout: %s",
-                        span.rollout_id,
-                        span.attempt_id,
-                        exc,
-                    )
-                span.attributes.update({ROLLOUT_ID_ATTR: span.rollout_id, ATTEMPT_ID_ATTR: span.attempt_id})
-                await super().write([span.model_copy(update={"rollout_id": None, "attempt_id": None})])
-            except Exception:
-                log.exception("gateway could not write span %r to the store", span.name)
 
 
 class Gateway:
@@ -172,7 +111,7 @@ class Gateway:
             }
         )
         self._session: Any = None
-        self._sink: _GatewaySink | None = None
+        self._sink: GatewaySink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recording = 0
         self._recorded = asyncio.Event()
@@ -187,7 +126,9 @@ class Gateway:
 
         return [
             Route("/v1/{path:path}", self),
+            Route("/agents/{agent}/v1/{path:path}", self),
             Route("/rollouts/{rollout_id}/attempts/{attempt_id}/v1/{path:path}", self),
+            Route("/rollouts/{rollout_id}/attempts/{attempt_id}/agents/{agent}/v1/{path:path}", self),
         ]
 
     # ------------------------------------------------------------------ lifecycle
@@ -199,7 +140,7 @@ class Gateway:
         import aiohttp
 
         self._loop = asyncio.get_running_loop()
-        self._sink = _GatewaySink(self.store, self._loop)
+        self._sink = GatewaySink(self.store, self._loop)
         self._recorded = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=MAX_UPSTREAM_CONNECTIONS, keepalive_timeout=60),
@@ -249,7 +190,7 @@ class Gateway:
                 send,
                 404,
                 f"no gateway route {path!r}; use /v1/chat/completions, /v1/completions or /v1/models, "
-                "optionally under /rollouts/{rollout_id}/attempts/{attempt_id}",
+                "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
         headers = dict(scope["headers"])
@@ -263,7 +204,7 @@ class Gateway:
         await self.start()
         if endpoint == "models":
             await _send_json(send, 200, self._models_body)
-        elif endpoint == "agentgrad/flush":
+        elif endpoint == sc.FLUSH_ENDPOINT:
             await self.flush()
             await _send_json(send, 200, b'{"flushed":true}')
         else:
@@ -286,11 +227,16 @@ class Gateway:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
         if (rollout is None) != (attempt is None):
-            return await _reject(send, 400, f"send both {ROLLOUT_HEADER} and {ATTEMPT_HEADER}, or neither")
+            return await _reject(send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither")
         if rollout is not None:
             rollout_id, attempt_id = rollout.decode("latin-1"), attempt.decode("latin-1")  # type: ignore[union-attr]
         else:
             rollout_id, attempt_id = match["rollout"], match["attempt"]
+        named = headers.get(_AGENT_KEY)  # the header wins over the route, like the attempt's
+        if named is not None:
+            agent: str | None = named.decode("utf-8", "replace")
+        else:
+            agent = unquote(match["agent"]) if match["agent"] else None
         try:
             body = await _read_body(receive)
         except ConnectionError:
@@ -305,8 +251,9 @@ class Gateway:
             return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
         model = request["model"]
         upstream = self._upstreams.get(model) or self._default
-        call = _Call(
-            operation, request, upstream, rollout_id, attempt_id, headers.get(b"traceparent"), started, start_time
+        call = Call(
+            operation, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
+            started, start_time,
         )
         if upstream is None:
             await self._fail(
@@ -334,7 +281,7 @@ class Gateway:
             await self._fail(send, call, error)
             return
         try:
-            version = response.headers.get(llm_spans.MODEL_VERSION_HEADER)
+            version = response.headers.get(sc.VERSION_HEADER)
             if response.status >= 400:
                 error = GatewayError.from_response(upstream, response.status, await response.read())
                 error.retries = retries
@@ -347,7 +294,7 @@ class Gateway:
             response.release()
 
     async def _relay(
-        self, send: Any, call: _Call, payload: bytes, added: Added, version: str | None, retries: int
+        self, send: Any, call: Call, payload: bytes, added: Added, version: str | None, retries: int
     ) -> None:
         try:
             answer = orjson.loads(payload)
@@ -367,7 +314,7 @@ class Gateway:
                 ),
             )
             return
-        response_attributes = llm_spans.response_attributes(call.operation, answer, version)  # before stripping
+        answered = response_attributes(call.operation, answer, version)  # before stripping
         if added:
             added.strip(answer)
             payload = orjson.dumps(answer)
@@ -375,16 +322,16 @@ class Gateway:
         try:
             await _send_json(send, 200, payload, version)
         finally:
-            self._record(call, response_attributes, None, retries)
+            self._record(call, answered, None, retries)
 
     async def _relay_stream(
-        self, send: Any, call: _Call, response: Any, added: Added, version: str | None, retries: int
+        self, send: Any, call: Call, response: Any, added: Added, version: str | None, retries: int
     ) -> None:
         import aiohttp
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler = llm_spans.StreamAssembler(call.operation)
+        assembler = StreamAssembler(call.operation)
         error: GatewayError | None = None
         pending = b""
         try:
@@ -401,14 +348,14 @@ class Gateway:
             message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
             error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
-        response_attributes = llm_spans.response_attributes(call.operation, assembler.result(), version)
+        answered = response_attributes(call.operation, assembler.result(), version)
         self._recording += 1
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            self._record(call, response_attributes, error, retries)
+            self._record(call, answered, error, retries)
 
-    async def _fail(self, send: Any, call: _Call, error: GatewayError) -> None:
+    async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
         self._recording += 1
         try:
             await _send_error(send, error, extra=[_NO_CLIENT_RETRY])
@@ -416,42 +363,11 @@ class Gateway:
             self._record(call, {}, error, error.retries)
 
     def _record(
-        self, call: _Call, response_attributes: dict[str, Any], error: GatewayError | None, retries: int
+        self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int
     ) -> None:
         """Build the call's span and queue it for the store (after the client got its answer)."""
         try:
-            elapsed = time.perf_counter() - call.started
-            system = call.upstream.backend.system if call.upstream else "openai"
-            attributes = llm_spans.request_attributes(call.operation, call.request, system)
-            if call.upstream is not None:
-                attributes["server.address"], attributes["server.port"] = call.upstream.address, call.upstream.port
-            attributes.update(response_attributes)
-            attributes[llm_spans.LATENCY_MS] = round(elapsed * 1000, 3)
-            if call.first_token is not None:
-                attributes[llm_spans.TIME_TO_FIRST_TOKEN_MS] = round((call.first_token - call.started) * 1000, 3)
-            if retries:
-                attributes["agentgrad.llm.retries"] = retries
-            status = SpanStatus(code="OK")
-            if error is not None:
-                attributes["error.type"] = error.code or str(error.status)
-                attributes["http.response.status_code"] = error.status
-                status = SpanStatus(code="ERROR", description=error.message)
-            trace_id, parent_id = _parse_traceparent(call.traceparent)
-            span = Span.model_construct(  # every field is built here, of the right type: no validation pass
-                rollout_id=call.rollout_id,
-                attempt_id=call.attempt_id,
-                sequence_id=0,
-                trace_id=trace_id or f"{random.getrandbits(128):032x}",
-                span_id=f"{random.getrandbits(64):016x}",
-                parent_id=parent_id,
-                name=f"{call.operation} {call.request.get('model')}",
-                start_time=call.start_time,
-                end_time=call.start_time + elapsed,
-                attributes=attributes,
-                events=[],
-                status=status,
-            )
-            self._sink.put(span)  # type: ignore[union-attr]
+            self._sink.put(call_span(call, answered, error, retries))  # type: ignore[union-attr]
         except Exception:
             log.exception("could not record a call to %s", call.request.get("model"))
         finally:
@@ -460,7 +376,7 @@ class Gateway:
                 self._recorded.set()
 
 
-def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Added, call: _Call) -> bytes:
+def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: Call) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
     if not event.startswith(b"data:"):
         return event + b"\n\n" if event else b""
@@ -481,16 +397,6 @@ def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Adde
     if not added.strip(chunk):
         return b""
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-def _parse_traceparent(value: bytes | None) -> tuple[str | None, str | None]:
-    """W3C `traceparent` (00-<trace id>-<parent span id>-<flags>): nests the call under the agent's span."""
-    if value is None:
-        return None, None
-    parts = value.decode("latin-1").split("-")
-    if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
-        return parts[1], parts[2]
-    return None, None
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -525,21 +431,3 @@ async def _send_error(send: Any, error: GatewayError, extra: Iterable[tuple[byte
 async def _reject(send: Any, status: int, message: str, code: str | None = None) -> None:
     """Refuse a request the gateway cannot make sense of (it never reaches an upstream)."""
     await _send_error(send, GatewayError(status, message, "invalid_request_error", code))
-
-
-# ----------------------------------------------------------------------------- runner side
-
-
-async def flush_gateways(base_urls: Iterable[str], client: Any) -> None:
-    """Ask the gateways at these routes (`…/v1`) to store every call answered so far.
-
-    The runner calls this before it closes an attempt, so an algorithm that reads the spans of
-    a finished rollout finds its last model call too. `client` is an `httpx.AsyncClient`.
-    """
-    for url in sorted({base.rstrip("/") + "/agentgrad/flush" for base in base_urls}):
-        try:
-            response = await client.post(url, timeout=FLUSH_SECONDS)
-            if response.status_code != 200:
-                log.warning("gateway flush at %s answered %d: %s", url, response.status_code, response.text[:200])
-        except Exception as exc:
-            log.warning("could not flush the gateway at %s: %s", url, exc)
