@@ -45,7 +45,7 @@ from agentgrad.backends import (
     post_with_retries,
 )
 from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
-from agentgrad.serving import bearer_ok, expected_authorization
+from agentgrad.guard import bearer_ok, expected_authorization
 from agentgrad.store import NotFoundError, Store
 from agentgrad.tracer import SpanSink
 from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanStatus
@@ -243,6 +243,10 @@ class Gateway:
         root = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
+        headers = dict(scope["headers"])
+        if not bearer_ok(headers.get(b"authorization"), self._auth):  # before routing: no route is told to strangers
+            message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
+            return await _reject(send, 401, message, "invalid_api_key")
         match = _ROUTE.fullmatch(path)
         if match is None:
             return await _reject(
@@ -252,10 +256,6 @@ class Gateway:
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id}",
                 "not_found",
             )
-        headers = dict(scope["headers"])
-        if not bearer_ok(headers, self._auth):  # constant-time comparison
-            message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
-            return await _reject(send, 401, message, "invalid_api_key")
         endpoint, method = match["endpoint"], scope["method"]
         expected = "GET" if endpoint == "models" else "POST"
         if method != expected:
