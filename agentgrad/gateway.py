@@ -44,6 +44,7 @@ from agentgrad.backends import (
     parse_backend,
     post_with_retries,
 )
+from agentgrad.llm_checks import answer_problem, request_problem
 from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
 from agentgrad.guard import bearer_ok, expected_authorization
 from agentgrad.store import NotFoundError, Store
@@ -320,7 +321,13 @@ class Gateway:
                 ),
             )
             return
-        outgoing, added = upstream.prepare(request, operation)
+        problem = request_problem(operation, request)
+        if problem is not None:
+            return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
+        try:
+            outgoing, added = upstream.prepare(request, operation)
+        except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
+            return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
         try:
             response, retries = await post_with_retries(
                 self._session,
@@ -367,10 +374,16 @@ class Gateway:
                 ),
             )
             return
-        response_attributes = llm_spans.response_attributes(call.operation, answer, version)  # before stripping
-        if added:
-            added.strip(answer)
-            payload = orjson.dumps(answer)
+        problem = answer_problem(call.operation, answer)
+        if problem is None:
+            response_attributes = llm_spans.response_attributes(call.operation, answer, version)  # before stripping
+            if added:
+                added.strip(answer)
+                payload = orjson.dumps(answer)
+        else:
+            message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
+            error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
+            return await self._fail(send, call, error)
         self._recording += 1
         try:
             await _send_json(send, 200, payload, version)
@@ -396,10 +409,13 @@ class Gateway:
                 out = b"".join([_relay_event(event, assembler, added, call) for event in events])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, _BadChunk) as exc:
             name = call.upstream.name if call.upstream else "?"
-            message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
-            error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
+            if isinstance(exc, _BadChunk):
+                message, code = f"upstream {name!r} sent a malformed stream chunk: {exc}", "bad_upstream_response"
+            else:
+                message, code = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}", "stream_interrupted"
+            error = GatewayError(502, message, "upstream_error", code, retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
         response_attributes = llm_spans.response_attributes(call.operation, assembler.result(), version)
         self._recording += 1
@@ -422,7 +438,12 @@ class Gateway:
         try:
             elapsed = time.perf_counter() - call.started
             system = call.upstream.backend.system if call.upstream else "openai"
-            attributes = llm_spans.request_attributes(call.operation, call.request, system)
+            try:
+                attributes = llm_spans.request_attributes(call.operation, call.request, system)
+            except Exception as exc:  # a request the record cannot hold is still recorded, without its body
+                attributes = {"gen_ai.operation.name": call.operation, "gen_ai.system": system,
+                              "gen_ai.request.model": str(call.request.get("model")),
+                              "agentgrad.llm.unrecorded_request": f"{type(exc).__name__}: {exc}"}
             if call.upstream is not None:
                 attributes["server.address"], attributes["server.port"] = call.upstream.address, call.upstream.port
             attributes.update(response_attributes)
@@ -460,6 +481,10 @@ class Gateway:
                 self._recorded.set()
 
 
+class _BadChunk(ValueError):
+    """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
+
+
 def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Added, call: _Call) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
     if not event.startswith(b"data:"):
@@ -473,6 +498,9 @@ def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Adde
         return event + b"\n\n"
     if not isinstance(chunk, dict):
         return event + b"\n\n"
+    problem = answer_problem(call.operation, chunk, chunk=True)
+    if problem is not None:
+        raise _BadChunk(problem)
     if call.first_token is None and chunk.get("choices"):
         call.first_token = time.perf_counter()
     assembler.add(chunk)
