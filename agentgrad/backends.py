@@ -229,7 +229,7 @@ async def post_with_retries(
         if attempt == max_retries:
             error.retries = attempt
             raise error
-        log.info("retrying %s (try %d of %d): %s", url, attempt + 2, max_retries + 1, error.message)
+        log.info("retrying %s (try %d of %d): %s", redact(url), attempt + 2, max_retries + 1, error.message)
         await asyncio.sleep(retry_wait(attempt, retry_after, backoff_s))
     raise AssertionError("unreachable")
 

@@ -50,15 +50,15 @@ def _with_store(spec: str, work: Callable[[Store], Any]) -> None:
 
 
 def serve_engine_command(args: argparse.Namespace) -> None:
+    try:
+        check_exposure(args.host, args.token, "the model")  # before torch is imported: a bad flag fails at once
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     from agentgrad.engine import Engine
     from agentgrad.engine.server import create_engine_app
     from agentgrad.guard import Guard
     from agentgrad.serving import run
 
-    try:
-        check_exposure(args.host, args.token, "the model")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
     console.print(f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1")
     run(Guard(create_engine_app(engine), token=args.token), host=args.host, port=args.port)
