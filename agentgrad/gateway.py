@@ -260,7 +260,8 @@ class Gateway:
         endpoint, method = match["endpoint"], scope["method"]
         expected = "GET" if endpoint == "models" else "POST"
         if method != expected:
-            return await _reject(send, 405, f"{path} takes {expected}, not {method}", "method_not_allowed")
+            error = GatewayError(405, f"{path} takes {expected}, not {method}", "invalid_request_error", "method_not_allowed")
+            return await _send_error(send, error, extra=[(b"allow", expected.encode())])
         await self.start()
         if endpoint == "models":
             await _send_json(send, 200, self._models_body)
