@@ -157,8 +157,11 @@ def run_gateway(args: argparse.Namespace) -> None:
     gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
-    run(gateway, host=args.host, port=args.port, access_log=False, proxy_headers=False, server_header=False,
-        date_header=False)
+    from agentgrad.guard import Guard
+
+    # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.guard).
+    run(Guard(gateway, token=args.token), host=args.host, port=args.port, access_log=False, proxy_headers=False,
+        server_header=False, date_header=False)
 
 
 def serve(args: argparse.Namespace) -> None:

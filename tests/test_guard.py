@@ -102,6 +102,14 @@ def test_a_name_given_in_allowed_hosts_is_served_without_a_token(monkeypatch: py
         assert httpx.get(server.url + "/api/stats", headers={"host": f"other.lan:{port}"}).status_code == 403
 
 
+def test_with_a_token_any_host_name_may_reach_the_server_with_the_token() -> None:
+    with ServerThread(create_app(MemoryStore(), token="s3cret")) as server:
+        port = server.url.rsplit(":", 1)[1]
+        named = {"host": f"trainer-host.lan:{port}", "authorization": "Bearer s3cret"}
+        assert httpx.get(server.url + "/api/stats", headers=named).status_code == 200  # runners on other machines
+        assert httpx.get(server.url + "/api/stats", headers={"host": named["host"]}).status_code == 401
+
+
 def test_a_cross_site_post_or_a_foreign_host_never_reaches_the_gateways_upstream(
     served: Served, upstream: Upstream
 ) -> None:
