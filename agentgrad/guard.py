@@ -234,7 +234,7 @@ class Guard:
         if (content_type is None or b"json" in content_type) and json_too_deep(body, self.max_json_depth):
             await self._refuse(scope, send, Refusal(
                 400, "ValidationError", "invalid_request_error", "json_too_deep",
-                f"the JSON body is nested more than {self.max_json_depth} levels deep; send a flatter document"))
+                f"the JSON body is nested too deeply (more than {self.max_json_depth} levels); send a flatter document"))
             return
         await self.app(scope, _replay(body, receive), send)
 
