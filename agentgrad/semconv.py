@@ -66,6 +66,8 @@ LLM_STREAM = "agentgrad.llm.stream"
 LATENCY_MS = "agentgrad.llm.latency_ms"
 TIME_TO_FIRST_TOKEN_MS = "agentgrad.llm.time_to_first_token_ms"
 RETRIES = "agentgrad.llm.retries"
+UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
+"""Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
 WEIGHTS_VERSION = "agentgrad.llm.weights_version"
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
 

@@ -6,13 +6,14 @@ all speak these types, so they are the contract of the whole system.
 
 from __future__ import annotations
 
+import os
 import re
 import string
 import time
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentgrad.semconv import gateway_route
 
@@ -206,20 +207,64 @@ class StoreStats(BaseModel):
 
 # ----------------------------------------------------------------------------- resources
 
+KEY_PLACEHOLDER = "agentgrad"
+"""What an LLM resource without a key hands OpenAI clients, which refuse an empty one."""
+
 
 class LLM(BaseModel):
     """An OpenAI-compatible endpoint the agent calls.
 
     With `proxied=True` the endpoint is an agentgrad gateway; the runner then hands each
     attempt a copy whose `base_url` routes the calls to that attempt's spans.
+
+    A resource never holds a key: it is stored, versioned and served by the store's API. It
+    names where the key is, and `api_key` reads it where the agent runs: the environment
+    variable `api_key_env`; else, for a gateway (`proxied`), the gateway's token from
+    `AGENTGRAD_TOKEN` (the gateway adds its backend's own key); else a placeholder for
+    endpoints that take none.
     """
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # an error must not echo a key it refuses
 
     resource_type: Literal["llm"] = "llm"
     base_url: str
     model: str
-    api_key: str = "agentgrad"
+    api_key_env: str | None = Field(
+        None, description="Environment variable holding the endpoint's key, read where the agent runs."
+    )
     sampling_parameters: dict[str, Any] = Field(default_factory=dict)
     proxied: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_inside(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            data = dict(data)
+            key = data.pop("api_key")
+            if key not in (None, "", KEY_PLACEHOLDER):  # the placeholder is what older stores hold
+                raise ValueError(
+                    "an LLM resource does not take api_key: resources are stored and served in the clear. "
+                    "Put the key in an environment variable and pass api_key_env='ITS_NAME', or route the "
+                    "agent through the gateway (proxied=True), whose backend holds the key"
+                )
+        return data
+
+    @property
+    def api_key(self) -> str:
+        """The key to call `base_url` with, read from this process's environment (see the class docstring)."""
+        if self.api_key_env is not None:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise KeyError(
+                    f"the LLM resource reads its key from ${self.api_key_env}, which is not set where the agent runs; "
+                    "set it in the runner's environment"
+                )
+            return key
+        if self.proxied:
+            from agentgrad.guard import TOKEN_ENV
+
+            return os.environ.get(TOKEN_ENV) or KEY_PLACEHOLDER
+        return KEY_PLACEHOLDER
 
     def for_attempt(self, rollout_id: str, attempt_id: str, agent: str | None = None) -> LLM:
         """This endpoint as seen by one attempt (and one named agent): the gateway route that records into it."""

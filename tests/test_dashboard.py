@@ -39,12 +39,12 @@ async def fill(store: SqliteStore) -> dict[str, str]:
     """A small finished run: two resource versions, a rewarded rollout with an LLM call, a failed one with an
     exception, one still queued, a worker and four groups of curves. Returns the ids the tests need."""
     first = await store.add_resources(
-        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key=SECRET_KEY),
+        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key_env="AGENTGRAD_TEST_KEY"),
          "prompt": PromptTemplate(template="Solve: {question}\nAnswer: <number>")},
         {"score": 0.25},
     )
     await store.add_resources(
-        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key=SECRET_KEY),
+        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key_env="AGENTGRAD_TEST_KEY"),
          "prompt": PromptTemplate(template="Add the numbers. {question}\nReply as 'Answer: <number>'.")},
         {"score": 0.75, "parent": first.resources_id, "status": "accepted"},
     )

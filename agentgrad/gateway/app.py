@@ -44,8 +44,9 @@ from agentgrad.gateway.upstreams import (
     Upstream,
     post_with_retries,
 )
+from agentgrad.gateway.checks import answer_problem, request_problem
+from agentgrad.guard import bearer_ok, expected_authorization
 from agentgrad.semconv import CHAT, TEXT_COMPLETION
-from agentgrad.serving import bearer_ok, expected_authorization
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,10 @@ class Gateway:
         root = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
+        headers = dict(scope["headers"])
+        if not bearer_ok(headers.get(b"authorization"), self._auth):  # before routing: no route is told to strangers
+            message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
+            return await _reject(send, 401, message, "invalid_api_key")
         match = _ROUTE.fullmatch(path)
         if match is None:
             return await _reject(
@@ -193,14 +198,11 @@ class Gateway:
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
-        headers = dict(scope["headers"])
-        if not bearer_ok(headers, self._auth):  # constant-time comparison
-            message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
-            return await _reject(send, 401, message, "invalid_api_key")
         endpoint, method = match["endpoint"], scope["method"]
         expected = "GET" if endpoint == "models" else "POST"
         if method != expected:
-            return await _reject(send, 405, f"{path} takes {expected}, not {method}", "method_not_allowed")
+            error = GatewayError(405, f"{path} takes {expected}, not {method}", "invalid_request_error", "method_not_allowed")
+            return await _send_error(send, error, extra=[(b"allow", expected.encode())])
         await self.start()
         if endpoint == "models":
             await _send_json(send, 200, self._models_body)
@@ -267,7 +269,13 @@ class Gateway:
                 ),
             )
             return
-        outgoing, added = upstream.prepare(request, operation)
+        problem = request_problem(operation, request)
+        if problem is not None:
+            return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
+        try:
+            outgoing, added = upstream.prepare(request, operation)
+        except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
+            return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
         try:
             response, retries = await post_with_retries(
                 self._session,
@@ -314,6 +322,11 @@ class Gateway:
                 ),
             )
             return
+        problem = answer_problem(call.operation, answer)
+        if problem is not None:
+            message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
+            error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
+            return await self._fail(send, call, error)
         answered = response_attributes(call.operation, answer, version)  # before stripping
         if added:
             added.strip(answer)
@@ -343,10 +356,13 @@ class Gateway:
                 out = b"".join([_relay_event(event, assembler, added, call) for event in events])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, _BadChunk) as exc:
             name = call.upstream.name if call.upstream else "?"
-            message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
-            error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
+            if isinstance(exc, _BadChunk):
+                message, code = f"upstream {name!r} sent a malformed stream chunk: {exc}", "bad_upstream_response"
+            else:
+                message, code = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}", "stream_interrupted"
+            error = GatewayError(502, message, "upstream_error", code, retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
         answered = response_attributes(call.operation, assembler.result(), version)
         self._recording += 1
@@ -376,6 +392,10 @@ class Gateway:
                 self._recorded.set()
 
 
+class _BadChunk(ValueError):
+    """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
+
+
 def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: Call) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
     if not event.startswith(b"data:"):
@@ -389,6 +409,9 @@ def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: C
         return event + b"\n\n"
     if not isinstance(chunk, dict):
         return event + b"\n\n"
+    problem = answer_problem(call.operation, chunk, chunk=True)
+    if problem is not None:
+        raise _BadChunk(problem)
     if call.first_token is None and chunk.get("choices"):
         call.first_token = time.perf_counter()
     assembler.add(chunk)

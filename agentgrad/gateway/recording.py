@@ -212,7 +212,12 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
     """The span recording `call`: the client's request, the upstream's answer (or the error), timings."""
     elapsed = time.perf_counter() - call.started
     system = call.upstream.backend.system if call.upstream else "openai"
-    attributes = request_attributes(call.operation, call.request, system)
+    try:
+        attributes = request_attributes(call.operation, call.request, system)
+    except Exception as exc:  # a request the record cannot hold is still recorded, without its body
+        attributes = {sc.GEN_AI_OPERATION: call.operation, sc.GEN_AI_SYSTEM: system,
+                      sc.GEN_AI_REQUEST_MODEL: str(call.request.get("model")),
+                      sc.UNRECORDED_REQUEST: f"{type(exc).__name__}: {exc}"}
     if call.agent:
         attributes[sc.AGENT_NAME] = call.agent
     if call.upstream is not None:

@@ -7,8 +7,8 @@ own work. Paths that match no operation (404) or not its method (405, with `Allo
 to Starlette, which has the same routes.
 
 Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong
-(`http_errors`). The bearer-token and body-size checks (`_Guard`) wrap the whole app as one ASGI
-layer, so a further middleware wraps it the same way.
+(`http_errors`). The host, cross-site, token and body checks (`agentgrad.guard.Guard`) wrap the
+whole app as one ASGI layer, the one the gateway and the engine run behind too.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from agentgrad.dashboard import dashboard_routes
-from agentgrad.serving import ServerThread, bearer_ok, check_exposure, expected_authorization
+from agentgrad.guard import Guard, check_exposure, store_errors
+from agentgrad.serving import ServerThread
 from agentgrad.store.api import JSON, OPERATIONS, Operation, arguments, openapi_schema
 from agentgrad.store.base import Store
-from agentgrad.store.http_errors import BodyTooLarge, error_response, exception_answer, exception_response
+from agentgrad.store.http_errors import error_response, exception_answer
 from agentgrad.store.idempotency import Answer
 from agentgrad.store.otlp import otlp_traces
 
@@ -142,60 +143,6 @@ def _is_public(path: str) -> bool:
     return path in ("/api/health", "/") or path.startswith("/dashboard/")
 
 
-class _Guard:
-    """Bearer-token check and request size limit, for every route of the app."""
-
-    def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int) -> None:
-        self.app = app
-        self.expected = expected_authorization(token)
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        if not _is_public(scope["path"]) and not bearer_ok(headers, self.expected):
-            response = error_response(
-                401, "Unauthorized", "this server needs 'Authorization: Bearer <token>' with the token it was started with",
-                headers={"www-authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
-            return
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
-            await exception_response(BodyTooLarge(self.max_body_bytes))(scope, receive, send)
-        elif b"transfer-encoding" in headers:
-            await self._counting(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-    async def _counting(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A body without a declared length (chunked) is counted as it arrives."""
-        received = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                raise BodyTooLarge(self.max_body_bytes)
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge as exc:
-            if started:
-                raise
-            await exception_response(exc)(scope, receive, send)
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
@@ -218,8 +165,8 @@ def create_app(
     extra_routes: Sequence[BaseRoute] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
-) -> _Guard:
-    """The store server as an ASGI app: the API under `/api/`, OTLP ingest, the dashboard at `/`.
+) -> Guard:
+    """The store server as an ASGI app, behind the guard (`agentgrad.guard`): the API under `/api/`, OTLP ingest, the dashboard at `/`.
     With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
     (the gateway, say) are served after the API's; `on_shutdown` coroutines (the gateway's `aclose`)
     run when the server stops. `app.state.store` is the store it serves."""
@@ -247,7 +194,8 @@ def create_app(
     starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
     starlette.state.store = store
     starlette.state.max_body_bytes = max_body_bytes
-    app = _Guard(_Dispatch(starlette, handlers), token=token, max_body_bytes=max_body_bytes)
+    app = Guard(_Dispatch(starlette, handlers), token=token, public=_is_public, errors=store_errors,
+                max_body_bytes=max_body_bytes)
     app.state = starlette.state  # type: ignore[attr-defined]
     return app
 
