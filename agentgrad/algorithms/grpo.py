@@ -273,19 +273,28 @@ def grpo_update(
     cfg: GRPOConfig,
     pad_token_id: int = 0,
     reference: torch.nn.Module | None = None,
+    *,
+    total_tokens: int | None = None,
+    micro_batches: int = 0,
 ) -> dict[str, float]:
     """`updates_per_step` AdamW steps over (trajectory, advantage) pairs, in micro-batches.
 
     The loss is the mean over every response token of the batch (each token weighs the same).
+    One rank of a sharded update (`agentgrad.distributed`) passes its share of the step as
+    `batch`, the whole step's `total_tokens`, and the `micro_batches` every rank must run (a
+    pass with nothing left to score runs on an idle sequence with zero weight).
     """
+    from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
+
     parameters = [p for p in model.parameters() if p.requires_grad]
-    total_tokens = sum(t.response_length for t, _ in batch)
+    total_tokens = total_tokens or sum(t.response_length for t, _ in batch)
+    micros = [batch[start : start + cfg.micro_batch_size] for start in range(0, len(batch), cfg.micro_batch_size)]
+    micros += [[(idle_trajectory(pad_token_id), 0.0)]] * (micro_batches - len(micros))
     sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
     grad_norm = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(batch), cfg.micro_batch_size):
-            micro = batch[start : start + cfg.micro_batch_size]
+        for micro in micros:
             sequences = [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in micro]
             temperature = micro[0][0].temperature
             new = sequence_logprobs(model, sequences, temperature, pad_token_id)
@@ -304,7 +313,7 @@ def grpo_update(
                 sums["kl"] += float((diag["kl"] * mask).sum())
             loss.backward()
             sums["loss"] += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm))
+        grad_norm = clip_grad_norm(parameters, cfg.max_grad_norm)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     passes = cfg.updates_per_step
