@@ -4,12 +4,16 @@ Strategies:
 - `threads`: the algorithm and N runners in this process, runners in threads (debugging, and
   the CPU demo, where the engine must share memory with the runners' gateway anyway).
 - `processes`: the store served over HTTP from this process, N runner processes as clients.
+- `ray`: the store and gateway on the driver, N runner actors per node of a Ray cluster, the
+  training group (`train_processes > 1`) as Ray actors (`agentgrad.distributed.ray_cluster`).
+Under torchrun, ranks past 0 only join rank 0's updates (`agentgrad.distributed`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,15 +51,15 @@ class Trainer:
         *,
         n_runners: int = 1,
         store: Store | str | Path | None = None,
-        strategy: Literal["threads", "processes"] = "threads",
+        strategy: Literal["threads", "processes", "ray"] = "threads",
         hooks: Sequence[Hook] = (),
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be at least 1, got {n_runners}")
-        if strategy not in ("threads", "processes"):
-            raise ValueError(f"strategy is 'threads' or 'processes', not {strategy!r}")
+        if strategy not in ("threads", "processes", "ray"):
+            raise ValueError(f"strategy is 'threads', 'processes' or 'ray', not {strategy!r}")
         self.algorithm = algorithm or Baseline()
         self.n_runners = n_runners
         self.store = open_store(store if store is not None else default_store_path())
@@ -82,6 +86,8 @@ class Trainer:
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
     ) -> Any:
         agent = as_agent(agent)
+        if hasattr(self.algorithm, "follow") and int(os.environ.get("RANK", "0")) > 0:
+            return await asyncio.to_thread(self.algorithm.follow)  # torchrun: this rank only joins rank 0's updates
         self.algorithm.store = self.store
         if self.resources:
             await self.store.add_resources(self.resources)
@@ -89,6 +95,10 @@ class Trainer:
             from agentgrad.strategies import run_with_processes
 
             return await run_with_processes(self, agent, train_data, val_data)
+        if self.strategy == "ray":
+            from agentgrad.distributed.ray_cluster import run_with_ray
+
+            return await run_with_ray(self, agent, train_data, val_data)
         return await self._run_with_threads(agent, train_data, val_data)
 
     async def _run_with_threads(

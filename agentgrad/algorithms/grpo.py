@@ -15,7 +15,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
+from agentgrad.distributed.group import TrainingGroup, deliver, load_checkpoint, open_group, save_checkpoint
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
@@ -57,6 +58,7 @@ class GRPOConfig:
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
     agent_match: str | None = None  # train only the calls of this agent (regex on agent/model name)
     rollout_timeout: float = 600.0  # seconds an attempt may take
+    train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
     seed: int = 0
 
 
@@ -129,6 +131,10 @@ class GRPO(Algorithm):
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
         self.engine = engine
         self.model_name = model
+        self.group: TrainingGroup | None = None
+
+    training_launcher: Callable[..., TrainingGroup] | None = None
+    """Where the training ranks of `train_processes > 1` run: local processes, or Ray actors (set by strategy="ray")."""
 
     async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
         cfg = self.config
@@ -136,8 +142,19 @@ class GRPO(Algorithm):
             raise ValueError("GRPO needs training tasks")
         policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
         self.policy = policy
-        with policy:
-            return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
+        try:
+            with policy:
+                return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
+        finally:
+            if self.group is not None:
+                self.group.close()
+
+    def follow(self) -> None:
+        """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""
+        from agentgrad.distributed.group import follow
+        from agentgrad.engine.model import load_model
+
+        follow(lambda: self.engine.model if self.engine is not None else load_model(self.model_name)[0])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> GRPOResult:
         cfg = self.config
@@ -147,15 +164,19 @@ class GRPO(Algorithm):
                                            {"algorithm": "grpo", "purpose": "train"})
         val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
                                          {"algorithm": "grpo", "purpose": "val"})
-        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        # the strategy's retry policy (a lost runner's rollout is retried), with this run's timeout
+        rollout_config = (self.rollout_config or RolloutConfig()).model_copy(update={"timeout_seconds": cfg.rollout_timeout})
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.lora_rank == 0 else None
+        # ---- the update sharded over several processes (agentgrad.distributed), when asked
+        self.group = open_group(cfg.train_processes, policy, self.training_launcher, learning_rate=cfg.learning_rate,
+                                weight_decay=cfg.weight_decay, kl_reference=cfg.kl_coef > 0)
 
         # ---- resume from the newest checkpoint, if any
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         start, history = 0, []
         if (found := latest_checkpoint(checkpoint_dir)) is not None:
-            state = policy.load(found, optimizer)
+            state = policy.load(found, optimizer) if self.group is None else load_checkpoint(self.group, policy, found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
         sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
@@ -196,6 +217,7 @@ class GRPO(Algorithm):
                 update_began = time.perf_counter()
                 stats = await asyncio.to_thread(self._update, policy, optimizer, batch, reference) if batch else {}
                 update_seconds = time.perf_counter() - update_began
+                sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
 
                 # ---- log
                 finished = [r for r in rollouts if r.status is RolloutStatus.SUCCEEDED]
@@ -209,6 +231,7 @@ class GRPO(Algorithm):
                     **{f"train/{k}": v for k, v in stats.items()},
                     "perf/rollout_seconds": rollout_seconds,
                     "perf/update_seconds": update_seconds,
+                    "perf/sync_seconds": sync_seconds,
                     "perf/step_seconds": time.perf_counter() - began,
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
                     "train/model_version": engine.version,
@@ -227,7 +250,11 @@ class GRPO(Algorithm):
                 progress.update(bar, advance=1, description=description)
                 progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
                 if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
-                    policy.save(checkpoint_dir / f"step-{step}", optimizer, {"step": step, "history": history, "config": asdict(cfg)})
+                    state = {"step": step, "history": history, "config": asdict(cfg)}
+                    if self.group is None:
+                        policy.save(checkpoint_dir / f"step-{step}", optimizer, state)
+                    else:
+                        save_checkpoint(self.group, policy, checkpoint_dir / f"step-{step}", state)
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
 
@@ -260,10 +287,16 @@ class GRPO(Algorithm):
 
     def _update(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer,
                 batch: list[tuple[Trajectory, float]], reference: torch.nn.Module | None) -> dict[str, float]:
+        if self.group is not None:  # every rank updates its shard; rank 0's full weights go to the engine
+            stats = self.group.call("grpo_step", batch, self.config, policy.engine.tokenizer.pad_token_id)
+            sync_began = time.perf_counter()
+            deliver(policy, self.group.call("full_state_dict"))
+            return {**stats, "sync_seconds": time.perf_counter() - sync_began}
         with policy.engine.training() as model:
             stats = grpo_update(model, optimizer, batch, self.config, policy.engine.tokenizer.pad_token_id, reference)
+        sync_began = time.perf_counter()
         policy.engine.publish()
-        return stats
+        return {**stats, "sync_seconds": time.perf_counter() - sync_began}
 
 
 def grpo_update(

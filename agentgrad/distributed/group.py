@@ -20,6 +20,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -236,3 +237,56 @@ class SpawnedGroup:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+# ----------------------------------------------------------------------------- what an algorithm calls
+
+
+def open_group(processes: int, policy: Any, launcher: Callable[..., TrainingGroup] | None = None,
+               **policy_options: Any) -> TrainingGroup | None:
+    """The training group an algorithm updates through, or None to update in this process as before.
+
+    Under torchrun (WORLD_SIZE > 1) it is every launched rank, whatever `processes` says;
+    otherwise `processes > 1` local processes, or Ray actors when the Ray strategy passed its `launcher`.
+    """
+    import copy
+
+    if launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
+        return TorchrunGroup(lambda: copy.deepcopy(policy.model).float(), **policy_options)
+    if processes <= 1:
+        return None
+    if getattr(policy, "lora_rank", 0) > 0:
+        raise ValueError("train_processes > 1 shards full weights; LoRA (lora_rank > 0) trains in one process: "
+                         "set train_processes=1 or lora_rank=0")
+    state = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
+    return (launcher or SpawnedGroup)(processes, policy.model.config, state, **policy_options)
+
+
+def save_checkpoint(group: TrainingGroup, policy: Any, directory: Path, state: dict[str, Any]) -> Path:
+    """A sharded checkpoint (see `ShardedPolicy.save`) with the tokenizer, written under `.partial` then renamed.
+
+    With several machines `directory` must be on a filesystem every rank sees.
+    """
+    import shutil
+
+    from agentgrad.algorithms.policy import TRAINER_STATE
+
+    partial = directory.with_name(directory.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    group.call("save", partial, {"engine_version": policy.engine.version, **state})
+    policy.engine.tokenizer.save_pretrained(partial)
+    torch.save({"state": state, "sharded": True}, partial / TRAINER_STATE)
+    if directory.exists():
+        shutil.rmtree(directory)
+    partial.rename(directory)
+    return directory
+
+
+def load_checkpoint(group: TrainingGroup, policy: Any, directory: Path) -> dict[str, Any]:
+    """Restore a sharded checkpoint into the group (any world size) and serve its weights; returns its state."""
+    from agentgrad.algorithms.policy import TRAINER_STATE
+
+    group.call("load", directory)
+    deliver(policy, group.call("full_state_dict"))
+    return torch.load(directory / TRAINER_STATE, weights_only=False)["state"]
