@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 import ray
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import agentgrad as ag
 from agentgrad.algorithms.baseline import Baseline
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 from agentgrad.engine import Engine
-from agentgrad.engine.model import resolve_model
 from agentgrad.types import AttemptStatus, RolloutStatus
 from tests import ray_agents
 
@@ -31,19 +29,6 @@ def ray_cluster() -> Iterator[None]:
              runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     yield
     ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random 1-layer Llama with SmolLM2's tokenizer and chat template: a real engine, in seconds."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model())
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def test_a_grpo_run_on_ray_trains_with_two_training_actors_and_leaves_metrics_and_a_checkpoint(
@@ -91,3 +76,4 @@ def test_a_runner_actor_killed_mid_attempt_is_replaced_and_its_rollout_finishes_
     attempts = asyncio.run(store.query_attempts(hung.rollout_id))
     assert [a.status for a in attempts] == [AttemptStatus.UNRESPONSIVE, AttemptStatus.SUCCEEDED]
     assert "restarted" in (attempts[0].error or "")  # given up by its replacement, not by the heartbeat timeout
+
