@@ -86,8 +86,12 @@ class Trainer:
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
     ) -> Any:
         agent = as_agent(agent)
-        if hasattr(self.algorithm, "follow") and int(os.environ.get("RANK", "0")) > 0:
-            return await asyncio.to_thread(self.algorithm.follow)  # torchrun: this rank only joins rank 0's updates
+        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank only joins rank 0's updates
+            follow = getattr(self.algorithm, "follow", None)
+            if follow is None:
+                raise RuntimeError(f"launched as rank {os.environ['RANK']} (torchrun), but {type(self.algorithm).__name__} "
+                                   "has no sharded update to join: run it without torchrun, or use GRPO")
+            return await asyncio.to_thread(follow)
         self.algorithm.store = self.store
         if self.resources:
             await self.store.add_resources(self.resources)

@@ -148,6 +148,7 @@ class GRPO(Algorithm):
         finally:
             if self.group is not None:
                 self.group.close()
+                self.group = None
 
     def follow(self) -> None:
         """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""

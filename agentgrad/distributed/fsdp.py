@@ -113,11 +113,13 @@ class ShardedPolicy:
         if kl_reference:
             import copy
 
-            self.reference = copy.deepcopy(model).requires_grad_(False).eval()
-            shard(self.reference, self.device)
-            set_model_state_dict(self.reference, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+            self.reference = shard(copy.deepcopy(model), self.device).requires_grad_(False).eval()
         self.model = shard(model, self.device)
         set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        if self.reference is not None:  # the starting weights, shard by shard (no collective)
+            with torch.no_grad():
+                for frozen, trained in zip(self.reference.parameters(), self.model.parameters()):
+                    frozen.copy_(trained)
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=learning_rate,
                                            weight_decay=weight_decay)
 

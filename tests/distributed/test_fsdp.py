@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,12 +53,6 @@ def assert_same_weights(sharded: dict[str, torch.Tensor], local: torch.nn.Module
     assert moved > 1e-4  # the update did change the weights, well past the tolerance
 
 
-def local_grpo(batch: list[tuple[Trajectory, float]], steps: int = 1) -> tuple[torch.nn.Module, list[dict[str, float]]]:
-    model = tiny_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
-    return model, [grpo_update(model, optimizer, batch, GRPO_CFG) for _ in range(steps)]
-
-
 def test_split_by_tokens_balances_tokens_not_counts_and_keeps_each_share_in_order() -> None:
     assert split_by_tokens([100, 10, 10, 10, 10, 10], 2) == [[0], [1, 2, 3, 4, 5]]
     assert split_by_tokens([5, 5, 5, 5], 2) == [[0, 2], [1, 3]]
@@ -66,12 +61,15 @@ def test_split_by_tokens_balances_tokens_not_counts_and_keeps_each_share_in_orde
 
 def test_two_training_processes_and_one_end_with_the_parameters_of_a_plain_update() -> None:
     batch = step_batch([6, 9, 4, 7, 5, 8, 3, 6])
-    model, stats = local_grpo(batch)
+    cfg = replace(GRPO_CFG, kl_coef=0.05)  # the frozen reference is sharded too
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
+    stats = [grpo_update(model, optimizer, batch, cfg, 0, tiny_model().requires_grad_(False))]
     start = tiny_model().state_dict()
     for world_size in (2, 1):
-        group = SpawnedGroup(world_size, CONFIG, start, **OPTIONS)
+        group = SpawnedGroup(world_size, CONFIG, start, kl_reference=True, **OPTIONS)
         try:
-            sharded_stats = group.call("grpo_step", batch, GRPO_CFG, 0)
+            sharded_stats = group.call("grpo_step", batch, cfg, 0)
             weights = group.call("full_state_dict")
         finally:
             group.close()
@@ -79,6 +77,7 @@ def test_two_training_processes_and_one_end_with_the_parameters_of_a_plain_updat
         assert sharded_stats["loss"] == pytest.approx(stats[0]["loss"], rel=1e-5)
         assert sharded_stats["grad_norm"] == pytest.approx(stats[0]["grad_norm"], rel=1e-5)
         assert sharded_stats["clip_fraction"] == pytest.approx(stats[0]["clip_fraction"], rel=1e-6)
+        assert sharded_stats["kl"] == pytest.approx(stats[0]["kl"], rel=1e-5)
 
 
 def test_an_uneven_split_with_an_idle_rank_still_gives_the_single_process_update() -> None:
