@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", choices=["threads", "ray"], default="threads",
+                        help="runners as threads here, or as actors of a Ray cluster ($RAY_ADDRESS, else a local one)")
+    parser.add_argument("--train-processes", type=int, default=1,
+                        help="GRPO: shard the update with FSDP2 over this many processes (Ray actors with --strategy ray)")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -56,12 +60,17 @@ def main(args: argparse.Namespace) -> None:
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
-        algorithm = GRPO(GRPOConfig(steps=args.steps or 20, val_every=10, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
+        algorithm = GRPO(GRPOConfig(steps=args.steps or 20, val_every=10, checkpoint_dir=checkpoints, seed=args.seed,
+                                          train_processes=args.train_processes), engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
         algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
-    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store)
+    if args.strategy == "ray":
+        import ray.cloudpickle
+
+        ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
+    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store, strategy=args.strategy)
     console.print(f"training the calculator agent with {args.algorithm.upper()} on {engine.name} ({engine.device}); "
                   f"store: {getattr(trainer.store, 'path', trainer.store)}")
     result = trainer.fit(calc.calc_agent, train, val)

@@ -4,12 +4,16 @@ Strategies:
 - `threads`: the algorithm and N runners in this process, runners in threads (debugging, and
   the CPU demo, where the engine must share memory with the runners' gateway anyway).
 - `processes`: the store served over HTTP from this process, N runner processes as clients.
+- `ray`: the store and gateway on the driver, N runner actors per node of a Ray cluster, the
+  training group (`train_processes > 1`) as Ray actors (`agentgrad.distributed.ray_cluster`).
+Under torchrun, ranks past 0 only join rank 0's updates (`agentgrad.distributed`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +29,7 @@ from agentgrad.strategies import run_with_processes
 from agentgrad.types import NamedResources
 
 R = TypeVar("R")
-Strategy = Literal["threads", "processes"]
+Strategy = Literal["threads", "processes", "ray"]
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +90,8 @@ class Trainer(Generic[R]):
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be at least 1, got {n_runners}")
-        if strategy not in ("threads", "processes"):
-            raise ValueError(f"strategy is 'threads' or 'processes', not {strategy!r}")
+        if strategy not in ("threads", "processes", "ray"):
+            raise ValueError(f"strategy is 'threads', 'processes' or 'ray', not {strategy!r}")
         self.algorithm: Algorithm[R] = algorithm or Baseline()  # type: ignore[assignment]
         self.n_runners = n_runners
         self.store = open_store(store if store is not None else default_store_path())
@@ -114,11 +118,21 @@ class Trainer(Generic[R]):
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
     ) -> R:
         agent = as_agent(agent)
+        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank only joins rank 0's updates
+            follow = getattr(self.algorithm, "follow", None)
+            if follow is None:
+                raise RuntimeError(f"launched as rank {os.environ['RANK']} (torchrun), but {type(self.algorithm).__name__} "
+                                   "has no sharded update to join: run it without torchrun, or use GRPO")
+            return await asyncio.to_thread(follow)
         self.algorithm.store = self.store
         if self.resources:
             await self.store.add_resources(self.resources)
         if self.strategy == "processes":
             return await run_with_processes(self, agent, train_data, val_data)  # type: ignore[no-any-return]
+        if self.strategy == "ray":
+            from agentgrad.distributed.ray_cluster import run_with_ray  # Ray is an optional extra
+
+            return await run_with_ray(self, agent, train_data, val_data)  # type: ignore[no-any-return]
         return await self._run_with_threads(agent, train_data, val_data)
 
     async def _run_with_threads(
