@@ -54,6 +54,11 @@ class GRPOConfig:
     checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16
+    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each step)
+    vllm_replicas: int = 1  # engine="vllm": servers started on loopback (one core each on a CPU)
+    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead of starting any
+    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl", or "auto" (see weight_sync)
+    tis_cap: float | None = None  # truncated importance sampling: weigh each token by min(p_trainer/p_sampler, cap)
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
     agent_match: str | None = None  # train only the calls of this agent (regex on agent/model name)
     rollout_timeout: float = 600.0  # seconds an attempt may take
@@ -127,6 +132,7 @@ class GRPO(Algorithm):
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
         if self.config.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
+        check_engine_config(self.config)
         self.engine = engine
         self.model_name = model
 
@@ -134,7 +140,7 @@ class GRPO(Algorithm):
         cfg = self.config
         if not train_data:
             raise ValueError("GRPO needs training tasks")
-        policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+        policy = make_policy(cfg, self.store, self.engine, self.model_name)
         self.policy = policy
         with policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
@@ -196,6 +202,7 @@ class GRPO(Algorithm):
                 update_began = time.perf_counter()
                 stats = await asyncio.to_thread(self._update, policy, optimizer, batch, reference) if batch else {}
                 update_seconds = time.perf_counter() - update_began
+                sync_seconds = stats.pop("sync_seconds", 0.0)
 
                 # ---- log
                 finished = [r for r in rollouts if r.status is RolloutStatus.SUCCEEDED]
@@ -211,6 +218,7 @@ class GRPO(Algorithm):
                     "perf/update_seconds": update_seconds,
                     "perf/step_seconds": time.perf_counter() - began,
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
+                    "perf/sync_seconds": sync_seconds,
                     "train/model_version": engine.version,
                 }
                 await self.log_metrics(step, metrics)
@@ -263,6 +271,7 @@ class GRPO(Algorithm):
         with policy.engine.training() as model:
             stats = grpo_update(model, optimizer, batch, self.config, policy.engine.tokenizer.pad_token_id, reference)
         policy.engine.publish()
+        stats["sync_seconds"] = policy.sync()  # vLLM: the new weights reach the servers before the next rollout
         return stats
 
 
@@ -280,7 +289,7 @@ def grpo_update(
     """
     parameters = [p for p in model.parameters() if p.requires_grad]
     total_tokens = sum(t.response_length for t, _ in batch)
-    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
+    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0}
     grad_norm = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
@@ -299,7 +308,11 @@ def grpo_update(
                 old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
                 token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
                                                None if ref is None else ref[i], cfg.kl_coef)
-                loss = loss + (token_loss * mask).sum() / total_tokens
+                # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
+                weight, truncated = tis_weights(new_logprobs, old, cfg.tis_cap)
+                loss = loss + (token_loss * weight * mask).sum() / total_tokens
+                sums["logprob_diff"] += float(((new_logprobs.detach() - old).abs() * mask).sum())
+                sums["tis_truncated"] += float((truncated * mask).sum())
                 sums["clipped"] += float((diag["clipped"] * mask).sum())
                 sums["kl"] += float((diag["kl"] * mask).sum())
             loss.backward()
@@ -312,8 +325,48 @@ def grpo_update(
         "loss": sums["loss"] / passes,
         "clip_fraction": sums["clipped"] / (total_tokens * passes),
         "kl": sums["kl"] / (total_tokens * passes),
+        "logprob_diff": sums["logprob_diff"] / (total_tokens * passes),  # mean |trainer - sampler| per token
+        "tis_truncated": sums["tis_truncated"] / (total_tokens * passes),
         "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
     }
+
+
+def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: per token min(p_trainer / p_sampler, cap), no gradient through it,
+    and where the cap bit. With `cap=None`, weights of one (off).
+
+    The sampler (vLLM in bf16, or any engine) and the trainer's forward pass give slightly
+    different probabilities; the ratio corrects the gradient for sampling from the sampler.
+    """
+    if cap is None:
+        ones = torch.ones_like(sampler_logprobs)
+        return ones, torch.zeros_like(ones)
+    ratio = (trainer_logprobs.detach() - sampler_logprobs).exp()
+    return ratio.clamp(max=cap), (ratio > cap).float()
+
+
+def check_engine_config(cfg: Any) -> None:
+    """Raise ValueError naming a bad engine or correction field (shared by GRPO and SFT configs)."""
+    if cfg.engine not in ("local", "vllm"):
+        raise ValueError(f"engine must be 'local' or 'vllm', got {cfg.engine!r}")
+    if cfg.engine == "vllm" and cfg.vllm_replicas < 1 and not cfg.vllm_urls:
+        raise ValueError(f"vllm_replicas must be at least 1 (or give vllm_urls), got {cfg.vllm_replicas}")
+    if cfg.vllm_transport not in ("auto", "file", "lora", "nccl"):
+        raise ValueError(f"vllm_transport must be auto, file, lora or nccl, got {cfg.vllm_transport!r}")
+    cap = getattr(cfg, "tis_cap", None)
+    if cap is not None and not cap >= 1.0:
+        raise ValueError(f"tis_cap must be at least 1 (it caps p_trainer/p_sampler; typical: 2), or None, got {cap}")
+
+
+def make_policy(cfg: Any, store: Any, engine: Engine | None, model: str | None) -> LocalPolicy:
+    """The policy `cfg.engine` names: the built-in engine, or vLLM servers synced after each update."""
+    if cfg.engine == "vllm":
+        from agentgrad.algorithms.vllm_policy import VLLMPolicy
+
+        return VLLMPolicy(store, engine, model, replicas=cfg.vllm_replicas, urls=cfg.vllm_urls,
+                          transport=cfg.vllm_transport, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16))
+    return LocalPolicy(store, engine, model, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16))
 
 
 class TaskSampler:
