@@ -51,6 +51,11 @@ class ReplicaPool:
         self._drained = threading.Condition(self._lock)
         self._waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
+    @property
+    def open(self) -> bool:
+        """False while a weight swap holds new calls."""
+        return self._open.is_set()
+
     # ------------------------------------------------------------------ gateway side (its event loop)
 
     async def acquire(self, rollout_id: str | None) -> Lease:
