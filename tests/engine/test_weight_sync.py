@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentgrad.algorithms.grpo import GRPOConfig, check_engine_config, tis_weights
+from agentgrad.algorithms.grpo import GRPOConfig, tis_weights
+from agentgrad.algorithms.policy import check_engine_config
 from agentgrad.engine.vllm import ROUTES, VLLMServer, report_capabilities, serve_command
 from agentgrad.engine.weight_sync import FileTransport, NCCLTransport, hf_state_dict, make_transport, nccl_init_info, nccl_update_info
 
