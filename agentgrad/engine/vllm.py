@@ -160,7 +160,9 @@ def wait_healthy(server: VLLMServer, timeout_s: float, clock: Callable[[], float
                 raise TimeoutError(f"vLLM server at {server.url} was not healthy within {timeout_s:g} s "
                                    f"(log: {server.log_path or 'not started by agentgrad'})")
             time.sleep(0.5)
-        server.routes = frozenset(client.get(server.url + "/openapi.json").json().get("paths", {}))
+        # the schema is built on first request: seconds on a busy CPU
+        schema = client.get(server.url + "/openapi.json", timeout=max(deadline - clock(), 60.0)).json()
+        server.routes = frozenset(schema.get("paths", {}))
 
 
 def report_capabilities(servers: Sequence[VLLMServer], transport: str) -> str:
