@@ -111,8 +111,8 @@ def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | No
                                 "the python of an environment with vLLM installed)")
     log_dir = log_dir or Path(".agentgrad") / "vllm"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
-        "VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)}
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)}
     env.pop("PYTHONPATH", None)  # the vLLM environment must not see the core's packages
     servers = []
     try:
@@ -174,4 +174,6 @@ def report_capabilities(servers: Sequence[VLLMServer], transport: str) -> str:
     line = f"vLLM weight transports ({transport} chosen): " + "; ".join(parts)
     if any(server.missing("file") for server in servers) and "/pause" not in servers[0].routes:
         line += " (start vLLM with VLLM_SERVER_DEV_MODE=1)"
+    elif any(server.missing("lora") for server in servers):
+        line += " (LoRA: start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
     return line
