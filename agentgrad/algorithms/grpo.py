@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
-from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
+from agentgrad.algorithms.policy import LocalPolicy, check_engine_config, latest_checkpoint, make_policy
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, load_checkpoint, open_group, save_checkpoint
 from agentgrad.engine import Engine
@@ -56,6 +56,11 @@ class GRPOConfig:
     checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16
+    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each step)
+    vllm_replicas: int = 1  # engine="vllm": servers started on loopback (one core each on a CPU)
+    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead of starting any
+    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl", or "auto" (see weight_sync)
+    tis_cap: float | None = None  # truncated importance sampling: weigh each token by min(p_trainer/p_sampler, cap)
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
     agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
     rollout_timeout: float = 600.0  # seconds an attempt may take
@@ -130,6 +135,7 @@ class GRPO(Algorithm["GRPOResult"]):
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
         if self.config.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
+        check_engine_config(self.config)
         self.engine = engine
         self.model_name = model
         self.group: TrainingGroup | None = None
@@ -141,7 +147,7 @@ class GRPO(Algorithm["GRPOResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("GRPO needs training tasks")
-        policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+        policy = make_policy(cfg, self.store, self.engine, self.model_name)
         self.policy = policy
         try:
             with policy:
@@ -297,6 +303,7 @@ class GRPO(Algorithm["GRPOResult"]):
             stats = grpo_update(model, optimizer, batch, self.config, policy.engine.tokenizer.pad_token_id, reference)
         sync_began = time.perf_counter()
         policy.engine.publish()
+        policy.sync()  # vLLM: the new weights reach the servers before the next rollout
         return {**stats, "sync_seconds": time.perf_counter() - sync_began}
 
 
@@ -323,7 +330,7 @@ def grpo_update(
     total_tokens = total_tokens or sum(t.response_length for t, _ in batch)
     micros = [batch[start : start + cfg.micro_batch_size] for start in range(0, len(batch), cfg.micro_batch_size)]
     micros += [[(idle_trajectory(pad_token_id), 0.0)]] * (micro_batches - len(micros))
-    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
+    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0}
     grad_norm = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
@@ -341,7 +348,11 @@ def grpo_update(
                 old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
                 token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
                                                None if ref is None else ref[i], cfg.kl_coef)
-                loss = loss + (token_loss * mask).sum() / total_tokens
+                # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
+                weight, truncated = tis_weights(new_logprobs, old, cfg.tis_cap)
+                loss = loss + (token_loss * weight * mask).sum() / total_tokens
+                sums["logprob_diff"] += float(((new_logprobs.detach() - old).abs() * mask).sum())
+                sums["tis_truncated"] += float((truncated * mask).sum())
                 sums["clipped"] += float((diag["clipped"] * mask).sum())
                 sums["kl"] += float((diag["kl"] * mask).sum())
             loss.backward()
@@ -354,6 +365,8 @@ def grpo_update(
         "loss": sums["loss"] / passes,
         "clip_fraction": sums["clipped"] / (total_tokens * passes),
         "kl": sums["kl"] / (total_tokens * passes),
+        "logprob_diff": sums["logprob_diff"] / (total_tokens * passes),  # mean |trainer - sampler| per token
+        "tis_truncated": sums["tis_truncated"] / (total_tokens * passes),
         "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
     }
 
@@ -368,9 +381,25 @@ def sharded_grpo_step(sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, 
     stats = grpo_update(sharded.model, sharded.optimizer, [batch[i] for i in share], cfg, pad_token_id,
                         sharded.reference, total_tokens=total, micro_batches=micro_batches)
     # loss, clip fraction and KL are sums of per-rank parts (each already divided by the global count)
-    parts = torch.tensor([stats["loss"], stats["clip_fraction"], stats["kl"]], dtype=torch.float64)
+    names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated"]
+    parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
     torch.distributed.all_reduce(parts)
-    return {**stats, "loss": float(parts[0]), "clip_fraction": float(parts[1]), "kl": float(parts[2])}
+    return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
+
+
+def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: per token min(p_trainer / p_sampler, cap), no gradient through it,
+    and where the cap bit. With `cap=None`, weights of one (off).
+
+    The sampler (vLLM in bf16, or any engine) and the trainer's forward pass give slightly
+    different probabilities; the ratio corrects the gradient for sampling from the sampler.
+    """
+    if cap is None:
+        ones = torch.ones_like(sampler_logprobs)
+        return ones, torch.zeros_like(ones)
+    ratio = (trainer_logprobs.detach() - sampler_logprobs).exp()
+    return ratio.clamp(max=cap), (ratio > cap).float()
 
 
 class TaskSampler:

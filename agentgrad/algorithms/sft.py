@@ -22,7 +22,7 @@ import torch
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.grpo import TaskSampler
-from agentgrad.algorithms.policy import LocalPolicy
+from agentgrad.algorithms.policy import LocalPolicy, check_engine_config, make_policy
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
@@ -45,6 +45,10 @@ class SFTConfig:
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
     checkpoint_dir: str | None = None  # where the final checkpoint goes
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
+    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each round)
+    vllm_replicas: int = 1  # engine="vllm": servers started on loopback
+    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead
+    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl" or "auto"
     resource_name: str = "llm"
     agent_match: str | None = None  # fine-tune only this agent's calls (regex on its ag.agent name; unnamed: model)
     rollout_timeout: float = 600.0
@@ -66,6 +70,7 @@ class SFT(Algorithm["SFTResult"]):
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
         self.config = with_overrides(config or SFTConfig(), overrides, "SFT")
+        check_engine_config(self.config)
         self.engine = engine
         self.model_name = model
 
@@ -73,7 +78,7 @@ class SFT(Algorithm["SFTResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("SFT needs training tasks")
-        with LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank) as policy:
+        with make_policy(cfg, self.store, self.engine, self.model_name) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
@@ -148,6 +153,7 @@ class SFT(Algorithm["SFTResult"]):
                     batch = [data[i] for i in order[start : start + cfg.batch_size]]
                     losses.append(sft_update(model, optimizer, batch, cfg.max_grad_norm, policy.engine.tokenizer.pad_token_id))
         policy.engine.publish()
+        policy.sync()  # vLLM: the new weights reach the servers before the next round
         return statistics.fmean(losses)
 
 

@@ -88,8 +88,8 @@ def free_port() -> int:
 def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
     """New full weights into the serving side: the policy's trainable copy, then its own path out.
 
-    A policy with `sync()` (vLLM) pushes them to its servers; the built-in engine publishes them
-    to its sampler and bumps its version, so the next request uses them.
+    The engine publishes them (a new version; the built-in engine samples from them at once), then
+    the policy's `sync()` pushes them to its servers (vLLM; a no-op for the built-in engine).
     """
     engine = policy.engine
     with engine.training() as model:
@@ -98,10 +98,8 @@ def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
         if real_missing or unexpected:
             raise ValueError(f"the trained weights do not fit the served model: missing {real_missing[:3]}, "
                              f"unexpected {unexpected[:3]}")
-    if callable(getattr(policy, "sync", None)):
-        policy.sync()
-    else:
-        engine.publish()
+    engine.publish()
+    policy.sync()
 
 
 # ----------------------------------------------------------------------------- torchrun

@@ -72,7 +72,8 @@ class Gateway:
     """An ASGI app proxying OpenAI-compatible calls to `backends` (model name → upstream) and recording them.
 
     `default` serves models missing from the table; without it they get a 404 naming the known
-    ones. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
+    ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
+    weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
     """
 
     def __init__(
@@ -85,8 +86,9 @@ class Gateway:
         max_retries: int = MAX_RETRIES,
         retry_backoff_s: float = RETRY_BACKOFF_SECONDS,
         close_store: bool = False,
+        routers: Mapping[str, Any] | None = None,
     ) -> None:
-        if not backends and default is None:
+        if not backends and default is None and not routers:
             raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
         self.store = store
         self._upstreams = {
@@ -102,13 +104,15 @@ class Gateway:
         self.max_retries = max_retries
         self.retry_backoff_s = retry_backoff_s
         self._close_store = close_store
+        self._routers = dict(routers or {})
         self._models_body = orjson.dumps(
             {
                 "object": "list",
                 "data": [
                     {"id": n, "object": "model", "created": 0, "owned_by": u.backend.system}
                     for n, u in self._upstreams.items()
-                ],
+                ]
+                + [{"id": n, "object": "model", "created": 0, "owned_by": r.system} for n, r in self._routers.items()],
             }
         )
         self._session: Any = None
@@ -119,7 +123,7 @@ class Gateway:
 
     @property
     def models(self) -> list[str]:
-        return list(self._upstreams)
+        return [*self._upstreams, *self._routers]
 
     def routes(self) -> list[Any]:
         """Starlette routes serving the gateway at the root of a host app (a store server)."""
@@ -252,54 +256,60 @@ class Gateway:
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
             return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
         model = request["model"]
-        upstream = self._upstreams.get(model) or self._default
-        call = Call(
-            operation, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
-            started, start_time,
-        )
-        if upstream is None:
-            await self._fail(
-                send,
-                call,
-                GatewayError(
-                    404,
-                    f"model {model!r} is not served by this gateway; known models: {sorted(self._upstreams)}",
-                    "invalid_request_error",
-                    "model_not_found",
-                ),
+        router = self._routers.get(model)
+        lease = await router.acquire(rollout_id) if router is not None else None  # a replica, held through a sync
+        upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
+        try:
+            call = Call(
+                operation, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
+                started, start_time,
             )
-            return
-        problem = request_problem(operation, request)
-        if problem is not None:
-            return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
-        try:
-            outgoing, added = upstream.prepare(request, operation)
-        except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
-            return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
-        try:
-            response, retries = await post_with_retries(
-                self._session,
-                upstream,
-                operation,
-                outgoing,
-                max_retries=self.max_retries,
-                backoff_s=self.retry_backoff_s,
-            )
-        except GatewayError as error:
-            await self._fail(send, call, error)
-            return
-        try:
-            version = response.headers.get(sc.VERSION_HEADER)
-            if response.status >= 400:
-                error = GatewayError.from_response(upstream, response.status, await response.read())
-                error.retries = retries
+            if upstream is None:
+                await self._fail(
+                    send,
+                    call,
+                    GatewayError(
+                        404,
+                        f"model {model!r} is not served by this gateway; known models: {sorted(self._upstreams)}",
+                        "invalid_request_error",
+                        "model_not_found",
+                    ),
+                )
+                return
+            problem = request_problem(operation, request)
+            if problem is not None:
+                return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
+            try:
+                outgoing, added = upstream.prepare(request, operation)
+            except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
+                return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
+            try:
+                response, retries = await post_with_retries(
+                    self._session,
+                    upstream,
+                    operation,
+                    outgoing,
+                    max_retries=self.max_retries,
+                    backoff_s=self.retry_backoff_s,
+                )
+            except GatewayError as error:
                 await self._fail(send, call, error)
-            elif request.get("stream") and response.content_type == "text/event-stream":
-                await self._relay_stream(send, call, response, added, version, retries)
-            else:
-                await self._relay(send, call, await response.read(), added, version, retries)
+                return
+            try:
+                version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
+                if response.status >= 400:
+                    error = GatewayError.from_response(upstream, response.status, await response.read())
+                    error.retries = retries
+                    await self._fail(send, call, error)
+                elif request.get("stream") and response.content_type == "text/event-stream":
+                    await self._relay_stream(send, call, response, added, version, retries)
+                else:
+                    await self._relay(send, call, await response.read(), added, version, retries)
+            finally:
+                response.release()
         finally:
-            response.release()
+            if lease is not None:
+                router.release(lease)
 
     async def _relay(
         self, send: Any, call: Call, payload: bytes, added: Added, version: str | None, retries: int
