@@ -1,0 +1,1 @@
+async def responses(engine, names, request): raise NotImplementedError
