@@ -173,7 +173,7 @@ async def read_json(request: Request) -> Any:
     return body
 
 
-def validate(body: Any, schema: type[Sampling], names: list[str]) -> Any:
+def validate(body: Any, schema: type[BaseModel], names: list[str]) -> Any:
     """`body` as `schema`, refusing unknown or unsupported parameters by name, and models not served."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
@@ -187,7 +187,7 @@ def validate(body: Any, schema: type[Sampling], names: list[str]) -> Any:
         if name in REFUSED:
             raise RequestError(f"unsupported parameter {name!r}: {REFUSED[name]}", name)
         raise RequestError(f"unsupported parameter {name!r}: this engine does not implement it", name)
-    if parsed.model not in names:
+    if parsed.model not in names:  # type: ignore[attr-defined]
         raise RequestError(f"model {parsed.model!r} is not served here; this engine serves {names}", "model", 404, "not_found_error")
     return parsed
 
