@@ -25,7 +25,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
-from agentgrad.algorithms.policy import LocalPolicy, check_engine_config, latest_checkpoint, make_policy
+from agentgrad.algorithms.engines import check_engine_config, make_policy
+from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, load_checkpoint, open_group, save_checkpoint
 from agentgrad.engine import Engine

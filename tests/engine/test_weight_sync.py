@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentgrad.algorithms.grpo import GRPOConfig, tis_weights
-from agentgrad.algorithms.policy import check_engine_config
+from agentgrad.algorithms.engines import check_engine_config
 from agentgrad.engine.vllm import ROUTES, VLLMServer, report_capabilities, serve_command
 from agentgrad.engine.weight_sync import FileTransport, NCCLTransport, hf_state_dict, make_transport, nccl_init_info, nccl_update_info
 
