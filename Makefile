@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL := $(VENV)/.model
 
-.PHONY: demo test test-fast model bench clean vllm
+.PHONY: demo test test-fast model bench clean vllm browser
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -37,10 +37,18 @@ $(VLLM_INSTALLED):
 
 vllm: $(VLLM_INSTALLED)
 
+# Chromium for the dashboard's browser tests: Debian's package (CI runs as root)
+BROWSER := /usr/bin/chromium
+$(BROWSER):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+browser: $(BROWSER)
+
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
-test: $(MODEL) $(VLLM_INSTALLED)
+test: $(MODEL) $(VLLM_INSTALLED) $(BROWSER)
 	$(PY) -m pytest -q
 
 test-fast: $(INSTALLED)
