@@ -63,8 +63,6 @@ def engine_url(engine: Any) -> Iterator[str]:
         yield server.url
 
 
-@pytest.mark.xfail(reason="issue 11, finding 2: `content: false` and the like are a 500 until the engine validates "
-                          "requests (branch `engine`); remove this mark when that lands", strict=False)
 @schema.parametrize()
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_request_gets_a_server_error_from_the_engine(case: schemathesis.Case, engine_url: str) -> None:
