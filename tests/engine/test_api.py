@@ -13,7 +13,8 @@ import pytest
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.serving import ServerThread, TokenGuard
+from agentgrad.guard import Guard
+from agentgrad.serving import ServerThread
 
 pytestmark = pytest.mark.model
 
@@ -98,7 +99,7 @@ def test_generation_stops_when_the_client_disconnects(engine: Engine, engine_url
 
 
 def test_health_needs_the_token_where_one_is_set_and_reports_nothing_sensitive(engine: Engine) -> None:
-    with ServerThread(TokenGuard(create_engine_app(engine), "s3cret", public=())) as server:
+    with ServerThread(Guard(create_engine_app(engine), token="s3cret")) as server:
         assert httpx.get(server.url + "/health").status_code == 401
         answer = httpx.get(server.url + "/health", headers={"authorization": "Bearer s3cret"})
     assert answer.status_code == 200 and set(answer.json()) == {"status", "version"}
