@@ -227,6 +227,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 def rendered(url: str, tmp_path: Path) -> str:
     """The page's DOM after its script ran (fetches included), from headless Chromium."""
+    assert CHROMIUM is not None, "the browser tests need Chromium: `make test` installs it (apt-get install chromium)"
     result = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-sync", "--disable-component-update", f"--user-data-dir={tmp_path / 'chromium'}",
@@ -236,7 +237,6 @@ def rendered(url: str, tmp_path: Path) -> str:
     return result.stdout
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
 def test_a_browser_renders_the_stores_data(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url, ids = served
     curves = rendered(url + "/#curves", tmp_path)
@@ -281,7 +281,6 @@ def with_page_public(protected: Any, token: str) -> Any:
     return app
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
 def test_a_browser_asks_for_the_token_and_sends_it_on_every_call(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")
     queued = asyncio.run(store.enqueue_rollout("a task"))
