@@ -62,7 +62,7 @@ def serve_engine_command(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
     console.print(f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1")
-    uvicorn.run(TokenGuard(create_engine_app(engine), args.token), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(TokenGuard(create_engine_app(engine), args.token, public=()), host=args.host, port=args.port, log_level="warning")
 
 
 def load_agent_file(path: Path) -> Any:

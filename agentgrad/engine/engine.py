@@ -30,6 +30,7 @@ import torch
 
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, common_prefix_length, new_cache
 from agentgrad.engine.model import load_model
+from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.sampling import sample
 
 log = logging.getLogger(__name__)
@@ -41,35 +42,12 @@ PREFIX_CACHE_SIZE = 4
 
 
 @dataclass
-class SamplingParams:
-    max_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    n: int = 1
-    seed: int | None = None
-    ignore_eos: bool = False  # benchmarks: always generate max_tokens
-
-    def check(self, max_batch_size: int) -> None:
-        """Raise ValueError naming the bad value."""
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if not 0 <= self.temperature <= 100:
-            raise ValueError(f"temperature must be between 0 and 100, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not 1 <= self.n <= max_batch_size:
-            raise ValueError(f"n must be between 1 and the engine's batch size {max_batch_size}, got {self.n}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError(f"stop must be non-empty strings, got {self.stop!r}")
-
-
-@dataclass
 class Completion:
     token_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: str  # "stop" (end of turn or a stop string) or "length"
+    finish_reason: str  # "stop" (end of turn or a stop string), "length", or "cancelled" (`Engine.cancel`)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, when asked for
 
 
 @dataclass
@@ -79,8 +57,8 @@ class Generation:
     version: int
 
 
-TokenCallback = Callable[[int, int, float, str], None]
-"""Streaming: called from the engine thread with (choice index, token id, logprob, new text)."""
+TokenCallback = Callable[[int, int, float, str, list[tuple[int, float]]], None]
+"""Streaming: called from the engine thread with (choice index, token id, logprob, new text, top logprobs)."""
 
 
 @dataclass
@@ -91,6 +69,7 @@ class _Request:
     on_token: TokenCallback | None
     version: int = 0
     rows: list[_Row] = field(default_factory=list)
+    cancelled: bool = False
 
 
 @dataclass
@@ -102,6 +81,8 @@ class _Row:
     generator: torch.Generator | None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
+    matcher: Any = None  # an llguidance matcher when the request has a grammar
     text: str = ""
     streamed: int = 0
     finish_reason: str | None = None
@@ -151,7 +132,10 @@ class Engine:
         self.eos_token_ids = {t for t in eos if t is not None}
         self.version = 0
         self.weights_lock = threading.RLock()
-        self.stats = {"generated_tokens": 0, "prompt_tokens": 0, "prefill_tokens": 0, "requests": 0}
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self.stats = {"generated_tokens": 0, "prompt_tokens": 0, "prefill_tokens": 0, "requests": 0, "cancelled": 0}
+        self._constrainer: Any = None
+        self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
         self._prefixes: dict[tuple[int, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._waiting: list[_Request] = []
         self._cv = threading.Condition()
@@ -198,10 +182,15 @@ class Engine:
     # ------------------------------------------------------------------ prompts
 
     def chat_prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
-        """Token ids of a chat, ready for the assistant's turn, from the model's chat template."""
-        ids = self.tokenizer.apply_chat_template(
-            list(messages), tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=True
-        )
+        """Token ids of a chat, ready for the assistant's turn: the model's chat template, with tools
+        and tool calls rendered by it where it supports them, else in the built-in format (`tools.py`)."""
+        from agentgrad.engine.tools import render_history, template_supports_tools
+
+        if template_supports_tools(self.tokenizer):
+            rendered, tools_arg = list(messages), list(tools) if tools else None
+        else:
+            rendered, tools_arg = render_history(list(messages), list(tools) if tools else None), None
+        ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return list(ids)
@@ -211,18 +200,32 @@ class Engine:
     def submit(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None, on_token: TokenCallback | None = None
     ) -> concurrent.futures.Future[Generation]:
-        """Queue a generation; the future resolves when all its `n` completions are done."""
+        """Queue a generation; the future resolves when all its `n` completions are done.
+
+        Everything a request could fail on (its parameters, token ids, seed, grammar) is checked
+        here, before it joins a batch, so a bad request raises ValueError alone.
+        """
         params = params or SamplingParams()
-        params.check(self.max_batch_size)
+        params.check(self.max_batch_size, self.vocab_size)
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}")
+        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)  # noqa: E721
+        if bad is not None:
+            raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
         request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)
+        template = self.constrainer().matcher(params.grammar) if params.grammar is not None else None
+        for index in range(params.n):
+            generator = None if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed + index)
+            matcher = None if template is None else template.deep_copy()
+            request.rows.append(_Row(request, index, generator, matcher=matcher))
         with self._cv:
             if self._closed:
                 raise RuntimeError("the engine is closed")
             self._waiting.append(request)
+            self._live[id(request.future)] = request
+            request.future.add_done_callback(lambda f: self._live.pop(id(f), None))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentgrad-engine", daemon=True)
                 self._thread.start()
@@ -230,6 +233,28 @@ class Engine:
                 atexit.register(_close_at_exit, weakref.ref(self))
             self._cv.notify()
         return request.future
+
+    def cancel(self, future: concurrent.futures.Future[Generation]) -> None:
+        """Stop generating for `future` (its client went away); it resolves with what was written, finish "cancelled"."""
+        with self._cv:
+            request = self._live.get(id(future))
+            if request is None or request.cancelled:
+                return
+            request.cancelled = True
+            if request in self._waiting:  # never started: resolve it here
+                self._waiting.remove(request)
+                for row in request.rows:
+                    row.finish_reason = "cancelled"
+                self._resolve(request)
+            self.stats["cancelled"] += 1
+
+    def constrainer(self) -> Any:
+        """The llguidance tokenizer for this model, built on first use (~1 s)."""
+        if self._constrainer is None:
+            from agentgrad.engine.constraints import Constrainer
+
+            self._constrainer = Constrainer(self.tokenizer, self.vocab_size)
+        return self._constrainer
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | None = None) -> list[Generation]:
         """Generate for several prompts at once (batched), blocking until all are done."""
@@ -300,10 +325,6 @@ class Engine:
             request.version = self.version
             self.stats["requests"] += 1
             self.stats["prompt_tokens"] += len(request.prompt_ids)
-            for index in range(request.params.n):
-                seed = request.params.seed
-                generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed + index)
-                request.rows.append(_Row(request, index, generator))
             rows.extend(request.rows)
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
@@ -360,16 +381,44 @@ class Engine:
         return batch
 
     def _take_tokens(self, batch: _Batch, logits: torch.Tensor) -> None:
-        """Sample one token per row, record it with its logprob, and mark rows that are done."""
-        tokens, logprobs = sample(logits.float(), [row.request.params for row in batch.rows], [row.generator for row in batch.rows])
-        batch.last = tokens.to(self.device)
-        for row, token, logprob in zip(batch.rows, tokens.tolist(), logprobs.tolist()):
-            self._append(row, token, logprob)
+        """Sample one token per row (under its grammar, if any), record it with its logprob, mark rows done."""
+        allowed = [None if row.matcher is None else self.constrainer().allowed(row.matcher) for row in batch.rows]
+        sampled = sample(
+            logits.float(),
+            [row.request.params for row in batch.rows],
+            [row.generator for row in batch.rows],
+            histories=[row.token_ids for row in batch.rows],
+            allowed=allowed,
+        )
+        batch.last = sampled.tokens.to(self.device)
+        top_ids = sampled.top_ids.tolist() if sampled.top_ids is not None else None
+        top_values = sampled.top_logprobs.tolist() if sampled.top_logprobs is not None else None
+        for i, (row, token, logprob) in enumerate(zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist())):
+            if row.finish_reason is not None:  # its request failed or was cancelled earlier in this step
+                continue
+            k = row.request.params.top_logprobs
+            # alternatives the grammar or top_p ruled out (logprob -inf) are not alternatives
+            top = [(t, v) for t, v in zip(top_ids[i][:k], top_values[i][:k]) if v > float("-inf")] if k and top_ids and top_values else []
+            try:
+                if row.matcher is not None and not row.matcher.consume_token(token):
+                    raise RuntimeError(f"the grammar refused token {token}: {row.matcher.get_error()}")
+                self._append(row, token, logprob, top)
+            except Exception as exc:  # this request fails alone; the batch goes on
+                log.exception("a request failed while generating")
+                self._fail(row.request, exc)
 
-    def _append(self, row: _Row, token: int, logprob: float) -> None:
+    def _fail(self, request: _Request, exc: BaseException) -> None:
+        for row in request.rows:
+            row.finish_reason = row.finish_reason or "error"
+        if not request.future.done():
+            request.future.set_exception(exc)
+
+    def _append(self, row: _Row, token: int, logprob: float, top: list[tuple[int, float]] | None = None) -> None:
         params = row.request.params
         row.token_ids.append(token)
         row.logprobs.append(logprob)
+        if params.top_logprobs:
+            row.top.append(top or [])
         self.stats["generated_tokens"] += 1
         if token in self.eos_token_ids and not params.ignore_eos:
             row.finish_reason = "stop"
@@ -381,15 +430,18 @@ class Engine:
                 if at >= 0:
                     row.text, row.finish_reason = row.text[:at], "stop"
                     break
+            for marker in params.finish_after:
+                if row.finish_reason is None and row.text.find(marker, max(0, checked - len(marker) + 1)) >= 0:
+                    row.finish_reason = "stop"
             if row.finish_reason is None and (
                 len(row.token_ids) >= params.max_tokens
                 or len(row.request.prompt_ids) + len(row.token_ids) >= self.max_model_len
             ):
                 row.finish_reason = "length"
         if row.request.on_token is not None:
-            self._stream(row, token, logprob)
+            self._stream(row, token, logprob, top or [])
 
-    def _stream(self, row: _Row, token: int, logprob: float) -> None:
+    def _stream(self, row: _Row, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
         """Send the text that is certain: hold back a partial character or a possible stop string."""
         text = row.text
         if row.finish_reason is None:
@@ -400,23 +452,23 @@ class Engine:
             text = text[: max(safe, row.streamed)]
         delta, row.streamed = text[row.streamed :], len(text)
         try:
-            row.request.on_token(row.index, token, logprob, delta)  # type: ignore[misc]
+            row.request.on_token(row.index, token, logprob, delta, top)  # type: ignore[misc]
         except Exception:
             log.exception("a streaming callback failed")
 
+    def _resolve(self, request: _Request) -> None:
+        if not request.future.done():
+            completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top) for r in request.rows]
+            request.future.set_result(Generation(request.prompt_ids, completions, request.version))
+
     def _drop_finished(self, batch: _Batch) -> _Batch | None:
+        for row in batch.rows:
+            if row.request.cancelled and row.finish_reason is None:
+                row.finish_reason = "cancelled"
         keep = [i for i, row in enumerate(batch.rows) if row.finish_reason is None]
         for row in batch.rows:
-            if row.finish_reason is not None:
-                request = row.request
-                if all(r.finish_reason is not None for r in request.rows) and not request.future.done():
-                    request.future.set_result(
-                        Generation(
-                            prompt_token_ids=request.prompt_ids,
-                            completions=[Completion(r.token_ids, r.logprobs, r.text, r.finish_reason) for r in request.rows],  # type: ignore[arg-type]
-                            version=request.version,
-                        )
-                    )
+            if row.finish_reason is not None and all(r.finish_reason is not None for r in row.request.rows):
+                self._resolve(row.request)
         if not keep:
             return None
         if len(keep) == len(batch.rows):

@@ -3,23 +3,57 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 
-if TYPE_CHECKING:
-    from agentgrad.engine.engine import SamplingParams
+from agentgrad.engine.params import SamplingParams
+
+
+@dataclass
+class Sampled:
+    tokens: torch.Tensor  # (rows,)
+    logprobs: torch.Tensor  # (rows,): each token's logprob under the distribution it was drawn from
+    top_ids: torch.Tensor | None  # (rows, k): the k likeliest tokens of that distribution, when asked for
+    top_logprobs: torch.Tensor | None
+
+
+def adjust(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    histories: Sequence[Sequence[int]],
+    allowed: Sequence[torch.Tensor | None],
+) -> torch.Tensor:
+    """Logits after logit bias, presence/frequency penalties and grammar masks (`allowed`, bool per token)."""
+    vocab = logits.shape[-1]
+    for i, (p, history, mask) in enumerate(zip(params, histories, allowed)):
+        if p.logit_bias:
+            ids = torch.tensor([t for t in p.logit_bias if t < vocab], dtype=torch.long, device=logits.device)
+            bias = torch.tensor([b for t, b in p.logit_bias.items() if t < vocab], device=logits.device, dtype=logits.dtype)
+            logits[i, ids] += bias
+        if (p.presence_penalty or p.frequency_penalty) and history:
+            counts = torch.bincount(torch.tensor(list(history), device=logits.device), minlength=vocab)[:vocab].to(logits.dtype)
+            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+        if mask is not None:
+            logits[i].masked_fill_(~mask.to(logits.device), float("-inf"))
+    return logits
 
 
 def sample(
-    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
-) -> tuple[torch.Tensor, torch.Tensor]:
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    generators: Sequence[torch.Generator | None],
+    histories: Sequence[Sequence[int]] | None = None,
+    allowed: Sequence[torch.Tensor | None] | None = None,
+) -> Sampled:
     """One token per row and its logprob under the distribution it was drawn from.
 
-    Temperature 0 is greedy (logprob under the model's own distribution); otherwise logits are
+    The logits are first adjusted (`adjust`: bias, penalties, grammar mask). Temperature 0 is
+    greedy (logprob under the adjusted distribution at temperature 1); otherwise logits are
     divided by the temperature and, with top_p < 1, cut to the smallest set of tokens whose
     probability reaches top_p, then renormalized.
     """
+    logits = adjust(logits, params, histories or [[] for _ in params], allowed or [None] * len(params))
     temperature = torch.tensor([p.temperature for p in params], device=logits.device)
     greedy = temperature == 0
     scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
@@ -46,4 +80,6 @@ def sample(
                 race[i].exponential_(generator=generator)
         rows = sampled.nonzero().squeeze(-1)
         tokens[rows] = (logprobs[rows].exp() / race[rows]).argmax(-1)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    k = max(p.top_logprobs for p in params)
+    top_values, top_ids = logprobs.topk(k, dim=-1) if k else (None, None)
+    return Sampled(tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), top_ids, top_values)

@@ -12,7 +12,8 @@ LOGITS = torch.tensor([0.0, 1.0, 2.0, -1.0])
 
 def draw(params: SamplingParams, n: int = 20_000) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    return sample(LOGITS.repeat(n, 1), [params] * n, [None] * n)
+    drawn = sample(LOGITS.repeat(n, 1), [params] * n, [None] * n)
+    return drawn.tokens, drawn.logprobs
 
 
 def test_tokens_follow_the_tempered_distribution_and_report_its_logprobs() -> None:
@@ -37,6 +38,6 @@ def test_top_p_keeps_the_smallest_set_reaching_p_and_renormalizes() -> None:
 def test_greedy_takes_the_argmax_and_seeds_repeat() -> None:
     tokens, _ = draw(SamplingParams(temperature=0), n=5)
     assert tokens.tolist() == [2] * 5
-    runs = [sample(LOGITS.repeat(3, 1), [SamplingParams(seed=9)] * 3, [torch.Generator().manual_seed(9 + i) for i in range(3)])[0]
+    runs = [sample(LOGITS.repeat(3, 1), [SamplingParams(seed=9)] * 3, [torch.Generator().manual_seed(9 + i) for i in range(3)]).tokens
             for _ in range(2)]
     assert runs[0].tolist() == runs[1].tolist()

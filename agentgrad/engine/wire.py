@@ -1,0 +1,65 @@
+"""Pieces every engine route shares: submitting with cancellation on disconnect, logprobs, usage, headers."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from starlette.requests import Request
+
+from agentgrad.engine.engine import Engine, Generation
+from agentgrad.engine.params import SamplingParams
+from agentgrad.semconv import VERSION_HEADER
+
+Event = tuple[int, int, float, str, list[tuple[int, float]]] | Generation | BaseException
+"""What a streaming route's queue carries: a token (choice, id, logprob, delta, top), the end, or a failure."""
+
+
+def headers(version: int) -> dict[str, str]:
+    return {VERSION_HEADER: str(version)}
+
+
+def usage(generation: Generation) -> dict[str, int]:
+    completion = sum(len(c.token_ids) for c in generation.completions)
+    prompt = len(generation.prompt_token_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def token_logprobs(engine: Engine, token_ids: list[int], logprobs: list[float], tops: list[list[tuple[int, float]]] | None = None) -> list[dict[str, Any]]:
+    """Chat `logprobs.content`: each token with its logprob and its top alternatives, all from the sampled distribution."""
+    decode = engine.tokenizer.decode
+    out = []
+    for i, (token, logprob) in enumerate(zip(token_ids, logprobs)):
+        text = decode([token])
+        top = [{"token": decode([t]), "logprob": lp, "bytes": list(decode([t]).encode())} for t, lp in (tops[i] if tops and i < len(tops) else [])]
+        out.append({"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": top})
+    return out
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def generate(engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams) -> Generation | None:
+    """Generate, or stop generating and return None as soon as the client disconnects."""
+    future = engine.submit(prompt_ids, params)
+    done = asyncio.ensure_future(asyncio.wrap_future(future))
+    gone = asyncio.ensure_future(_disconnected(request))
+    await asyncio.wait([done, gone], return_when=asyncio.FIRST_COMPLETED)
+    if done.done():
+        gone.cancel()
+        return done.result()
+    engine.cancel(future)
+    done.cancel()
+    return None
+
+
+def stream(engine: Engine, prompt_ids: list[int], params: SamplingParams) -> tuple[concurrent.futures.Future[Generation], asyncio.Queue[Event]]:
+    """Submit with a queue that receives each token, then the generation (or the failure)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    future = engine.submit(prompt_ids, params, lambda *event: loop.call_soon_threadsafe(queue.put_nowait, event))
+    future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.exception() or f.result()))  # type: ignore[arg-type]
+    return future, queue
