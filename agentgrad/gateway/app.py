@@ -1,15 +1,16 @@
 """The gateway's front end: an OpenAI-compatible ASGI app that routes each call and records it.
 
-Agents call `/v1/chat/completions`, `/v1/completions` or `/v1/models`, under
+Agents call `/v1/chat/completions`, `/v1/responses`, `/v1/completions` or `/v1/models`, under
 `/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) and/or
 `/agents/{name}` (the agent making the call), or at the root with the
 `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` / `x-agentgrad-agent` headers. The
 headers win when both are given: they are set per call, the path only when the client was
 built. Calls with neither are recorded outside any rollout.
 
-The gateway asks the upstream for token ids and logprobs (vLLM's `return_token_ids`,
-`logprobs`), records them, and strips what it added, so the client gets the response it
-asked for. Spans are built after the last byte went to the client and written in background
+The gateway asks an upstream that can give them (the engine, vLLM) for token ids and logprobs
+(vLLM's `return_token_ids`, `logprobs`), records them, and strips what it added, so the client
+gets the response it asked for; any other upstream gets the client's request as it was.
+Responses API calls are recorded in the shape chat completions are (`responses.py`). Spans are built after the last byte went to the client and written in background
 batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
 pooled aiohttp session.
 
@@ -35,6 +36,7 @@ import orjson
 
 from agentgrad import semconv as sc
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
@@ -44,7 +46,7 @@ from agentgrad.gateway.upstreams import (
     Upstream,
     post_with_retries,
 )
-from agentgrad.semconv import CHAT, TEXT_COMPLETION
+from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.serving import bearer_ok, expected_authorization
 from agentgrad.store import Store
 
@@ -57,9 +59,9 @@ MAX_UPSTREAM_CONNECTIONS = 1024
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
     r"(?:/agents/(?P<agent>[^/]+))?"
-    r"/v1/(?P<endpoint>chat/completions|completions|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
+    r"/v1/(?P<endpoint>chat/completions|completions|responses|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
-_OPERATIONS = {"chat/completions": CHAT, "completions": TEXT_COMPLETION}
+_APIS = {"chat/completions": CHAT_COMPLETIONS_API, "completions": COMPLETIONS_API, "responses": RESPONSES_API}
 _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = sc.ROLLOUT_HEADER.encode(), sc.ATTEMPT_HEADER.encode(), sc.AGENT_HEADER.encode()
 _VERSION_KEY = sc.VERSION_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -189,7 +191,7 @@ class Gateway:
             return await _reject(
                 send,
                 404,
-                f"no gateway route {path!r}; use /v1/chat/completions, /v1/completions or /v1/models, "
+                f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions or /v1/models, "
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
@@ -208,7 +210,7 @@ class Gateway:
             await self.flush()
             await _send_json(send, 200, b'{"flushed":true}')
         else:
-            await self._proxy(_OPERATIONS[endpoint], match, headers, receive, send)
+            await self._proxy(_APIS[endpoint], match, headers, receive, send)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -222,7 +224,7 @@ class Gateway:
                 return
 
     async def _proxy(
-        self, operation: str, match: re.Match[str], headers: dict[bytes, bytes], receive: Any, send: Any
+        self, api: str, match: re.Match[str], headers: dict[bytes, bytes], receive: Any, send: Any
     ) -> None:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
@@ -252,7 +254,7 @@ class Gateway:
         model = request["model"]
         upstream = self._upstreams.get(model) or self._default
         call = Call(
-            operation, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
+            api, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
             started, start_time,
         )
         if upstream is None:
@@ -267,12 +269,13 @@ class Gateway:
                 ),
             )
             return
-        outgoing, added = upstream.prepare(request, operation)
+        outgoing, added = upstream.prepare(request, api)
+        call.token_ids_asked = added.asked
         try:
             response, retries = await post_with_retries(
                 self._session,
                 upstream,
-                operation,
+                api,
                 outgoing,
                 max_retries=self.max_retries,
                 backoff_s=self.retry_backoff_s,
@@ -314,7 +317,7 @@ class Gateway:
                 ),
             )
             return
-        answered = response_attributes(call.operation, answer, version)  # before stripping
+        answered = response_attributes(call.api, answer, version)  # before stripping
         if added:
             added.strip(answer)
             payload = orjson.dumps(answer)
@@ -331,7 +334,7 @@ class Gateway:
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler = StreamAssembler(call.operation)
+        assembler: StreamAssembler | ResponsesStream = ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
         error: GatewayError | None = None
         pending = b""
         try:
@@ -348,7 +351,7 @@ class Gateway:
             message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
             error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
-        answered = response_attributes(call.operation, assembler.result(), version)
+        answered = response_attributes(call.api, assembler.result(), version)
         self._recording += 1
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -376,8 +379,10 @@ class Gateway:
                 self._recorded.set()
 
 
-def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: Call) -> bytes:
+def _relay_event(event: bytes, assembler: StreamAssembler | ResponsesStream, added: Added, call: Call) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
+    if isinstance(assembler, ResponsesStream):
+        return _relay_responses_event(event, assembler, added, call)
     if not event.startswith(b"data:"):
         return event + b"\n\n" if event else b""
     data = event[5:].strip()
@@ -397,6 +402,29 @@ def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: C
     if not added.strip(chunk):
         return b""
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Added, call: Call) -> bytes:
+    """A Responses stream event (`event: <type>` and `data: <json>` lines): recorded; token ids the gateway
+    asked for are stripped from the final event's response."""
+    if not event:
+        return b""
+    lines = event.split(b"\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(b"data:")), None)
+    try:
+        data = orjson.loads(lines[at][5:]) if at is not None else None
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return event + b"\n\n"
+    if call.first_token is None and str(data.get("type", "")).endswith(".delta"):
+        call.first_token = time.perf_counter()
+    assembler.add(data)
+    if added.token_ids and isinstance(data.get("response"), dict) and "token_ids" in data["response"]:
+        added.strip(data["response"])
+        lines[at] = b"data: " + orjson.dumps(data)  # type: ignore[index]
+        return b"\n".join(lines) + b"\n\n"
+    return event + b"\n\n"
 
 
 async def _read_body(receive: Any) -> bytes:
