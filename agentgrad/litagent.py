@@ -10,6 +10,7 @@ import asyncio
 import functools
 import importlib
 import inspect
+import math
 import pickle
 import typing
 from collections.abc import Callable
@@ -54,6 +55,11 @@ def as_reward(result: Any, agent_name: str) -> float | None:
         raise AgentError(
             f"agent {agent_name!r} returned {type(result).__name__}; return a float reward, "
             "or None and report rewards with agentgrad.emit_reward"
+        )
+    if not math.isfinite(result):
+        raise AgentError(
+            f"agent {agent_name!r} returned the reward {result}, which is not finite; "
+            "return a finite float (or None when there is no reward)"
         )
     return float(result)
 
