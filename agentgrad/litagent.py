@@ -90,6 +90,14 @@ class FunctionAgent(LitAgent):
     def name(self) -> str:
         return self.function.__qualname__
 
+    @property
+    def llm_parameter(self) -> str | None:
+        """The name of the parameter that asks for an `LLM` (annotated so, without a default), if any."""
+        for name, annotation, has_default in self._params:
+            if isinstance(annotation, type) and issubclass(annotation, LLM) and not has_default:
+                return name
+        return None
+
     def __reduce__(self) -> tuple[Any, tuple[str, str]]:
         """Pickled by module and name, so runner processes get the agent: `@rollout` replaced the
         function in its module by this object, which pickling the function by reference trips on."""
@@ -117,9 +125,11 @@ class FunctionAgent(LitAgent):
             elif isinstance(annotation, type) and issubclass(annotation, RESOURCE_CLASSES):
                 matches = [r for r in resources.values() if isinstance(r, annotation)]
                 if len(matches) != 1:
+                    hint = (f"give one: Trainer(resources={{{name!r}: ag.{annotation.__name__}(...)}})" if not matches
+                            else "name the parameter after one of them")
                     raise AgentError(
                         f"agent {self.name} asks for {name}: {annotation.__name__}, but the resources hold "
-                        f"{len(matches)} of that type ({sorted(resources)}); name the parameter after one of them"
+                        f"{len(matches)} of that type ({sorted(resources)}); {hint}"
                     )
                 arguments[name] = matches[0]
             elif not has_default:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -65,6 +66,13 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a server whose address must be known before it starts."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def is_loopback(host: str) -> bool:

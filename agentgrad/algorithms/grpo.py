@@ -122,6 +122,8 @@ class GRPOResult:
 class GRPO(Algorithm["GRPOResult"]):
     """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
+    serves_gateway = True
+
     def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
@@ -134,7 +136,8 @@ class GRPO(Algorithm["GRPOResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("GRPO needs training tasks")
-        policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+        policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                             gateway_port=self.gateway_port)
         self.policy = policy
         with policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])

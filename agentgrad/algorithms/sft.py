@@ -62,6 +62,8 @@ class SFTResult:
 class SFT(Algorithm["SFTResult"]):
     """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
+    serves_gateway = True
+
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
         self.config = with_overrides(config or SFTConfig(), overrides, "SFT")
@@ -72,7 +74,8 @@ class SFT(Algorithm["SFTResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("SFT needs training tasks")
-        with LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank) as policy:
+        with LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank,
+                         gateway_port=self.gateway_port) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
