@@ -143,3 +143,30 @@ async def test_responses_through_the_gateway_to_the_engine_record_the_sampled_to
         [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Capital of France?"}])
     (trajectory,) = to_trajectories(await store.query_spans(rollout.rollout_id), reward=1.0)
     assert trajectory.token_ids[trajectory.prompt_length :] == ids and trajectory.response_length == len(ids)
+
+
+async def test_the_openai_agents_sdk_on_its_defaults_runs_a_tool_agent_through_the_gateway_recorded(
+    served: Served,
+) -> None:
+    import agents
+
+    agents.set_tracing_disabled(True)
+    rollout = await served.store.start_rollout("task")
+    route = f"{served.url}/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}/v1"
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    model = agents.OpenAIResponsesModel("policy", openai.AsyncOpenAI(base_url=route, api_key="sk-agent", max_retries=0))
+    agent = agents.Agent(name="adder", instructions="Use the tool.", tools=[add], model=model)
+    result = await agents.Runner.run(agent, "What is 12 plus 30?", max_turns=3)
+    assert result.final_output == "Answer: 42"
+
+    asked, answered = await llm_spans(served.store, served.gateway, rollout.rollout_id)
+    assert asked.attributes["agentgrad.llm.api"] == answered.attributes["agentgrad.llm.api"] == "responses"
+    assert json.loads(asked.attributes["gen_ai.output.messages"])[0]["tool_calls"][0]["function"]["name"] == "add"
+    assert json.loads(answered.attributes["gen_ai.input.messages"])[-1] == {
+        "role": "tool", "tool_call_id": "call_1", "content": "42"}
+    assert all(s.attributes["agentgrad.llm.response_token_ids"] for s in (asked, answered))
