@@ -86,13 +86,12 @@ def test_the_openai_agents_sdk_runs_a_tool_agent_on_its_defaults(engine: Engine,
     agent = agents.Agent(name="weather", instructions="Use the tool, then answer.", tools=[get_weather], model=engine.name,
                          model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=60))
 
-    async def run() -> Any:
+    async def both() -> tuple[Any, Any]:  # one event loop: the client's pooled connections belong to it
+        result = await agents.Runner.run(agent, ASK, max_turns=3)
         streamed = agents.Runner.run_streamed(agent, ASK, max_turns=3)
         async for _ in streamed.stream_events():
             pass
-        return streamed
+        return result, streamed
 
-    result = asyncio.run(agents.Runner.run(agent, ASK, max_turns=3))
-    assert called and isinstance(result.final_output, str)
-    streamed = asyncio.run(run())
-    assert len(called) >= 2 and isinstance(streamed.final_output, str)
+    result, streamed = asyncio.run(both())
+    assert len(called) >= 2 and isinstance(result.final_output, str) and isinstance(streamed.final_output, str)
