@@ -59,9 +59,13 @@ WATCH_SECONDS = 0.2
 
 
 async def run_with_processes(
-    trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
+    trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None,
+    gateway: str | None = None,
 ) -> Any:
-    """Serve the trainer's store, start `n_runners` runner processes, run the algorithm, stop them all."""
+    """Serve the trainer's store, start `n_runners` runner processes, run the algorithm, stop them all.
+
+    With `gateway` (`…/v1`), the runners' no-argument `OpenAI()` calls it, routed to each attempt.
+    """
     from agentgrad.store.client import StoreClient
     from agentgrad.store.server import store_server
 
@@ -78,7 +82,7 @@ async def run_with_processes(
     processes = [
         context.Process(
             target=run_workers,
-            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks),
+            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway),
             name=f"runner-{i}",  # also its worker id
         )
         for i in range(trainer.n_runners)
@@ -178,13 +182,24 @@ def run_workers(
     worker_ids: Sequence[str],
     concurrency: int = 1,
     hooks: Sequence[Hook] = (),
+    gateway: str | None = None,
 ) -> None:
     """Run one `Runner` per worker id on the store at `store` (URL or path) until told to stop.
+
+    With `gateway` (`…/v1`), agents that build `OpenAI()` with no arguments call it, each attempt
+    on its own route (`GatewayEnvHook`; the process inherits the un-routed URL for clients built
+    at import).
 
     SIGTERM or Ctrl+C: take no new rollouts and return once those in flight end; a second one
     quits at once. In a process the strategy started, the parent's death stops it as well.
     """
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {worker_ids[0]} %(levelname)s %(message)s")
+    if gateway:
+        from agentgrad.gateway.env import GatewayEnvHook
+        from agentgrad.instrument import instrument_openai
+
+        instrument_openai()  # clients built at import call the inherited un-routed URL: their headers route them
+        hooks = [*hooks, GatewayEnvHook(gateway)]
     asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks))
 
 
