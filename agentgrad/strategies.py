@@ -2,10 +2,9 @@
 their own processes; and `run_workers`, the body of any runner process (`agentgrad runner` too).
 
 A runner process that dies is reported, and the attempts it was running are marked
-`unresponsive` at once, so its rollouts go back to the queue under their retry policy. Rollouts
-the algorithm queues without a retry policy of their own get `PROCESS_ROLLOUT_CONFIG`: a runner
-that stops sending heartbeats for `UNRESPONSIVE_SECONDS` (hung, or on another machine that
-vanished) loses its attempts, which are retried up to twice more.
+`unresponsive` at once, so its rollouts go back to the queue under their retry policy. A runner
+that stops sending heartbeats (hung, or on another machine that vanished) loses its attempts
+after `RolloutConfig.unresponsive_seconds`, and by default they run again (`max_attempts_if_lost`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentgrad.litagent import LitAgent
 from agentgrad.runner import Hook, Runner
 from agentgrad.store import Store, open_store
-from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus
+from agentgrad.types import AttemptStatus, RolloutStatus
 
 if TYPE_CHECKING:
     from agentgrad.algorithms.base import Algorithm
@@ -42,14 +41,6 @@ class Layout(Protocol):
     runner_concurrency: int
 
 log = logging.getLogger(__name__)
-
-UNRESPONSIVE_SECONDS = 30.0
-"""Silence after which a runner's attempt is given up: 15 missed heartbeats (sent every 2 s)."""
-
-PROCESS_ROLLOUT_CONFIG = RolloutConfig(
-    unresponsive_seconds=UNRESPONSIVE_SECONDS, max_attempts=3, retry_on=[AttemptStatus.UNRESPONSIVE]
-)
-"""Only a lost runner is retried: an agent that fails fails its rollout, as with threads."""
 
 STOP_SECONDS = 10.0
 """Grace for runner processes to finish the rollouts in flight once asked to stop; then they are killed."""
@@ -88,15 +79,12 @@ async def run_with_processes(
         for i in range(trainer.n_runners)
     ]
     algorithm = trainer.algorithm
-    default_config = algorithm.rollout_config
-    algorithm.rollout_config = default_config or PROCESS_ROLLOUT_CONFIG
     try:
         for process in processes:
             process.start()
         log.info("store served at %s to %d runner processes", url, len(processes))
         return await _run_watching(trainer.store, algorithm.run(train_data, val_data), processes)
     finally:
-        algorithm.rollout_config = default_config
         await asyncio.to_thread(stop_processes, processes)
         if server is not None:
             await asyncio.to_thread(server.stop)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from agentgrad.serving import free_port
+from agentgrad.serving import free_port  # noqa: F401  (tests take it from here)
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
