@@ -542,7 +542,7 @@ def main() -> None:
             console.print(f"  {label}: {best[key] / bar:.1f}×")
     batched, single = best.get(("HTTP, SQLite server", "1×16")), best.get(("HTTP, SQLite server, spans one by one", "1×16"))
     if batched and single:
-        console.print(f"  spans one by one vs batched, 1×16: {batched / single:.2f}× slower")
+        console.print(f"  spans one by one, 1×16: {single / batched:.2f}× the batched row's rate (the issue asks ≥ 0.5×)")
     console.print(f"[dim]total {time.perf_counter() - began:.0f} s; the machine is shared, so figures move between runs[/dim]")
 
 
