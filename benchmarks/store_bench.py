@@ -10,9 +10,15 @@ calls per rollout), shown next to its figure. "span writes" is the time of a rol
 and the p99s do. `--only queue` times a SQLite dequeue at 1k and 100k queued, and the server's
 health check while 8 clients dequeue from a 100k queue.
 
+Agent Lightning 0.3 runs side by side when its own environment is there (`.venv-agl`, or
+`--agentlightning PYTHON`): its store server (`python -m agentlightning.cli.store`, in memory) and
+one client process of 16 workers doing the same lifecycle through its `LightningStoreClient`, with
+10 single `add_span` calls per rollout. It is never imported here: it runs in its own processes.
+
     .venv/bin/python benchmarks/store_bench.py            # the table, in about a minute
     .venv/bin/python benchmarks/store_bench.py --rollouts 500 --only http
     .venv/bin/python benchmarks/store_bench.py --only queue
+    python3 -m venv .venv-agl && .venv-agl/bin/pip install 'agentlightning==0.3.*'   # the reference row
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import resource
 import socket
 import statistics
@@ -36,21 +43,31 @@ SPANS_PER_ROLLOUT = 10
 
 # Agent Lightning 0.3 on the same machine, from the issues (rollouts/s, span write p50 ms); its HTTP
 # figure is for its own workload, 10 single `add_span` calls per rollout at 1 process × 16 workers (32-56).
+# Shown when it is not measured side by side (AGL_ROW below).
 BAR = {"in-process": 430, "in-process, batched spans": 730, "http 1x16": 55, "http 4x8": 37, "span write ms": 15}
 THEIR_ROW = {"HTTP, SQLite server": "55", "HTTP, SQLite server, spans one by one": "32–56"}
+AGL_PYTHON = Path(__file__).resolve().parent.parent / ".venv-agl" / "bin" / "python"
+"""Agent Lightning 0.3's own environment; made with `python3 -m venv .venv-agl && .venv-agl/bin/pip install 'agentlightning==0.3.*'`."""
+AGL_ROW = "Agent Lightning 0.3 server (in memory), spans one by one"
+AGL_ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+"""Without it, importing agentlightning (its litellm) fetches a price list from the network first."""
+AGL_ROLLOUTS = 300
+"""Rollouts of the Agent Lightning row: its rate is steady, and it is slow enough that fewer do."""
 QUEUE_SIZES = (1_000, 100_000)
 QUEUE_CLIENTS = 8
 
 
-def spans_for(rollout_id: str, attempt_id: str, index: int) -> list[Any]:
-    from agentgrad.types import Span
-
-    return [
-        Span(
-            rollout_id=rollout_id,
-            attempt_id=attempt_id,
-            name="chat" if j % 2 else "tool",
-            attributes={
+def spans_for(rollout_id: str, attempt_id: str, index: int, as_dicts: bool = False) -> list[Any]:
+    """A rollout's 10 spans, with OpenTelemetry trace and span ids as the tracer and the gateway write them."""
+    trace_id = f"{random.getrandbits(128):032x}"
+    spans = [
+        {
+            "rollout_id": rollout_id,
+            "attempt_id": attempt_id,
+            "trace_id": trace_id,
+            "span_id": f"{random.getrandbits(64):016x}",
+            "name": "chat" if j % 2 else "tool",
+            "attributes": {
                 "gen_ai.operation.name": "chat",
                 "gen_ai.request.model": "small-model",
                 "gen_ai.usage.input_tokens": 120 + j,
@@ -62,9 +79,14 @@ def spans_for(rollout_id: str, attempt_id: str, index: int) -> list[Any]:
                 "lang": "en",
                 "ok": "yes",
             },
-        )
+        }
         for j in range(SPANS_PER_ROLLOUT)
     ]
+    if as_dicts:
+        return spans
+    from agentgrad.types import Span
+
+    return [Span(**span) for span in spans]
 
 
 async def lifecycle(store: Any, workers: int, count: int, single_spans: bool) -> dict[str, Any]:
@@ -144,13 +166,82 @@ def run_client(url: str, workers: int, count: int, single_spans: bool) -> None:
     print(json.dumps({**result, "rss": peak_rss_mb()}))
 
 
+async def agl_lifecycle(store: Any, workers: int, count: int) -> dict[str, Any]:
+    """`lifecycle` through Agent Lightning 0.3's client, its spans one `add_span` call each (its API asks the
+    caller for each span's sequence id, and its client's `wait_for_rollouts` polls at most 0.1 s at a time)."""
+    from agentlightning.types import OtelResource, Span, TraceStatus
+
+    remaining = count
+    dequeue: list[float] = []
+    span_writes: list[float] = []
+
+    async def worker(index: int) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            mine = await store.enqueue_rollout({"index": index, "question": "What is 2+2?"}, mode="train")
+            began = time.perf_counter()
+            item = await store.dequeue_rollout(worker_id=f"w{index}")
+            dequeue.append(time.perf_counter() - began)
+            ours = spans_for(item.rollout_id, item.attempt.attempt_id, index, as_dicts=True)
+            began = time.perf_counter()
+            for j, span in enumerate(ours):
+                await store.add_span(Span(
+                    rollout_id=item.rollout_id, attempt_id=item.attempt.attempt_id, sequence_id=j + 1,
+                    trace_id=span["trace_id"], span_id=span["span_id"], parent_id=None, name=span["name"],
+                    status=TraceStatus(status_code="OK"), attributes=span["attributes"], events=[], links=[],
+                    start_time=time.time(), end_time=time.time(), context=None, parent=None,
+                    resource=OtelResource(attributes={}, schema_url=""),
+                ))
+            span_writes.append(time.perf_counter() - began)
+            await store.update_attempt(item.rollout_id, item.attempt.attempt_id, status="succeeded")
+            while not (done := await store.wait_for_rollouts(rollout_ids=[mine.rollout_id], timeout=0.1)):
+                pass
+            assert done[0].status == "succeeded", done[0].status
+            assert len(await store.query_spans(mine.rollout_id)) == SPANS_PER_ROLLOUT
+
+    began, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    return {"seconds": time.perf_counter() - began, "cpu": time.process_time() - cpu, "dequeue": dequeue,
+            "span_writes": span_writes}
+
+
+def run_agl_client(url: str, workers: int, count: int) -> None:
+    """`run_client` with Agent Lightning 0.3's client (run by its own Python)."""
+    from agentlightning.store import LightningStoreClient
+
+    async def main() -> dict[str, Any]:
+        store = LightningStoreClient(url)
+        await store.statistics()
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        result = await agl_lifecycle(store, workers, count)
+        await store.close()
+        return result
+
+    result = asyncio.run(main())
+    print(json.dumps({**result, "rss": peak_rss_mb()}))
+
+
 # ----------------------------------------------------------------------------- the parent
 
 
-def child(*args: str, **options: Any) -> subprocess.Popen[str]:
+def child(*args: str, python: Path | None = None, **options: Any) -> subprocess.Popen[str]:
+    """This script in a new process (run by `python`: Agent Lightning's, for its client)."""
     return subprocess.Popen(
-        [sys.executable, __file__, *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **options
+        [str(python or sys.executable), __file__, *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+        env=None if python is None else AGL_ENV, **options,
     )
+
+
+def agl_version(python: Path) -> str | None:
+    """The Agent Lightning version installed for `python`, if it is a 0.3 release; else None."""
+    if not python.exists():
+        return None
+    code = "import importlib.metadata as m; print(m.version('agentlightning'))"
+    found = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    version = found.stdout.strip()
+    return version if found.returncode == 0 and version.startswith("0.3") else None
 
 
 def in_process(backend: str, workers: int, count: int) -> dict[str, Any]:
@@ -167,38 +258,48 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(directory: str) -> tuple[subprocess.Popen[str], str, float]:
-    """`agentgrad serve` on a fresh SQLite file; returns it, its URL and its start-up time (spawn to healthy)."""
+def start_server(directory: str, agl_python: Path | None = None) -> tuple[subprocess.Popen[str], str, float]:
+    """`agentgrad serve` on a fresh SQLite file (or Agent Lightning 0.3's store server, with `agl_python`);
+    returns it, its URL and its start-up time (spawn to healthy)."""
     import httpx
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    if agl_python is None:
+        command = [sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(Path(directory) / "bench.db"),
+                   "--port", str(port)]
+        health, env = url + "/api/health", None
+    else:
+        command = [str(agl_python), "-m", "agentlightning.cli.store", "--host", "127.0.0.1", "--port", str(port),
+                   "--log-level", "WARNING"]
+        health, env = url + "/v1/agl/health", AGL_ENV
     began = time.perf_counter()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(Path(directory) / "bench.db"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-    )
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if agl_python else None,
+                              env=env)
     with httpx.Client() as client:
         while True:
             try:
-                if client.get(url + "/api/health", timeout=1).status_code == 200:
+                if client.get(health, timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if server.poll() is not None:
-                raise RuntimeError("the server did not start")
+                raise RuntimeError(f"the server did not start: {' '.join(command)}")
             time.sleep(0.005)
     return server, url, time.perf_counter() - began
 
 
-def over_http(processes: int, workers: int, count: int, single_spans: bool = False) -> tuple[dict[str, Any], float]:
+def over_http(
+    processes: int, workers: int, count: int, single_spans: bool = False, agl_python: Path | None = None
+) -> tuple[dict[str, Any], float]:
     with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
-        server, url, startup = start_server(directory)
+        server, url, startup = start_server(directory, agl_python)
         try:
             share = count // processes
             extra = ["--single-spans"] if single_spans else []
+            mode = "--child-client" if agl_python is None else "--child-agl-client"
             clients = [
-                child("--child-client", url, "--workers", str(workers), "--rollouts", str(share), *extra)
+                child(mode, url, "--workers", str(workers), "--rollouts", str(share), *extra, python=agl_python)
                 for _ in range(processes)
             ]
             for client in clients:
@@ -215,7 +316,7 @@ def over_http(processes: int, workers: int, count: int, single_spans: bool = Fal
         finally:
             server.terminate()
             server.wait(timeout=30)
-    name = "HTTP, SQLite server" + (", spans one by one" if single_spans else "")
+    name = AGL_ROW if agl_python else "HTTP, SQLite server" + (", spans one by one" if single_spans else "")
     rss = max(r["rss"] for r in results)
     row = summary(name, f"{processes}×{workers}", share * processes, seconds, results, rss, server_rss, server_cpu)
     return row, startup
@@ -332,6 +433,15 @@ def summary(
     }
 
 
+def their_figure(row: dict[str, Any], measured: float | None) -> str:
+    """Agent Lightning 0.3's rate on the same setup: measured in this run where there is one, else quoted."""
+    if row["workers"] != "1×16" or row["setup"] == AGL_ROW:
+        return "-"
+    if measured is not None and row["setup"] == "HTTP, SQLite server, spans one by one":
+        return f"{measured:,.1f} (measured)"
+    return THEIR_ROW.get(row["setup"], "-")
+
+
 def pair(values: tuple[float | None, float], form: str) -> str:
     server, client = values
     return f"{'-' if server is None else form.format(server)} / {form.format(client)}"
@@ -352,7 +462,12 @@ def main() -> None:
     parser.add_argument("--single-spans", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-in-process", help=argparse.SUPPRESS)
     parser.add_argument("--child-client", help=argparse.SUPPRESS)
+    parser.add_argument("--agentlightning", type=Path, default=AGL_PYTHON, metavar="PYTHON",
+                        help="the Python of an environment with agentlightning 0.3, for the reference row (default: "
+                             ".venv-agl/bin/python); the row is left out when it has none")
+    parser.add_argument("--agl-rollouts", type=int, default=AGL_ROLLOUTS, help="rollouts of the reference row")
     parser.add_argument("--child-dequeuer", help=argparse.SUPPRESS)
+    parser.add_argument("--child-agl-client", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_dequeuer:
         return run_dequeuer(args.child_dequeuer)
@@ -362,6 +477,8 @@ def main() -> None:
         return run_in_process(args.child_in_process, args.workers, args.rollouts, args.dir)
     if args.child_client:
         return run_client(args.child_client, args.workers, args.rollouts, args.single_spans)
+    if args.child_agl_client:
+        return run_agl_client(args.child_agl_client, args.workers, args.rollouts)
 
     from rich.console import Console
     from rich.table import Table
@@ -374,12 +491,21 @@ def main() -> None:
             for workers in (1, 16):
                 rows.append(in_process(backend, workers, args.rollouts))
                 console.print(f"  {rows[-1]['setup']} ×{workers}: {rows[-1]['rollouts/s']:.0f} rollouts/s")
+    agl = agl_version(args.agentlightning) if args.only in (None, "http") else None
     if args.only in (None, "http"):
         for processes, workers, single in ((1, 16, False), (4, 8, False), (1, 16, True)):
             row, startup = over_http(processes, workers, args.rollouts, single)
             rows.append(row)
             startups.append(startup)
             console.print(f"  {row['setup']} {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
+        if agl:  # right after our row of its workload, so both see the same machine
+            row, agl_startup = over_http(1, 16, args.agl_rollouts, agl_python=args.agentlightning)
+            rows.append(row)
+            console.print(f"  {row['setup']} (agentlightning {agl}) {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
+        else:
+            console.print(f"  [dim]no Agent Lightning 0.3 at {args.agentlightning}: its row is left out and its figures "
+                          "are those quoted in the issue (see --agentlightning)[/dim]")
+    measured = next((row["rollouts/s"] for row in rows if row["setup"] == AGL_ROW), None)
 
     table = Table(title=f"Store lifecycle, {args.rollouts} rollouts × {SPANS_PER_ROLLOUT} spans ({os.cpu_count()} CPUs)")
     for column in ("setup", "workers", "rollouts/s", "Agent Lightning 0.3 rollouts/s", "spans/s", "dequeue p50/p99 ms",
@@ -388,13 +514,14 @@ def main() -> None:
     for row in rows:
         table.add_row(
             row["setup"], row["workers"], f"{row['rollouts/s']:,.0f}",
-            THEIR_ROW.get(row["setup"], "-") if row["workers"] == "1×16" else "-", f"{row['spans/s']:,.0f}",
+            their_figure(row, measured), f"{row['spans/s']:,.0f}",
             "{:.2f} / {:.2f}".format(*row["dequeue p50/p99 ms"]), "{:.2f} / {:.2f}".format(*row["span write p50/p99 ms"]),
             pair(row["peak RSS MB"], "{:.0f}"), pair(row["CPU ms/rollout"], "{:.2f}"),
         )
     console.print(table)
     if startups:
-        console.print(f"server start-up (spawn to healthy): {1000 * min(startups):.0f} ms (best of {len(startups)})")
+        console.print(f"server start-up (spawn to healthy): {1000 * min(startups):.0f} ms (best of {len(startups)})"
+                      + (f"; Agent Lightning 0.3's: {agl_startup:.1f} s" if measured else ""))
     console.print(f"import agentgrad: {1000 * import_seconds('agentgrad'):.0f} ms; "
                   f"import agentgrad.store.client (a runner's): {1000 * import_seconds('agentgrad.store.client'):.0f} ms")
     console.print(f"Agent Lightning 0.3 here, from the issue: {BAR['in-process']} rollouts/s in process "
@@ -407,13 +534,15 @@ def main() -> None:
         ("HTTP 1×16 vs theirs", ("HTTP, SQLite server", "1×16"), BAR["http 1x16"]),
         ("HTTP 4×8 vs theirs", ("HTTP, SQLite server", "4×8"), BAR["http 4x8"]),
         ("HTTP 1×16, spans one by one (their workload) vs theirs (best of 32-56)",
-         ("HTTP, SQLite server, spans one by one", "1×16"), 56),
+         ("HTTP, SQLite server, spans one by one", "1×16"), 56) if measured is None else
+        ("HTTP 1×16, spans one by one (their workload) vs theirs measured just now",
+         ("HTTP, SQLite server, spans one by one", "1×16"), measured),
     ):
         if key in best:
             console.print(f"  {label}: {best[key] / bar:.1f}×")
     batched, single = best.get(("HTTP, SQLite server", "1×16")), best.get(("HTTP, SQLite server, spans one by one", "1×16"))
     if batched and single:
-        console.print(f"  spans one by one vs batched, 1×16: {batched / single:.2f}× slower")
+        console.print(f"  spans one by one, 1×16: {single / batched:.2f}× the batched row's rate (the issue asks ≥ 0.5×)")
     console.print(f"[dim]total {time.perf_counter() - began:.0f} s; the machine is shared, so figures move between runs[/dim]")
 
 

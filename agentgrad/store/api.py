@@ -140,7 +140,9 @@ class Operation:
     body from its arguments. `once` marks the writes whose repeat would change more than the first
     try did: the client sends them with an idempotency key and the store applies each key once
     (a repeated heartbeat or health scan changes nothing more, so they go without). `reply` turns
-    the method's result into what goes on the wire, when that differs.
+    the method's result into what goes on the wire, when that differs. `repeat_safe` says of a body
+    whether the store recognizes its repeat by its content (spans that all carry an id: a span id
+    already stored gets its first sequence id back), so its key needs no stored answer.
     """
 
     name: str
@@ -152,6 +154,7 @@ class Operation:
     query: type[BaseModel] | None = None
     once: bool = False
     reply: Callable[[Any], Any] | None = None
+    repeat_safe: Callable[[Any], bool] | None = None
 
     @property
     def path_params(self) -> list[str]:
@@ -160,6 +163,10 @@ class Operation:
 
 def _sequence_ids(spans: list[Span]) -> AddSpansReply:
     return AddSpansReply(sequence_ids=[span.sequence_id for span in spans])
+
+
+def _all_have_ids(body: AddSpansBody) -> bool:
+    return all(span.span_id for span in body.spans)
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -185,7 +192,7 @@ OPERATIONS: tuple[Operation, ...] = (
               body=CheckAttemptsBody),
     Operation("add_spans", "POST", "/api/spans", AddSpansReply,
               "Store spans; each gets the next sequence id of its rollout.", body=AddSpansBody, once=True,
-              reply=_sequence_ids),
+              reply=_sequence_ids, repeat_safe=_all_have_ids),
     Operation("query_spans", "GET", "/api/spans", list[Span],
               "Spans of a rollout's latest attempt, of one attempt, or of all attempts.", query=SpansQuery),
     Operation("add_resources", "POST", "/api/resources", ResourcesSnapshot, "Store a new version of the resources.",

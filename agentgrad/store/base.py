@@ -148,10 +148,11 @@ class Store(ABC):
         """Wait until every given rollout is finished or `timeout` seconds pass.
 
         Returns the finished ones, in the order asked. Wakes as soon as the last one finishes
-        in this process, and within `WAIT_POLL_SECONDS` when it finishes in another.
+        in this process, and within `WAIT_POLL_SECONDS` when it finishes in another. The timeout
+        runs on the store's clock, like every other time the store keeps (a test moves it).
         """
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if timeout is None else self.clock() + timeout
         event = asyncio.Event()
         waiter = (loop, event)
         with self._waiters_lock:
@@ -163,7 +164,7 @@ class Store(ABC):
                 finished = await self._finished_rollouts(rollout_ids)
                 if len(finished) == len(set(rollout_ids)):
                     break
-                remaining = None if deadline is None else deadline - loop.time()
+                remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:
                     break
                 pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)

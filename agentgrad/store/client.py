@@ -221,20 +221,23 @@ class StoreClient(Store):
         return await self._invoke("update_rollout", rollout_id=rollout_id, status=status, metadata=metadata)
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
-        """Long-polls the server, which answers as soon as the rollouts finish or its poll time is up."""
+        """Long-polls the server, which answers as soon as the rollouts finish or its poll time is up.
+
+        The last poll asks the server to hold until the deadline, which it keeps on its store's clock;
+        its answer then ends the wait (so a server whose clock a test moves decides when it is over)."""
         wanted = list(dict.fromkeys(rollout_ids))
         finished: dict[str, Rollout] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             pending = [rid for rid in wanted if rid not in finished]
-            remaining = LONG_POLL_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
             if not pending:
                 break
-            poll = min(remaining, LONG_POLL_SECONDS)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            poll = LONG_POLL_SECONDS if remaining is None else min(remaining, LONG_POLL_SECONDS)
             answer = await self._invoke("wait_for_rollouts", poll + REQUEST_TIMEOUT_SECONDS, rollout_ids=pending,
                                         timeout=poll)
             finished.update((rollout.rollout_id, rollout) for rollout in answer)
-            if deadline is not None and time.monotonic() >= deadline:
+            if remaining is not None and poll >= remaining:  # the server held it to the deadline
                 break
         return [finished[rid] for rid in wanted if rid in finished]
 

@@ -51,18 +51,14 @@ UVICORN_OPTIONS: dict[str, Any] = {
 class _Handler:
     """One operation: validates its input, calls the store method it names, serializes the result.
 
-    A write with an idempotency key runs through `store.run_once`, so its retries get the first answer."""
+    A write with an idempotency key runs through `store.run_once`, so its retries get the first answer,
+    unless the store recognizes a repeat of this very body by itself (`Operation.repeat_safe`)."""
 
     def __init__(self, operation: Operation) -> None:
         self.operation = operation
         self.result = TypeAdapter(operation.response)
 
     async def __call__(self, store: Store, body: bytes, query: str, key: str | None, path: dict[str, str]) -> Answer:
-        if key is not None and self.operation.once:
-            return await store.run_once(f"{self.operation.name}:{key}", lambda: self._answer(store, body, query, path))
-        return await self._answer(store, body, query, path)
-
-    async def _answer(self, store: Store, body: bytes, query: str, path: dict[str, str]) -> Answer:
         operation = self.operation
         try:
             if operation.body is not None:
@@ -71,6 +67,15 @@ class _Handler:
                 argument = operation.query.model_validate(dict(parse_qsl(query, keep_blank_values=True)))
             else:
                 argument = None
+        except Exception as exc:
+            return exception_answer(exc)
+        if key is not None and operation.once and not (operation.repeat_safe and operation.repeat_safe(argument)):
+            return await store.run_once(f"{operation.name}:{key}", lambda: self._answer(store, argument, path))
+        return await self._answer(store, argument, path)
+
+    async def _answer(self, store: Store, argument: Any, path: dict[str, str]) -> Answer:
+        operation = self.operation
+        try:
             result = await getattr(store, operation.name)(**arguments(operation, argument, path))
             if operation.reply is not None:
                 result = operation.reply(result)

@@ -299,51 +299,80 @@ class SqliteStore(LocalStore):
     # ------------------------------------------------------------------ spans
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """One transaction, and one statement per kind whatever the number of rollouts: a coalesced batch
+        over HTTP holds one span of each of many rollouts."""
         if not spans:
             return []
         at = self.clock()
         t.check_spans(spans)
         stored: list[Span] = list(spans)
+        rows: list[tuple[Any, ...]] = []
         with self._write() as db:
             groups = t.by_rollout(spans)
-            attempts: dict[str, Attempt] = {}
-            for rollout_id, indices in groups.items():  # every attempt must exist before anything is stored
-                if rollout_id is not None:
-                    for attempt_id in dict.fromkeys(spans[i].attempt_id for i in indices):
-                        attempts[attempt_id] = self._get_attempt(db, rollout_id, attempt_id)  # type: ignore[index,arg-type]
-            for rollout_id, indices in groups.items():
-                key = rollout_id or UNATTACHED
-                known = self._stored_span_ids(db, key, [spans[i].span_id for i in indices if spans[i].span_id])
-                written, fresh = t.sequence_spans([spans[i] for i in indices], self._next_sequence_id(db, key), known)
+            attempts = self._get_attempts(db, [(spans[i].rollout_id, spans[i].attempt_id)  # type: ignore[misc]
+                                               for rollout_id, indices in groups.items() if rollout_id is not None
+                                               for i in indices])
+            keys = [rollout_id or UNATTACHED for rollout_id in groups]
+            next_ids = self._next_sequence_ids(db, keys)
+            known = self._stored_span_ids(db, [(key, spans[i].span_id) for key, indices in zip(keys, groups.values())
+                                               for i in indices if spans[i].span_id])
+            for key, (rollout_id, indices) in zip(keys, groups.items()):
+                written, fresh = t.sequence_spans([spans[i] for i in indices], next_ids[key], known.setdefault(key, {}))
                 for i, span in zip(indices, written):
                     stored[i] = span
-                db.executemany(
-                    "INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) VALUES (?, ?, ?, ?, ?)",
-                    [(key, s.sequence_id, s.attempt_id, s.model_dump_json(), s.span_id or None) for s in fresh],
-                )
+                rows += [(key, s.sequence_id, s.attempt_id, s.model_dump_json(), s.span_id or None) for s in fresh]
                 if rollout_id is not None:
                     for span in fresh:
                         t.record_span(attempts[span.attempt_id], span, at)  # type: ignore[index]
+            db.executemany(
+                "INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) VALUES (?, ?, ?, ?, ?)", rows
+            )
             db.executemany(
                 "UPDATE attempts SET last_heartbeat_time = ?, reward = ? WHERE attempt_id = ?",
                 [(a.last_heartbeat_time, a.reward, a.attempt_id) for a in attempts.values()],
             )
         return stored
 
-    def _stored_span_ids(self, db: sqlite3.Connection, key: str, span_ids: list[str]) -> dict[str, int]:
-        """Sequence ids of the spans among `span_ids` that this rollout already holds."""
-        if not span_ids:
+    def _get_attempts(self, db: sqlite3.Connection, pairs: list[tuple[str, str]]) -> dict[str, Attempt]:
+        """The attempts named by (rollout id, attempt id) pairs, by attempt id, in one statement; an unknown
+        one raises what `_get_attempt` says of it."""
+        wanted = dict.fromkeys(pairs)
+        if not wanted:
             return {}
         rows = db.execute(
-            "SELECT span_id, sequence_id FROM spans INDEXED BY spans_by_span_id "
-            "WHERE rollout_key = ? AND span_id IN (SELECT value FROM json_each(?))",
-            (key, json.dumps(span_ids)),
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id IN (SELECT value FROM json_each(?))",
+            (json.dumps([attempt_id for _, attempt_id in wanted]),),
+        ).fetchall()
+        found = {(row[0], row[1]): row for row in rows}
+        for rollout_id, attempt_id in wanted:
+            if (rollout_id, attempt_id) not in found:
+                self._get_attempt(db, rollout_id, attempt_id)  # raises
+        return {attempt_id: attempt_of(found[rollout_id, attempt_id]) for rollout_id, attempt_id in wanted}
+
+    def _next_sequence_ids(self, db: sqlite3.Connection, keys: list[str]) -> dict[str, int]:
+        """Each rollout's next span sequence id (read in the write transaction, so no one else takes it); the
+        subquery per key is answered from the end of the `spans_in_order` index, however many spans it has."""
+        rows = db.execute(
+            "SELECT value, (SELECT COALESCE(MAX(sequence_id), 0) + 1 FROM spans WHERE rollout_key = value) "
+            "FROM json_each(?)",
+            (json.dumps(keys),),
         )
         return dict(rows.fetchall())
 
-    def _next_sequence_id(self, db: sqlite3.Connection, key: str) -> int:
-        """The rollout's next span sequence id (read in the write transaction, so no one else takes it)."""
-        return int(db.execute("SELECT COALESCE(MAX(sequence_id), 0) + 1 FROM spans WHERE rollout_key = ?", (key,)).fetchone()[0])
+    def _stored_span_ids(self, db: sqlite3.Connection, pairs: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
+        """Of the (rollout key, span id) pairs, those already stored: rollout key → span id → sequence id."""
+        if not pairs:
+            return {}
+        rows = db.execute(
+            "SELECT s.rollout_key, s.span_id, s.sequence_id FROM json_each(?) AS j "
+            "JOIN spans AS s INDEXED BY spans_by_span_id "
+            "ON s.rollout_key = json_extract(j.value, '$[0]') AND s.span_id = json_extract(j.value, '$[1]')",
+            (json.dumps(pairs),),
+        )
+        known: dict[str, dict[str, int]] = {}
+        for key, span_id, sequence_id in rows.fetchall():
+            known.setdefault(key, {})[span_id] = sequence_id
+        return known
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False

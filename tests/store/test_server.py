@@ -125,6 +125,23 @@ def test_a_retried_write_with_the_same_idempotency_key_is_applied_once(served) -
     assert asyncio.run(store.stats()).rollouts == {"queuing": 1, "running": 1}
 
 
+def test_a_retried_span_write_is_applied_once_with_or_without_span_ids(served) -> None:  # type: ignore[no-untyped-def]
+    """Spans that all carry an id are recognized by the store itself, so their write keeps no stored answer;
+    a batch with a span without one is answered from the answer stored with it."""
+    store, server = served
+    started = asyncio.run(store.start_rollout("t"))
+    rid, aid = started.rollout_id, started.attempt.attempt_id
+    with_ids = [{"rollout_id": rid, "attempt_id": aid, "span_id": f"{i:016x}", "name": f"s{i}"} for i in range(3)]
+    without = [{"rollout_id": rid, "attempt_id": aid, "name": "anonymous"}, *with_ids[:1]]
+    for spans, key, sequence_ids in ((with_ids, "k-ids", [1, 2, 3]), (without, "k-mixed", [4, 1])):
+        first = httpx.post(server.url + "/api/spans", json={"spans": spans}, headers={"idempotency-key": key})
+        again = httpx.post(server.url + "/api/spans", json={"spans": spans}, headers={"idempotency-key": key})
+        assert first.json() == again.json() == {"sequence_ids": sequence_ids}
+    assert [s.name for s in asyncio.run(store.query_spans(rid))] == ["s0", "s1", "s2", "anonymous"]
+    stored_answers = [row[0] for row in store._read("SELECT key FROM replies")]
+    assert stored_answers == ["add_spans:k-mixed"]
+
+
 def test_every_store_operation_is_in_the_openapi_schema(served) -> None:  # type: ignore[no-untyped-def]
     _, server = served
     schema = httpx.get(server.url + "/api/openapi.json").json()
