@@ -63,7 +63,7 @@ def child(steps: int) -> None:
     engine.close()
 
 
-def parts(repeats: int, prompts_n: int, tokens_n: int) -> None:
+def parts(repeats: int, prompts_n: int, tokens_n: int, micro_batch_size: int) -> None:
     """Run in a checkout: the step's two phases apart, on fixed inputs, so old and new do the same work.
 
     Decode: `prompts_n` calc prompts × n=8 rows (seeded, temperature 1) of `tokens_n` tokens each, in
@@ -103,7 +103,7 @@ def parts(repeats: int, prompts_n: int, tokens_n: int) -> None:
     batch = [(Trajectory(token_ids=g.prompt_token_ids + c.token_ids, loss_mask=[0] * len(g.prompt_token_ids) + [1] * len(c.token_ids),
                          logprobs=[0.0] * len(g.prompt_token_ids) + c.logprobs, prompt_length=len(g.prompt_token_ids)), rng.gauss(0, 1))
              for g in generations for c in g.completions]
-    config = GRPOConfig(learning_rate=1e-6)
+    config = GRPOConfig(learning_rate=1e-6, micro_batch_size=micro_batch_size)
     optimizer = torch.optim.AdamW([p for p in engine.model.parameters() if p.requires_grad], lr=config.learning_rate)
     walls, cpus = [], []
     for _ in range(repeats):
@@ -128,10 +128,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="--parts: best of this many runs of each phase")
     parser.add_argument("--prompts", type=int, default=8, help="--parts: calc prompts, 8 rows each")
     parser.add_argument("--tokens", type=int, default=48, help="--parts: tokens per row")
+    parser.add_argument("--micro-batch-size", type=int, default=32, help="--parts: GRPOConfig.micro_batch_size")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        parts(args.repeats, args.prompts, args.tokens) if args.parts else child(args.steps)
+        parts(args.repeats, args.prompts, args.tokens, args.micro_batch_size) if args.parts else child(args.steps)
         return
     checkouts = [c.split("=", 1) for c in args.checkout] or [["this", str(HERE)]]
     from rich.console import Console
@@ -151,7 +152,8 @@ def main() -> None:
     for column in ("checkout", *columns, "load 1m"):
         table.add_column(column, justify="right")
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--steps", str(args.steps), "--repeats", str(args.repeats),
-               "--prompts", str(args.prompts), "--tokens", str(args.tokens)]
+               "--prompts", str(args.prompts), "--tokens", str(args.tokens),
+               "--micro-batch-size", str(args.micro_batch_size)]
     for _ in range(args.rounds):
         for label, path in checkouts:
             env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
