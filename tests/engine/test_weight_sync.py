@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +80,7 @@ def test_servers_listen_on_loopback_with_the_sampled_distributions_logprobs() ->
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert command[command.index("--max-lora-rank") + 1] == "16"
+    assert command[command.index("--dtype") + 1] == "auto"  # start_servers passes default_dtype(): fp32 without bf16
 
 
 def test_truncated_importance_weights_cap_the_ratio_and_are_off_by_default() -> None:
@@ -91,3 +96,24 @@ def test_engine_settings_are_checked() -> None:
                          (dict(engine="vllm", vllm_replicas=0), "vllm_replicas"), (dict(vllm_transport="x"), "vllm_transport")):
         with pytest.raises(ValueError, match=message):
             check_engine_config(GRPOConfig(**bad))
+
+
+def test_stopping_a_started_server_also_kills_the_processes_it_spawned(tmp_path: Path) -> None:
+    # like vLLM's API server, a parent that exits on SIGTERM while its worker (here: ignoring SIGTERM) lives on
+    pid_file = tmp_path / "worker.pid"
+    script = ("import signal, subprocess, sys, time\n"
+              "worker = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(worker.pid))\n"
+              "time.sleep(300)\n")
+    process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    while not pid_file.exists() or not pid_file.read_text():
+        assert process.poll() is None, "the test's server process died before spawning its worker"
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    VLLMServer("http://127.0.0.1:1", process).stop()
+    assert process.poll() is not None
+    with pytest.raises(ProcessLookupError):  # killed and reaped by init (it was orphaned), or a zombie being reaped
+        for _ in range(200):
+            os.kill(worker, 0)
+            time.sleep(0.05)
