@@ -60,7 +60,9 @@ def test_the_nccl_transport_without_cuda_says_to_use_files(monkeypatch: pytest.M
 
 
 def test_transport_choice_follows_lora_and_rejects_mismatches() -> None:
-    assert make_transport("auto", [], lora=False).name == ("nccl" if torch.cuda.is_available() else "file")
+    chosen = make_transport("auto", [], lora=False)
+    chosen.close()  # a file transport's folder on /dev/shm goes with it
+    assert chosen.name == ("nccl" if torch.cuda.is_available() else "file")
     with pytest.raises(ValueError, match="needs lora_rank"):
         make_transport("lora", [], lora=False)
     with pytest.raises(ValueError, match="use transport='lora'"):
