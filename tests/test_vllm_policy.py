@@ -19,6 +19,7 @@ import torch
 import agentgrad as ag
 from agentgrad import semconv
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.algorithms.vllm_policy import VLLMPolicy
 from agentgrad.engine.model import resolve_model
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 NAME = "smollm2-135m"
 LOGPROB_MEAN_TOLERANCE = 0.05
-"""Mean |vLLM - trainer| per sampled token: vLLM samples in bf16, the trainer scores in fp32."""
+"""Mean |vLLM - trainer| per sampled token: vLLM samples in bf16 (fp32 on CPUs without bf16), the trainer in fp32."""
 LOGPROB_MAX_TOLERANCE = 0.5
 
 
@@ -158,3 +159,24 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
     assert [h["step"] for h in resumed.history] == [1, 2]  # step 1 restored from the checkpoint, step 2 run
     assert (checkpoints / "step-2").is_dir()
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == 2 * 2 * 4
+
+
+def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_version(vllm_server: VLLMServer) -> None:
+    train, val = make_splits(n_train=20, n_val=4, seed=3)
+    store = MemoryStore()
+    # a low threshold (within 9 of the answer) keeps some of 16 samples even from the untrained model
+    config = SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.1, max_tokens=16, epochs=1,
+                       engine="vllm", vllm_urls=[vllm_server.url])
+    result = ag.Trainer(SFT(config), n_runners=1, runner_concurrency=8, store=store).fit(close_enough, train, val)
+    (round_,) = result.history
+    assert round_["train/kept"] > 0 and round_["train/loss"] == round_["train/loss"]  # trained: not NaN
+
+    async def versions(mode: str) -> list[int]:
+        spans = [s for r in await store.query_rollouts(mode=mode) for s in await store.query_spans(r.rollout_id)]
+        return sorted(s.attributes[semconv.WEIGHTS_VERSION] for s in spans if semconv.WEIGHTS_VERSION in s.attributes)
+
+    collected = asyncio.run(versions("train"))
+    assert len(collected) == 4 * 4 and len(set(collected)) == 1  # one version collected the round
+    (before,) = set(collected)
+    # validation before the round on the old weights, after it (post-sync) on the new ones
+    assert asyncio.run(versions("val")) == [before] * 4 + [before + 1] * 4

