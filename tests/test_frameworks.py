@@ -1,0 +1,157 @@
+"""Every framework's unchanged tool-using agent (`examples/frameworks/`), run by agentgrad from outside.
+
+Against a fake upstream that calls the tool (fast, every framework), and against the real
+engine (marked `model`): the engine returns a tool call, the framework executes it, the gateway
+records every call with token ids, the reward lands, and the adapter masks exactly the tool
+results. CrewAI and AutoGen run as `agentgrad runner` processes of their own environments
+(`make env-crewai`, `make env-autogen`), joining the store over HTTP.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentgrad as ag
+from agentgrad.adapters import llm_calls, to_trajectories
+from agentgrad.algorithms.baseline import Baseline
+from agentgrad.llm_spans import is_llm_call
+from agentgrad.store import MemoryStore, SqliteStore, Store
+from agentgrad.venvs import ROOT, RunnerProcesses, framework_python, run_with_runners, serve_store
+from examples.frameworks.tasks import TASKS, calculate
+from tests.conftest import Served
+
+FRAMEWORKS = {  # name -> (environment, agent spec)
+    "openai": ("core", "examples.frameworks.openai_train:rollout"),
+    "langchain": ("core", "examples.frameworks.langchain_train:rollout"),
+    "langgraph": ("core", "examples.frameworks.langgraph_train:rollout"),
+    "openai-agents": ("core", "examples.frameworks.openai_agents_sdk_train:rollout"),
+    "autogen": ("autogen", "examples.frameworks.autogen_train:rollout"),
+    "crewai": ("crewai", "examples.frameworks.crewai_train:rollout"),
+}
+
+AGENT_FILES = {"openai": "openai_agent.py", "langchain": "langchain_agent.py", "langgraph": "langgraph_agent.py",
+               "openai-agents": "openai_agents_sdk_agent.py", "autogen": "autogen_agent.py", "crewai": "crewai_agent.py"}
+
+
+def python_for(framework: str) -> str:
+    environment = FRAMEWORKS[framework][0]
+    return sys.executable if environment == "core" else framework_python(environment)
+
+
+def test_the_framework_agent_files_know_nothing_of_agentgrad() -> None:
+    for name in AGENT_FILES.values():
+        tree = ast.parse((ROOT / "examples" / "frameworks" / name).read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not any(module.split(".")[0] == "agentgrad" for module in imported), name
+
+
+async def run_framework(framework: str, store: Store, llm: ag.LLM, tasks: list[dict[str, Any]], tmp_path: Path,
+                        gateway: str, workers: int = 2) -> Any:
+    """A Baseline pass over `tasks` with the framework's runners in their own process (and environment)."""
+    await store.add_resources({"llm": llm})
+    with serve_store(store) as url:
+        runner = RunnerProcesses(python_for(framework), url, FRAMEWORKS[framework][1], workers=workers,
+                                 gateway=gateway, log=tmp_path / f"runner-{framework}.log")
+        with runner:
+            try:
+                return await run_with_runners(Baseline(), store, [runner], tasks)
+            except Exception:
+                print((tmp_path / f"runner-{framework}.log").read_text())
+                raise
+
+
+# ----------------------------------------------------------------------------- a fake upstream that calls the tool
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
+    framework: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    tasks = TASKS[:2]
+    llm = ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True, sampling_parameters={"temperature": 0.0})
+    results = await run_framework(framework, served.store, llm, tasks, tmp_path, served.url + "/v1", workers=1)
+    await served.gateway.flush()
+    assert results["train"].succeeded == len(tasks), (tmp_path / f"runner-{framework}.log").read_text()
+    for rollout in await served.store.query_rollouts():
+        assert rollout.reward == 1.0
+        calls = [s for s in await served.store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+        outputs = [json.loads(s.attributes["gen_ai.output.messages"])[0] for s in calls]
+        (tool_call,) = outputs[0]["tool_calls"]
+        assert tool_call["function"]["name"] == "calculate"
+        history = json.loads(calls[-1].attributes["gen_ai.input.messages"])
+        answer = str(rollout.input["answer"])
+        assert any(m["role"] == "tool" and answer in str(m["content"]) for m in history), history  # it ran the tool
+
+
+# ----------------------------------------------------------------------------- the real engine
+
+
+def masked_segments(trajectory: Any) -> list[list[int]]:
+    """The runs of tokens after the first prompt that the model did not write."""
+    start = trajectory.prompt_length
+    pairs = zip(trajectory.token_ids[start:], trajectory.loss_mask[start:])
+    return [[token for token, _ in run] for mask, run in itertools.groupby(pairs, key=lambda p: p[1]) if mask == 0]
+
+
+TOOL_RESULT = re.compile(r"^(?:<\|im_end\|>)?\s*<\|im_start\|>user\n<tool_response>\n(.*?)\n</tool_response><\|im_end\|>\n"
+                         r"<\|im_start\|>assistant\n$", re.DOTALL)
+
+
+async def check_trained_through_tools(store: Store, engine: Any) -> dict[str, int]:
+    """The assertions every framework shares on a run against the engine; returns what was counted."""
+    counts = {"rollouts": 0, "calls": 0, "tool_calls": 0, "trajectories": 0, "masked_results": 0}
+    for rollout in await store.query_rollouts():
+        assert rollout.reward is not None  # the reward landed
+        spans = await store.query_spans(rollout.rollout_id)
+        llm_spans = [s for s in spans if is_llm_call(s)]
+        calls = llm_calls(spans)
+        assert llm_spans and len(calls) == len(llm_spans)  # every model call recorded with token ids
+        assert all(c.prompt_token_ids and c.response_token_ids for c in calls)
+        counts["rollouts"] += 1
+        counts["calls"] += len(calls)
+        results = []
+        for span in llm_spans:
+            for message in json.loads(span.attributes["gen_ai.output.messages"]):
+                for call in message.get("tool_calls") or []:
+                    counts["tool_calls"] += 1
+                    results.append(calculate(**json.loads(call["function"]["arguments"])))
+        trajectories = to_trajectories(spans, reward=rollout.reward)
+        counts["trajectories"] += len(trajectories)
+        for trajectory in trajectories:
+            assert trajectory.reward == rollout.reward
+            for segment in masked_segments(trajectory):
+                text = engine.tokenizer.decode(segment)
+                match = TOOL_RESULT.match(text)
+                assert match, f"a masked segment that is not a tool result: {text!r}"
+                assert match.group(1) in results  # the result of a call the model made
+                counts["masked_results"] += 1
+    return counts
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_the_result(
+    framework: str, engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentgrad.algorithms.policy import LocalPolicy
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    store = SqliteStore(tmp_path / "run.db")
+    with LocalPolicy(store, engine) as policy:
+        llm = policy.llm(temperature=0.0, max_tokens=64)
+        results = await run_framework(framework, store, llm, TASKS[:4], tmp_path, policy.gateway_url + "/v1")
+    assert results["train"].succeeded == 4, (tmp_path / f"runner-{framework}.log").read_text()
+    counts = await check_trained_through_tools(store, engine)
+    print(framework, counts)
+    assert counts["tool_calls"] >= 1  # the engine returned a tool call and the framework ran it
+    assert counts["masked_results"] >= 1
