@@ -2,8 +2,21 @@
 
 It answers arithmetic problems in the format `Answer: <number>` and is rewarded 1 for the exact
 number. It may call a calculator tool: a reply containing `calculate: <expression>` gets the
-result back as the next user turn, for up to `MAX_TURNS` model calls. Nothing in it knows about
-training except the `@ag.rollout` decorator and the `llm` resource it is handed.
+result back as the next user turn (`Result: N`), for up to `MAX_TURNS` model calls. Nothing in
+it knows about training except the `@ag.rollout` decorator and the `llm` resource it is handed.
+
+Two tasks (`task["demo"]`):
+- `tool` (the demo): three-digit additions, which SmolLM2-135M gets right ~4% of the time in its
+  head. The history shows one worked example that uses the tool, between two that answer
+  directly: greedy decoding then almost never calls the tool, sampling sometimes does, and
+  GRPO has that to reinforce. (The model copies the *last* demonstration: with the tool
+  example last it calls the tool before any training; with none it almost never samples a call.)
+- `plain`: two-digit additions with no tool in the history: training improves mental arithmetic.
+
+The tool is the text protocol, not OpenAI function calling: the engine's built-in tool-call
+format (`<tool_call>{...}</tool_call>`) is not sampled by this model in the middle position
+(`benchmarks/tool_format_probe.py`); the framework examples in `examples/frameworks/` show
+function calling instead.
 
 The data is generated from a seed: `make_splits()` gives disjoint train and validation sets.
 """
@@ -25,7 +38,15 @@ SYSTEM_PROMPT = (
     "If you need to, you can write 'calculate: <expression>' to use a calculator."
 )
 EXAMPLES = [("What is 23 + 14?", "Answer: 37"), ("What is 8 + 51?", "Answer: 59")]
-"""Two solved problems shown as earlier turns: they teach the answer format, not the arithmetic."""
+"""`plain`: two solved problems shown as earlier turns: they teach the answer format, not the arithmetic."""
+TOOL_EXAMPLES: list[dict[str, str]] = [
+    {"role": "user", "content": "What is 23 + 14?"}, {"role": "assistant", "content": "Answer: 37"},
+    {"role": "user", "content": "What is 123 + 456?"}, {"role": "assistant", "content": "calculate: 123 + 456"},
+    {"role": "user", "content": "Result: 579"}, {"role": "assistant", "content": "Answer: 579"},
+    {"role": "user", "content": "What is 8 + 51?"}, {"role": "assistant", "content": "Answer: 59"},
+]
+"""`tool`: the tool demonstrated in the middle, direct answers around it."""
+DEMOS = ("tool", "plain")
 MAX_TURNS = 3
 ANSWER = re.compile(r"Answer:\s*(-?\d+)")
 CALCULATE = re.compile(r"calculate:\s*([-+*/() \d.]+)", re.IGNORECASE)
@@ -38,7 +59,8 @@ WORD_PROBLEMS = [
 NAMES = ["Ana", "Ben", "Chen", "Dana", "Eli", "Fay"]
 
 
-def make_tasks(n: int, seed: int, digits: int = 2, style: str = "plain", exclude: set[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int, digits: int = 2, style: str = "plain", exclude: set[tuple[int, int]] | None = None,
+               demo: str = "plain") -> list[dict[str, Any]]:
     """`n` distinct addition problems. `style="plain"` asks "What is A + B?"; "word" tells a story.
 
     The 135M model gets ~22% of plain two-digit problems right before training and ~5% of word
@@ -56,14 +78,18 @@ def make_tasks(n: int, seed: int, digits: int = 2, style: str = "plain", exclude
             continue
         seen.add((a, b))
         question = f"What is {a} + {b}?" if style == "plain" else rng.choice(WORD_PROBLEMS).format(a=a, b=b, name=rng.choice(NAMES))
-        tasks.append({"question": question, "a": a, "b": b, "answer": a + b})
+        tasks.append({"question": question, "a": a, "b": b, "answer": a + b, "demo": demo})
     return tasks
 
 
-def make_splits(n_train: int = 2000, n_val: int = 256, seed: int = 0, style: str = "plain") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Disjoint train and validation problems, the same for the same seed."""
-    val = make_tasks(n_val, seed + 1, style=style)
-    train = make_tasks(n_train, seed, style=style, exclude={(t["a"], t["b"]) for t in val})
+def make_splits(n_train: int = 2000, n_val: int = 256, seed: int = 0, style: str = "plain", demo: str = "plain"
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Disjoint train and validation problems, the same for the same seed (`demo="tool"`: three digits)."""
+    if demo not in DEMOS:
+        raise ValueError(f"demo is one of {DEMOS}, not {demo!r}")
+    digits = 3 if demo == "tool" else 2
+    val = make_tasks(n_val, seed + 1, digits, style=style, demo=demo)
+    train = make_tasks(n_train, seed, digits, style=style, exclude={(t["a"], t["b"]) for t in val}, demo=demo)
     return train, val
 
 
@@ -90,8 +116,10 @@ def calculate(expression: str) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def build_messages(question: str) -> list[dict[str, str]]:
+def build_messages(question: str, demo: str = "plain") -> list[dict[str, str]]:
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    if demo == "tool":
+        return messages + TOOL_EXAMPLES + [{"role": "user", "content": question}]
     for user, assistant in EXAMPLES:
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
     return messages + [{"role": "user", "content": question}]
@@ -116,7 +144,7 @@ def client_for(llm: ag.LLM) -> OpenAI:
 @ag.rollout
 def calc_agent(task: dict[str, Any], llm: ag.LLM) -> float:
     client = client_for(llm)
-    messages = build_messages(task["question"])
+    messages = build_messages(task["question"], task.get("demo", "plain"))
     reply = ""
     for turn in range(MAX_TURNS):
         response = client.chat.completions.create(model=llm.model, messages=messages, **llm.sampling_parameters)
