@@ -13,7 +13,6 @@ import ast
 import itertools
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +22,14 @@ import agentgrad as ag
 from agentgrad.adapters import llm_calls, to_trajectories
 from agentgrad.algorithms.baseline import Baseline
 from agentgrad.llm_spans import is_llm_call
-from agentgrad.store import MemoryStore, SqliteStore, Store
-from agentgrad.venvs import ROOT, RunnerProcesses, framework_python, run_with_runners, serve_store
+from agentgrad.store import SqliteStore, Store
+from agentgrad.venvs import ROOT
+from examples.frameworks.run import FRAMEWORKS, run
 from examples.frameworks.tasks import TASKS, calculate
 from tests.conftest import Served
 
-FRAMEWORKS = {  # name -> (environment, agent spec)
-    "openai": ("core", "examples.frameworks.openai_train:rollout"),
-    "langchain": ("core", "examples.frameworks.langchain_train:rollout"),
-    "langgraph": ("core", "examples.frameworks.langgraph_train:rollout"),
-    "openai-agents": ("core", "examples.frameworks.openai_agents_sdk_train:rollout"),
-    "autogen": ("autogen", "examples.frameworks.autogen_train:rollout"),
-    "crewai": ("crewai", "examples.frameworks.crewai_train:rollout"),
-}
-
 AGENT_FILES = {"openai": "openai_agent.py", "langchain": "langchain_agent.py", "langgraph": "langgraph_agent.py",
                "openai-agents": "openai_agents_sdk_agent.py", "autogen": "autogen_agent.py", "crewai": "crewai_agent.py"}
-
-
-def python_for(framework: str) -> str:
-    environment = FRAMEWORKS[framework][0]
-    return sys.executable if environment == "core" else framework_python(environment)
 
 
 def test_the_framework_agent_files_know_nothing_of_agentgrad() -> None:
@@ -57,16 +43,12 @@ def test_the_framework_agent_files_know_nothing_of_agentgrad() -> None:
 async def run_framework(framework: str, store: Store, llm: ag.LLM, tasks: list[dict[str, Any]], tmp_path: Path,
                         gateway: str, workers: int = 2) -> Any:
     """A Baseline pass over `tasks` with the framework's runners in their own process (and environment)."""
-    await store.add_resources({"llm": llm})
-    with serve_store(store) as url:
-        runner = RunnerProcesses(python_for(framework), url, FRAMEWORKS[framework][1], workers=workers,
-                                 gateway=gateway, log=tmp_path / f"runner-{framework}.log")
-        with runner:
-            try:
-                return await run_with_runners(Baseline(), store, [runner], tasks)
-            except Exception:
-                print((tmp_path / f"runner-{framework}.log").read_text())
-                raise
+    log = tmp_path / f"runner-{framework}.log"
+    try:
+        return await run(framework, Baseline(), store, tasks, llm=llm, gateway=gateway, workers=workers, log=log)
+    except Exception:
+        print(log.read_text())
+        raise
 
 
 # ----------------------------------------------------------------------------- a fake upstream that calls the tool
@@ -155,3 +137,19 @@ async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_th
     print(framework, counts)
     assert counts["tool_calls"] >= 1  # the engine returned a tool call and the framework ran it
     assert counts["masked_results"] >= 1
+
+
+@pytest.mark.model
+async def test_one_grpo_step_on_the_langchain_agent_writes_a_checkpoint(engine: Any, tmp_path: Path) -> None:
+    from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+
+    store = SqliteStore(tmp_path / "run.db")
+    config = GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=64, micro_batch_size=4, val_every=0,
+                        checkpoint_dir=str(tmp_path / "checkpoints"), skip_uniform_groups=False)
+    log = tmp_path / "runner-langchain.log"
+    result = await run("langchain", GRPO(config, engine=engine), store, TASKS[:2], log=log)
+    assert result.checkpoint and (Path(result.checkpoint) / "model.safetensors").exists(), log.read_text()
+    (step,) = result.history
+    assert step["train/failed_rollouts"] == 0 and step["train/model_version"] >= 1
+    counts = await check_trained_through_tools(store, engine)
+    assert counts["rollouts"] == 4
