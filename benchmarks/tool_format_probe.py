@@ -72,7 +72,7 @@ def main() -> None:
             print(f"{fmt:8} {name:7} prompt {len(prompts[0])} tokens: calls {len(calls)}/{len(texts)} "
                   f"({len(calls) / len(texts):.3f}), direct answers right {right}/{len(texts)} "
                   f"[{time.perf_counter() - began:.0f}s]", flush=True)
-            for text in calls[:3]:
+            for text in (calls or [t for t, _ in texts])[:3]:
                 print("   e.g.", repr(text[:120]))
     engine.close()
 
