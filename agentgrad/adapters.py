@@ -7,23 +7,23 @@
   user turns) are masked out of the loss. A prompt that does not continue starts a new sequence.
 - `to_chats`: the conversations as chat messages, for SFT and for a critic to read.
 
-`agent_match` (a regular expression) keeps the calls of one agent of a multi-agent system: it is
-matched against the span's `agentgrad.agent.name` attribute when present, else the model name
-the call asked for (`gen_ai.request.model`).
+`agent_match` (a regular expression, `re.search`) keeps the calls of one agent of a multi-agent
+system: it is matched against the name the call was made under (`with ag.agent("writer")`, the
+`x-agentgrad-agent` header or the `/agents/{name}` route; recorded as `agentgrad.agent.name`).
+A call made under no name is matched by the model it asked for (`gen_ai.request.model`), for
+systems that give each agent its own model alias; a named call is never matched by its model.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentgrad.llm_spans import is_llm_call, recorded_choices
-from agentgrad.types import REWARD_ATTR, REWARD_SPAN, Span, Triplet
-
-AGENT_NAME = "agentgrad.agent.name"
+from agentgrad import semconv as sc
+from agentgrad.semconv import is_llm_call, recorded_choices
+from agentgrad.types import Span, Triplet
 
 Credit = Literal["final", "discounted", "matched"]
 
@@ -39,25 +39,19 @@ class LLMCall:
 
     @property
     def temperature(self) -> float:
-        value = self.span.attributes.get("gen_ai.request.temperature")
-        return 1.0 if value is None else float(value)
+        return sc.temperature(self.span)
 
     @property
     def input_messages(self) -> list[dict[str, Any]]:
-        return _json_list(self.span.attributes.get("gen_ai.input.messages"))
+        return sc.input_messages(self.span)
 
     @property
     def output_messages(self) -> list[dict[str, Any]]:
-        return _json_list(self.span.attributes.get("gen_ai.output.messages"))
+        return sc.output_messages(self.span)
 
-
-def _json_list(value: Any) -> list[dict[str, Any]]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return []
-    return list(value) if isinstance(value, list) else []
+    @property
+    def agent(self) -> str | None:
+        return sc.agent_name(self.span)
 
 
 def _order(span: Span) -> tuple[float, int]:
@@ -65,7 +59,8 @@ def _order(span: Span) -> tuple[float, int]:
 
 
 def _agent_of(span: Span) -> str:
-    return str(span.attributes.get(AGENT_NAME) or span.attributes.get("gen_ai.request.model") or "")
+    """What `agent_match` is matched against: the agent's name, else (unnamed calls) the model name."""
+    return sc.agent_name(span) or str(span.attributes.get(sc.GEN_AI_REQUEST_MODEL) or "")
 
 
 def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLMCall]:
@@ -84,14 +79,14 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
 
 
 def reward_spans(spans: Sequence[Span]) -> list[Span]:
-    return sorted((s for s in spans if s.name == REWARD_SPAN and isinstance(s.attributes.get(REWARD_ATTR), (int, float))),
+    return sorted((s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
                   key=lambda s: (s.end_time or s.start_time, s.sequence_id))
 
 
 def final_reward(spans: Sequence[Span]) -> float | None:
     """The last reward the attempt reported, or None."""
     rewards = reward_spans(spans)
-    return float(rewards[-1].attributes[REWARD_ATTR]) if rewards else None
+    return sc.reward(rewards[-1]) if rewards else None
 
 
 def to_triplets(
@@ -126,7 +121,7 @@ def to_triplets(
             at = reward_span.end_time or reward_span.start_time
             paid = [i for i in pending if (calls[i].span.end_time or calls[i].span.start_time) <= at]
             for i in paid:
-                credits[i] = float(reward_span.attributes[REWARD_ATTR])
+                credits[i] = sc.reward(reward_span)
             pending = [i for i in pending if i not in paid]
         for i in pending:
             credits[i] = final
@@ -201,12 +196,12 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
     chats: list[list[dict[str, Any]]] = []
     pattern = re.compile(agent_match) if agent_match else None
     for span in sorted(spans, key=_order):
-        if span.attributes.get("gen_ai.operation.name") != "chat" or span.status.code == "ERROR":
+        if span.attributes.get(sc.GEN_AI_OPERATION) != sc.CHAT or span.status.code == "ERROR":
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
-        messages = _json_list(span.attributes.get("gen_ai.input.messages"))
-        outputs = _json_list(span.attributes.get("gen_ai.output.messages"))
+        messages = sc.input_messages(span)
+        outputs = sc.output_messages(span)
         if not outputs:
             continue
         chat = messages + [{"role": outputs[0].get("role", "assistant"), "content": outputs[0].get("content") or ""}]

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentgrad import views
-from agentgrad.serving import check_exposure
+from agentgrad.guard import check_exposure
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
 from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
 
@@ -50,19 +50,18 @@ def _with_store(spec: str, work: Callable[[Store], Any]) -> None:
 
 
 def serve_engine_command(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from agentgrad.engine import Engine
-    from agentgrad.engine.server import create_engine_app
-    from agentgrad.serving import TokenGuard
-
     try:
-        check_exposure(args.host, args.token, "the model")
+        check_exposure(args.host, args.token, "the model")  # before torch is imported: a bad flag fails at once
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    from agentgrad.engine import Engine
+    from agentgrad.engine.server import create_engine_app
+    from agentgrad.guard import Guard
+    from agentgrad.serving import run
+
     engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
     console.print(f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1")
-    uvicorn.run(TokenGuard(create_engine_app(engine), args.token, public=()), host=args.host, port=args.port, log_level="warning")
+    run(Guard(create_engine_app(engine), token=args.token), host=args.host, port=args.port)
 
 
 def load_agent_file(path: Path) -> Any:
@@ -149,7 +148,7 @@ def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None,
 
 def run_gateway(args: argparse.Namespace) -> None:
     """`agentgrad gateway`: serve the gateway until interrupted; buffered spans are written on the way out."""
-    import uvicorn
+    from agentgrad.serving import run
 
     try:
         check_exposure(args.host, args.token, "the gateway")
@@ -158,14 +157,16 @@ def run_gateway(args: argparse.Namespace) -> None:
     gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
-    uvicorn.run(gateway, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
-                proxy_headers=False, server_header=False, date_header=False)
+    from agentgrad.guard import Guard
+
+    # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.guard).
+    run(Guard(gateway, token=args.token), host=args.host, port=args.port, access_log=False, proxy_headers=False,
+        server_header=False, date_header=False)
 
 
 def serve(args: argparse.Namespace) -> None:
     """Serve a store (API, dashboard, OTLP, and the gateway when backends are given) until Ctrl+C."""
-    import uvicorn
-
+    from agentgrad.serving import run
     from agentgrad.store.server import UVICORN_OPTIONS, create_app
 
     try:
@@ -181,8 +182,8 @@ def serve(args: argparse.Namespace) -> None:
     shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
     console.print(f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})")
     console.print(f"  dashboard: {shown}/" + (f"\n  gateway: {shown}/v1" if extra else "") + "\nCtrl+C stops it")
-    uvicorn.run(create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing), host=args.host,
-                port=args.port, log_level="warning", **UVICORN_OPTIONS)
+    run(create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing), host=args.host,
+        port=args.port, **UVICORN_OPTIONS)
 
 
 def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None) -> None:
@@ -194,7 +195,7 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
     import os
     import socket
 
-    from agentgrad.agent import load_agent
+    from agentgrad.litagent import load_agent
     from agentgrad.strategies import run_workers
 
     module, _, name = agent_spec.partition(":")
@@ -214,7 +215,7 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
     console.print(f"{workers} runner(s) of {agent.name} joining {store_spec}; Ctrl+C stops them")
     hooks = []
     if gateway:
-        from agentgrad.instrument import GatewayEnvHook
+        from agentgrad.gateway import GatewayEnvHook
 
         hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
     run_workers(store_spec, token, agent, worker_ids, hooks=hooks)

@@ -64,6 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", choices=["threads", "ray"], default="threads",
+                        help="runners as threads here, or as actors of a Ray cluster ($RAY_ADDRESS, else a local one)")
+    parser.add_argument("--train-processes", type=int, default=1,
+                        help="GRPO: shard the update with FSDP2 over this many processes (Ray actors with --strategy ray)")
+    parser.add_argument("--engine", choices=["local", "vllm"], default="local",
+                        help="what samples the rollouts: the built-in engine, or vLLM servers from .venv-vllm (make vllm)")
+    parser.add_argument("--vllm-replicas", type=int, default=1, help="--engine vllm: servers to start (one core each on a CPU)")
+    parser.add_argument("--vllm-url", action="append", default=[],
+                        help="--engine vllm: attach to this server (VLLM_SERVER_DEV_MODE=1) instead; repeat for replicas")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -72,7 +81,8 @@ def main(args: argparse.Namespace) -> None:
     calc = load_calc_example()
     train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed, demo=args.task)
     began = time.perf_counter()
-    engine = Engine()
+    engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
+    engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
     checkpoints = str(Path(".agentgrad") / f"checkpoints-{time.strftime('%Y%m%d-%H%M%S')}")
     algorithm: ag.Algorithm
     if args.algorithm == "grpo":
@@ -81,14 +91,21 @@ def main(args: argparse.Namespace) -> None:
         steps = args.steps or (10 if args.task == "tool" else 20)
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
         algorithm = GRPO(GRPOConfig(steps=steps, val_every=steps if args.task == "tool" else 10, micro_batch_size=8,
-                                    checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
+                                    checkpoint_dir=checkpoints, seed=args.seed, train_processes=args.train_processes,
+                                    **engine_config), engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed), engine=engine)
-    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store)
+        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed, **engine_config),
+                        engine=engine)
+    if args.strategy == "ray":
+        import ray.cloudpickle
+
+        ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
+    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store, strategy=args.strategy)
     console.print(f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
-                  f"on {engine.name} ({engine.device}); "
+                  f"on {engine.name} ({engine.device}, "
+                  f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "
                   f"store: {getattr(trainer.store, 'path', trainer.store)}")
     result = trainer.fit(calc.calc_agent, train, val)
     elapsed = time.perf_counter() - began

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from agentgrad.tracer import get_tracer
-from agentgrad.types import REWARD_ATTR, REWARD_SPAN
+from agentgrad import semconv as sc
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,32 +45,32 @@ def emit_reward(value: float | Mapping[str, float], primary: str | None = None) 
             primary = next(iter(value))
         if primary not in value:
             raise ValueError(f"primary reward {primary!r} is not among the dimensions {sorted(value)}")
-        attributes: dict[str, Any] = {f"{REWARD_ATTR}.{key}": float(v) for key, v in value.items()}
-        attributes[REWARD_ATTR] = float(value[primary])
-        attributes[f"{REWARD_ATTR}.primary"] = primary
+        attributes: dict[str, Any] = {f"{sc.REWARD}.{key}": float(v) for key, v in value.items()}
+        attributes[sc.REWARD] = float(value[primary])
+        attributes[sc.REWARD_PRIMARY] = primary
     else:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"a reward is a number or a mapping of numbers, not {type(value).__name__}")
-        attributes = {REWARD_ATTR: float(value)}
-    _emit(REWARD_SPAN, attributes)
+        attributes = {sc.REWARD: float(value)}
+    _emit(sc.REWARD_SPAN, attributes)
 
 
 def emit_message(message: str, **attributes: Any) -> None:
     """Record a line of text (a log line, a thought, a tool result)."""
-    _emit("agentgrad.message", {"agentgrad.message.body": message, **attributes})
+    _emit(sc.MESSAGE_SPAN, {sc.MESSAGE_BODY: message, **attributes})
 
 
 def emit_object(obj: Any, **attributes: Any) -> None:
     """Record any JSON-serializable value."""
-    _emit("agentgrad.object", {"agentgrad.object.json": to_json(obj), **attributes})
+    _emit(sc.OBJECT_SPAN, {sc.OBJECT_JSON: to_json(obj), **attributes})
 
 
 def emit_exception(exc: BaseException) -> None:
     """Record an exception with its traceback (OpenTelemetry `exception.*` attributes)."""
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     _emit(
-        "agentgrad.exception",
-        {"exception.type": type(exc).__qualname__, "exception.message": str(exc), "exception.stacktrace": stack},
+        sc.EXCEPTION_SPAN,
+        {sc.EXCEPTION_TYPE: type(exc).__qualname__, sc.EXCEPTION_MESSAGE: str(exc), sc.EXCEPTION_STACKTRACE: stack},
         error=f"{type(exc).__qualname__}: {exc}",
     )
 
@@ -78,9 +78,9 @@ def emit_exception(exc: BaseException) -> None:
 def emit_annotation(annotation: Mapping[str, Any]) -> None:
     """Attach labels to the attempt (a tag, a judge's verdict); values must be JSON-encodable."""
     _emit(
-        "agentgrad.annotation",
+        sc.ANNOTATION_SPAN,
         {
-            f"agentgrad.annotation.{key}": value if isinstance(value, (str, int, float, bool)) else to_json(value)
+            f"{sc.ANNOTATION_PREFIX}{key}": value if isinstance(value, (str, int, float, bool)) else to_json(value)
             for key, value in annotation.items()
         },
     )
@@ -109,12 +109,12 @@ class operation:
 
     def set_output(self, output: Any) -> None:
         if self._span is not None:
-            self._span.set_attribute("agentgrad.operation.output", to_json(output))
+            self._span.set_attribute(sc.OPERATION_OUTPUT, to_json(output))
 
     def __enter__(self) -> operation:
-        attributes = {"agentgrad.operation.name": self.name}
+        attributes = {sc.OPERATION_NAME: self.name}
         if self.inputs:
-            attributes["agentgrad.operation.input"] = to_json(self.inputs)
+            attributes[sc.OPERATION_INPUT] = to_json(self.inputs)
         self._span_cm = get_tracer().start_as_current_span(self.name, attributes=attributes, record_exception=False)
         self._span = self._span_cm.__enter__()
         return self
@@ -125,8 +125,8 @@ class operation:
         if exc_type is not None and self._span is not None:
             from opentelemetry.trace import Status, StatusCode
 
-            self._span.set_attribute("exception.type", exc_type.__qualname__)
-            self._span.set_attribute("exception.message", str(exc))
+            self._span.set_attribute(sc.EXCEPTION_TYPE, exc_type.__qualname__)
+            self._span.set_attribute(sc.EXCEPTION_MESSAGE, str(exc))
             self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__qualname__}: {exc}"))
         self._span_cm.__exit__(exc_type, exc, tb)
         self._span = self._span_cm = None

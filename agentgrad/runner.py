@@ -22,13 +22,12 @@ from typing import Any
 # threads, and a first import of httpx under way in another thread makes those calls fail.
 import httpx
 
-from agentgrad.agent import LitAgent, as_agent
+from agentgrad.litagent import LitAgent, as_agent
 from agentgrad.emit import emit_exception, emit_reward
+from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, ROLLOUT_ID, ROLLOUT_SPAN
 from agentgrad.store import NotFoundError, Store, StoreError
 from agentgrad.tracer import SpanSink, bind_attempt, get_tracer
 from agentgrad.types import (
-    ATTEMPT_ID_ATTR,
-    ROLLOUT_ID_ATTR,
     LLM,
     AttemptedRollout,
     AttemptStatus,
@@ -43,6 +42,7 @@ POLL_SECONDS = 0.02
 """First pause after finding the queue empty; doubles up to `MAX_POLL_SECONDS`."""
 MAX_POLL_SECONDS = 0.2
 HEARTBEAT_SECONDS = 2.0
+GATEWAY_FLUSH_SECONDS = 10.0
 
 
 class Hook:
@@ -181,13 +181,22 @@ class Runner:
                 log.exception("hook %s.%s failed", type(hook).__name__, name)
 
     async def flush_gateways(self, base_urls: Sequence[str]) -> None:
-        """Have the gateways at these attempt routes store every call answered so far (they write in the
-        background); the runner does this for proxied LLMs before it closes an attempt, hooks may for others."""
-        from agentgrad.gateway import flush_gateways
+        """Have the gateways at these routes (`…/v1`) store every call answered so far: the flush barrier.
 
+        Gateways write spans in the background; the runner calls this for proxied LLMs before it
+        closes an attempt, so an algorithm reading a finished rollout finds its last model call.
+        Hooks may call it for other gateways. It is the gateway's documented endpoint
+        `POST …/v1/agentgrad/flush`, so the runner needs no gateway code, only its URL.
+        """
         if self._http is None:
             self._http = httpx.AsyncClient()
-        await flush_gateways(base_urls, self._http)
+        for url in sorted({base.rstrip("/") + "/" + FLUSH_ENDPOINT for base in base_urls}):
+            try:
+                response = await self._http.post(url, timeout=GATEWAY_FLUSH_SECONDS)
+                if response.status_code != 200:
+                    log.warning("gateway flush at %s answered %d: %s", url, response.status_code, response.text[:200])
+            except Exception as exc:
+                log.warning("could not flush the gateway at %s: %s", url, exc)
 
     async def run_rollout(self, item: AttemptedRollout) -> None:
         """Run the agent on one claimed rollout and close its attempt."""
@@ -198,8 +207,8 @@ class Runner:
         try:
             await self._call_hooks("on_rollout_start", rollout=item)
             with bind_attempt(rollout_id, attempt_id, self.sink):
-                attributes = {ROLLOUT_ID_ATTR: rollout_id, ATTEMPT_ID_ATTR: attempt_id, "agentgrad.agent": self.agent.name}
-                with get_tracer().start_as_current_span("agentgrad.rollout", attributes=attributes):
+                attributes = {ROLLOUT_ID: rollout_id, ATTEMPT_ID: attempt_id, AGENT_NAME: self.agent.name}
+                with get_tracer().start_as_current_span(ROLLOUT_SPAN, attributes=attributes):
                     await self._call_hooks("on_trace_start", rollout=item)
                     try:
                         resources = await self._resources_for(item)

@@ -1,23 +1,93 @@
-"""Running our servers: uvicorn in a thread, and the rules every server follows about who may call it.
+"""Running our servers: uvicorn in a thread (`ServerThread`) or in the foreground (`run`), always
+behind the guard and with a read timeout.
 
-Servers bind to loopback by default; bound to any other address they need a bearer token
-(`check_exposure`), and `TokenGuard` / `bearer_ok` check it.
+Every app is served behind `agentgrad.guard.Guard` (host, cross-site, token and body checks)
+unless it brings its own; and every connection must deliver each request, headers and body, within
+`READ_TIMEOUT_SECONDS` of its first byte (or of the connection opening): a slow or half-sent
+request is cut, so it holds no file descriptor or slot for long. uvicorn itself only times out
+idle keep-alive connections.
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
+import asyncio
+import functools
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from agentgrad.guard import guarded
+
 STARTUP_SECONDS = 15.0
+READ_TIMEOUT_SECONDS = 30.0
+"""Longest time a client may take to send one request; a 64 MiB span batch needs ~2 MB/s."""
+
+
+class ReadTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose request does not arrive in `read_timeout` s."""
+
+    def __init__(self, *args: Any, read_timeout: float = READ_TIMEOUT_SECONDS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_timeout = read_timeout
+        self._read_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._read_deadline is None:  # the first byte of the next request on a kept-alive connection
+            self._arm()
+        super().data_received(data)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._read_deadline = self.loop.call_later(self.read_timeout, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+    def _timed_out(self) -> None:
+        self._read_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(app: Any, host: str, port: int, read_timeout: float = READ_TIMEOUT_SECONDS, **options: Any) -> Any:
+    """The uvicorn configuration every agentgrad server runs with: guarded app, read timeout, quiet logs."""
+    import uvicorn
+
+    options = {"log_level": "warning", "lifespan": "on", **options}
+    protocol = functools.partial(ReadTimeoutProtocol, read_timeout=read_timeout)
+    return uvicorn.Config(guarded(app), host=host, port=port, http=protocol, **options)  # type: ignore[arg-type]
+
+
+def run(app: Any, host: str, port: int, **options: Any) -> None:
+    """Serve `app` in the foreground until Ctrl+C (the CLI's servers)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn_config(app, host, port, **options))
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl+C it already shut down on, as uvicorn.run swallows it
+        pass
+    if not server.started:
+        raise SystemExit(3)  # it could not bind; uvicorn has said why
 
 
 class ServerThread:
-    """uvicorn serving `app` from a daemon thread. `port=0` takes a free port; `url` says which.
+    """uvicorn serving `app` (guarded, see above) from a daemon thread. `port=0` takes a free port; `url` says which.
 
         with ServerThread(app) as server:
             httpx.get(server.url + "/health")
@@ -26,9 +96,8 @@ class ServerThread:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, **uvicorn_options: Any) -> None:
         import uvicorn
 
-        options = {"log_level": "warning", "lifespan": "on", **uvicorn_options}
         self.host = host
-        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, **options))
+        self._server = uvicorn.Server(uvicorn_config(app, host, port, **uvicorn_options))
         self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
         self._thread = threading.Thread(target=self._run, name=f"uvicorn-{host}:{port}", daemon=True)
         self.port = port
@@ -65,47 +134,3 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_exposure(host: str, token: str | None, what: str = "the store") -> None:
-    """Refuse to serve beyond this machine without a token: anyone reaching the server could use it."""
-    if token is None and not is_loopback(host):
-        raise ValueError(
-            f"refusing to serve {what} on {host!r} without a token: anyone who can reach it could use it. "
-            "Pass --token (or set AGENTGRAD_TOKEN), or bind to 127.0.0.1"
-        )
-
-
-def expected_authorization(token: str | None) -> bytes | None:
-    return None if token is None else f"Bearer {token}".encode()
-
-
-def bearer_ok(headers: Mapping[bytes, bytes], expected: bytes | None) -> bool:
-    """Whether a request's headers carry the expected `Authorization` (always, when none is expected)."""
-    return expected is None or hmac.compare_digest(headers.get(b"authorization", b""), expected)
-
-
-class TokenGuard:
-    """An ASGI app that answers 401 (OpenAI error shape) unless the request carries the bearer token."""
-
-    def __init__(self, app: Any, token: str | None, public: tuple[str, ...] = ("/health",)) -> None:
-        self.app, self.expected, self.public = app, expected_authorization(token), public
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.public and not bearer_ok(dict(scope["headers"]), self.expected):
-            from starlette.responses import JSONResponse
-
-            error = {"message": "this server needs 'Authorization: Bearer <token>' with the token it was started with",
-                     "type": "authentication_error", "param": None, "code": None}
-            await JSONResponse({"error": error}, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)
-            return
-        await self.app(scope, receive, send)

@@ -21,15 +21,25 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agentgrad.agent import LitAgent
+from agentgrad.litagent import LitAgent
 from agentgrad.runner import Hook, Runner
 from agentgrad.store import Store, open_store
 from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus
 
 if TYPE_CHECKING:
-    from agentgrad.trainer import Trainer
+    from agentgrad.algorithms.base import Algorithm
+
+
+class Layout(Protocol):
+    """What a strategy needs of the trainer (`agentgrad.trainer.Trainer` is one): no import of it, no cycle."""
+
+    algorithm: Algorithm
+    store: Store
+    hooks: list[Hook]
+    n_runners: int
+    runner_concurrency: int
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +59,7 @@ WATCH_SECONDS = 0.2
 
 
 async def run_with_processes(
-    trainer: Trainer, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
+    trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
 ) -> Any:
     """Serve the trainer's store, start `n_runners` runner processes, run the algorithm, stop them all."""
     from agentgrad.store.client import StoreClient

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentgrad.naming import current_agent
+from agentgrad.semconv import AGENT_NAME
 from agentgrad.types import Span, SpanEvent, SpanStatus
 
 if TYPE_CHECKING:
@@ -144,6 +146,9 @@ class _StoreSpanProcessor:
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         context = _current.get()
         if context is not None:
+            agent = current_agent()
+            if agent is not None and AGENT_NAME not in (span.attributes or {}):
+                span.set_attribute(AGENT_NAME, agent)  # rewards and messages emitted under ag.agent(...) name it too
             with self._lock:
                 self._started[span.context.span_id] = context
 

@@ -4,24 +4,32 @@ Strategies:
 - `threads`: the algorithm and N runners in this process, runners in threads (debugging, and
   the CPU demo, where the engine must share memory with the runners' gateway anyway).
 - `processes`: the store served over HTTP from this process, N runner processes as clients.
+- `ray`: the store and gateway on the driver, N runner actors per node of a Ray cluster, the
+  training group (`train_processes > 1`) as Ray actors (`agentgrad.distributed.ray_cluster`).
+Under torchrun, ranks past 0 only join rank 0's updates (`agentgrad.distributed`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
-from agentgrad.agent import LitAgent, as_agent
-from agentgrad.algorithms.base import Algorithm
+from agentgrad.algorithms.base import Algorithm, Evaluation
 from agentgrad.algorithms.baseline import Baseline
+from agentgrad.litagent import LitAgent, as_agent
 from agentgrad.runner import Hook, Runner
 from agentgrad.store import Store, open_store
+from agentgrad.strategies import run_with_processes
 from agentgrad.types import NamedResources
+
+R = TypeVar("R")
+Strategy = Literal["threads", "processes", "ray"]
 
 log = logging.getLogger(__name__)
 
@@ -33,30 +41,58 @@ def default_store_path() -> Path:
     return Path(".agentgrad") / f"run-{time.strftime('%Y%m%d-%H%M%S')}.db"
 
 
-class Trainer:
+class Trainer(Generic[R]):
     """`Trainer(algorithm=..., n_runners=4).fit(agent, train_data, val_data)`.
 
+    `fit` returns what the algorithm's `run` returns (`GRPOResult`, `SFTResult`, `APOResult`,
+    or a Baseline's `{split: Evaluation}`): `Trainer` is generic over it.
     `store` is a `Store`, a SQLite path, `"memory"`, or None for a new SQLite file under
     `.agentgrad/`. `resources` are published before the algorithm starts (the LLM endpoint and
     prompt of an agent that is only evaluated, say).
     """
 
+    @overload
     def __init__(
-        self,
-        algorithm: Algorithm | None = None,
+        self: Trainer[dict[str, Evaluation]],
+        algorithm: None = None,
         *,
         n_runners: int = 1,
         store: Store | str | Path | None = None,
-        strategy: Literal["threads", "processes"] = "threads",
+        strategy: Strategy = "threads",
+        hooks: Sequence[Hook] = (),
+        resources: NamedResources | None = None,
+        runner_concurrency: int = 1,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Trainer[R],
+        algorithm: Algorithm[R],
+        *,
+        n_runners: int = 1,
+        store: Store | str | Path | None = None,
+        strategy: Strategy = "threads",
+        hooks: Sequence[Hook] = (),
+        resources: NamedResources | None = None,
+        runner_concurrency: int = 1,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        algorithm: Algorithm[Any] | None = None,
+        *,
+        n_runners: int = 1,
+        store: Store | str | Path | None = None,
+        strategy: Strategy = "threads",
         hooks: Sequence[Hook] = (),
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be at least 1, got {n_runners}")
-        if strategy not in ("threads", "processes"):
-            raise ValueError(f"strategy is 'threads' or 'processes', not {strategy!r}")
-        self.algorithm = algorithm or Baseline()
+        if strategy not in ("threads", "processes", "ray"):
+            raise ValueError(f"strategy is 'threads', 'processes' or 'ray', not {strategy!r}")
+        self.algorithm: Algorithm[R] = algorithm or Baseline()  # type: ignore[assignment]
         self.n_runners = n_runners
         self.store = open_store(store if store is not None else default_store_path())
         self.strategy = strategy
@@ -66,34 +102,42 @@ class Trainer:
 
     def fit(
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
-    ) -> Any:
+    ) -> R:
         """Run the algorithm to the end with runners executing `agent`; returns what the algorithm returns."""
         return asyncio.run(self.fit_async(agent, train_data, val_data))
 
-    def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> Any:
+    def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> dict[str, Evaluation]:
         """A quick smoke pass: run `data` once through the agent with a Baseline, no training."""
-        algorithm, self.algorithm = self.algorithm, Baseline()
+        algorithm, self.algorithm = self.algorithm, Baseline()  # type: ignore[assignment]
         try:
-            return self.fit(agent, data, None)
+            return self.fit(agent, data, None)  # type: ignore[return-value]
         finally:
             self.algorithm = algorithm
 
     async def fit_async(
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
-    ) -> Any:
+    ) -> R:
         agent = as_agent(agent)
+        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank only joins rank 0's updates
+            follow = getattr(self.algorithm, "follow", None)
+            if follow is None:
+                raise RuntimeError(f"launched as rank {os.environ['RANK']} (torchrun), but {type(self.algorithm).__name__} "
+                                   "has no sharded update to join: run it without torchrun, or use GRPO")
+            return await asyncio.to_thread(follow)
         self.algorithm.store = self.store
         if self.resources:
             await self.store.add_resources(self.resources)
         if self.strategy == "processes":
-            from agentgrad.strategies import run_with_processes
+            return await run_with_processes(self, agent, train_data, val_data)  # type: ignore[no-any-return]
+        if self.strategy == "ray":
+            from agentgrad.distributed.ray_cluster import run_with_ray  # Ray is an optional extra
 
-            return await run_with_processes(self, agent, train_data, val_data)
+            return await run_with_ray(self, agent, train_data, val_data)  # type: ignore[no-any-return]
         return await self._run_with_threads(agent, train_data, val_data)
 
     async def _run_with_threads(
         self, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
-    ) -> Any:
+    ) -> R:
         runners = [
             Runner(agent, self.store, worker_id=f"runner-{i}", hooks=self.hooks, concurrency=self.runner_concurrency)
             for i in range(self.n_runners)

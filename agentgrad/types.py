@@ -6,16 +6,20 @@ all speak these types, so they are the contract of the whole system.
 
 from __future__ import annotations
 
+import os
+import re
 import string
 import time
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentgrad.semconv import gateway_route
 
 
 def now() -> float:
-    """Wall-clock time in seconds since the epoch: the one clock every record uses."""
+    """Wall-clock time in seconds since the epoch: the default clock of every store (`Store(clock=...)`)."""
     return time.time()
 
 
@@ -57,16 +61,34 @@ class WorkerStatus(str, Enum):
     STOPPED = "stopped"
 
 
+UNRESPONSIVE_SECONDS = 30.0
+"""Default silence after which an attempt is given up: 15 missed heartbeats of a runner (it sends one every 2 s)."""
+
+
 class RolloutConfig(BaseModel):
-    """Retry policy of a rollout: how long an attempt may take and how often it is retried."""
+    """Retry policy of a rollout: how long an attempt may take and how often it is retried.
+
+    By default an agent's own failure fails the rollout, while a rollout whose runner died
+    (killed, hung, cut off: no span and no heartbeat for `unresponsive_seconds`) runs again,
+    up to `max_attempts_if_lost` attempts in all.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     timeout_seconds: float | None = Field(None, gt=0, description="An attempt running longer is marked `timeout`.")
     unresponsive_seconds: float | None = Field(
-        None, gt=0, description="An attempt without a span or heartbeat for this long is marked `unresponsive`."
+        UNRESPONSIVE_SECONDS,
+        gt=0,
+        description="An attempt without a span or heartbeat for this long is marked `unresponsive` (its runner is "
+        "taken for dead). The default, 30 s, is 15 missed heartbeats of a runner; None never gives an attempt up.",
     )
     max_attempts: int = Field(1, ge=1, description="Attempts allowed in total, the first one included.")
+    max_attempts_if_lost: int = Field(
+        3,
+        ge=1,
+        description="Attempts allowed in total when an attempt ends `unresponsive` (its runner was lost, which is "
+        "not the task's fault), if that is more than `max_attempts`: so a dead runner's rollout runs again by default.",
+    )
     retry_on: list[AttemptStatus] = Field(
         default_factory=lambda: [AttemptStatus.FAILED, AttemptStatus.TIMEOUT, AttemptStatus.UNRESPONSIVE],
         description="Attempt outcomes that send the rollout back to the queue while attempts remain.",
@@ -185,29 +207,80 @@ class StoreStats(BaseModel):
 
 # ----------------------------------------------------------------------------- resources
 
+KEY_PLACEHOLDER = "agentgrad"
+"""What an LLM resource without a key hands OpenAI clients, which refuse an empty one."""
+
 
 class LLM(BaseModel):
     """An OpenAI-compatible endpoint the agent calls.
 
     With `proxied=True` the endpoint is an agentgrad gateway; the runner then hands each
     attempt a copy whose `base_url` routes the calls to that attempt's spans.
+
+    A resource never holds a key: it is stored, versioned and served by the store's API. It
+    names where the key is, and `api_key` reads it where the agent runs: the environment
+    variable `api_key_env`; else, for a gateway (`proxied`), the gateway's token from
+    `AGENTGRAD_TOKEN` (the gateway adds its backend's own key); else a placeholder for
+    endpoints that take none.
     """
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # an error must not echo a key it refuses
 
     resource_type: Literal["llm"] = "llm"
     base_url: str
     model: str
-    api_key: str = "agentgrad"
+    api_key_env: str | None = Field(
+        None, description="Environment variable holding the endpoint's key, read where the agent runs."
+    )
     sampling_parameters: dict[str, Any] = Field(default_factory=dict)
     proxied: bool = False
 
-    def for_attempt(self, rollout_id: str, attempt_id: str) -> LLM:
-        """This endpoint as seen by one attempt: the gateway route that records into it."""
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_inside(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            data = dict(data)
+            key = data.pop("api_key")
+            if key not in (None, "", KEY_PLACEHOLDER):  # the placeholder is what older stores hold
+                raise ValueError(
+                    "an LLM resource does not take api_key: resources are stored and served in the clear. "
+                    "Put the key in an environment variable and pass api_key_env='ITS_NAME', or route the "
+                    "agent through the gateway (proxied=True), whose backend holds the key"
+                )
+        return data
+
+    @property
+    def api_key(self) -> str:
+        """The key to call `base_url` with, read from this process's environment (see the class docstring)."""
+        if self.api_key_env is not None:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise KeyError(
+                    f"the LLM resource reads its key from ${self.api_key_env}, which is not set where the agent runs; "
+                    "set it in the runner's environment"
+                )
+            return key
+        if self.proxied:
+            from agentgrad.guard import TOKEN_ENV
+
+            return os.environ.get(TOKEN_ENV) or KEY_PLACEHOLDER
+        return KEY_PLACEHOLDER
+
+    def for_attempt(self, rollout_id: str, attempt_id: str, agent: str | None = None) -> LLM:
+        """This endpoint as seen by one attempt (and one named agent): the gateway route that records into it."""
         if not self.proxied:
             return self
-        base = self.base_url.rstrip("/")
-        if base.endswith("/v1"):
-            base = base[: -len("/v1")]
-        return self.model_copy(update={"base_url": f"{base}/rollouts/{rollout_id}/attempts/{attempt_id}/v1"})
+        return self.model_copy(update={"base_url": gateway_route(self.base_url, rollout_id, attempt_id, agent)})
+
+    def for_agent(self, name: str) -> LLM:
+        """This endpoint for one named agent of a multi-agent system: its calls carry `name` (see `ag.agent`).
+
+        On the LLM the runner hands an attempt, the route keeps the attempt and adds `/agents/{name}`.
+        """
+        if not self.proxied:
+            return self
+        base = re.sub(r"/agents/[^/]+/v1/?$", "/v1", self.base_url.rstrip("/"))
+        return self.model_copy(update={"base_url": gateway_route(base, agent=name)})
 
 
 class PromptTemplate(BaseModel):
@@ -265,10 +338,3 @@ class Triplet(BaseModel):
     attempt_id: str | None = None
     span_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-# Attribute names of our own spans; LLM calls use the OpenTelemetry GenAI conventions.
-REWARD_SPAN = "agentgrad.reward"
-REWARD_ATTR = "agentgrad.reward"
-ROLLOUT_ID_ATTR = "agentgrad.rollout_id"
-ATTEMPT_ID_ATTR = "agentgrad.attempt_id"

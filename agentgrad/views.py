@@ -16,23 +16,25 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from agentgrad import semconv as sc
 from agentgrad.store import Store
 from agentgrad.types import Rollout, Span
 
 SHOWN_ATTRIBUTES = (
-    "agentgrad.reward",
-    "gen_ai.request.model",
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
-    "gen_ai.response.finish_reasons",
-    "agentgrad.resources.version",
-    "agentgrad.llm.latency_ms",
-    "agentgrad.message.body",
-    "agentgrad.operation.input",
-    "agentgrad.operation.output",
-    "gen_ai.output.messages",
-    "exception.type",
-    "exception.message",
+    sc.REWARD,
+    sc.AGENT_NAME,
+    sc.GEN_AI_REQUEST_MODEL,
+    sc.GEN_AI_INPUT_TOKENS,
+    sc.GEN_AI_OUTPUT_TOKENS,
+    sc.GEN_AI_FINISH_REASONS,
+    sc.WEIGHTS_VERSION,
+    sc.LATENCY_MS,
+    sc.MESSAGE_BODY,
+    sc.OPERATION_INPUT,
+    sc.OPERATION_OUTPUT,
+    sc.GEN_AI_OUTPUT_MESSAGES,
+    sc.EXCEPTION_TYPE,
+    sc.EXCEPTION_MESSAGE,
 )
 """Attributes printed under each span; the rest stay in the store."""
 

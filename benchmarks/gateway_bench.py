@@ -163,7 +163,7 @@ def free_port() -> int:
 def wait_for(port: int, path: str, process: subprocess.Popen[bytes], timeout: float = 30) -> float:
     """Seconds until `GET path` answers 200 (polling every 5 ms)."""
     start = time.perf_counter()
-    request = f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode()
+    request = f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".encode()
     while time.perf_counter() - start < timeout:
         if process.poll() is not None:
             raise RuntimeError(f"process exited with {process.returncode}")

@@ -4,11 +4,15 @@ Each worker repeats, until 2,000 rollouts are done: enqueue a task -> dequeue a 
 add 10 spans (one batch, ~10 short attributes each) -> mark the attempt succeeded -> wait for
 the rollout it enqueued -> query that rollout's spans. Every setup runs in fresh processes, so
 peak RSS is its own; over HTTP the server is `agentgrad serve` on a SQLite file, and the last
-row writes the 10 spans one call at a time. CPU ms per rollout barely depends on what else the
-machine runs; rollouts/s and the p99s do.
+row writes the 10 spans one call at a time: Agent Lightning 0.3's workload (10 single `add_span`
+calls per rollout), shown next to its figure. "span writes" is the time of a rollout's 10 spans
+(one call, or ten). CPU ms per rollout barely depends on what else the machine runs; rollouts/s
+and the p99s do. `--only queue` times a SQLite dequeue at 1k and 100k queued, and the server's
+health check while 8 clients dequeue from a 100k queue.
 
     .venv/bin/python benchmarks/store_bench.py            # the table, in about a minute
     .venv/bin/python benchmarks/store_bench.py --rollouts 500 --only http
+    .venv/bin/python benchmarks/store_bench.py --only queue
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ from typing import Any
 ROLLOUTS = 2000
 SPANS_PER_ROLLOUT = 10
 
-# Agent Lightning 0.3 on the same machine, from the issue (rollouts/s, span write p50 ms).
+# Agent Lightning 0.3 on the same machine, from the issues (rollouts/s, span write p50 ms); its HTTP
+# figure is for its own workload, 10 single `add_span` calls per rollout at 1 process × 16 workers (32-56).
 BAR = {"in-process": 430, "in-process, batched spans": 730, "http 1x16": 55, "http 4x8": 37, "span write ms": 15}
+THEIR_ROW = {"HTTP, SQLite server": "55", "HTTP, SQLite server, spans one by one": "32–56"}
+QUEUE_SIZES = (1_000, 100_000)
+QUEUE_CLIENTS = 8
 
 
 def spans_for(rollout_id: str, attempt_id: str, index: int) -> list[Any]:
@@ -213,6 +221,88 @@ def over_http(processes: int, workers: int, count: int, single_spans: bool = Fal
     return row, startup
 
 
+# ----------------------------------------------------------------------------- queue depth
+
+
+def fill_queue(path: Path, count: int) -> None:
+    from agentgrad.store import SqliteStore
+
+    store = SqliteStore(path)
+    for start in range(0, count, 10_000):
+        asyncio.run(store.enqueue_rollouts([{"input": {"i": i}} for i in range(start, min(count, start + 10_000))]))
+
+
+def dequeue_ms(path: Path, samples: int = 500) -> float:
+    """Median time of one in-process dequeue (claim and open an attempt) from the file's queue."""
+    from agentgrad.store import SqliteStore
+
+    async def run() -> float:
+        store = SqliteStore(path)
+        times = []
+        for _ in range(samples):
+            began = time.perf_counter()
+            assert await store.dequeue_rollout() is not None
+            times.append(time.perf_counter() - began)
+        await store.close()
+        return 1000 * statistics.median(times)
+
+    return asyncio.run(run())
+
+
+def run_dequeuer(url: str) -> None:
+    """A client that claims rollouts and completes them until told to stop (stdin closes)."""
+    from agentgrad.store.client import StoreClient
+
+    async def main() -> None:
+        store = StoreClient(url)
+        stop = asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        count = 0
+        while not stop.done():
+            item = await store.dequeue_rollout()
+            if item is not None:
+                await store.update_attempt(item.rollout_id, item.attempt.attempt_id, status="succeeded")
+                count += 1
+        print(count)
+
+    asyncio.run(main())
+
+
+def health_while_dequeuing(directory: str) -> tuple[list[float], int]:
+    """Health-check latencies (s) while `QUEUE_CLIENTS` clients claim and complete rollouts from
+    `directory`/bench.db over HTTP, and how many they completed."""
+    import httpx
+
+    server, url, _ = start_server(directory)
+    try:
+        clients = [child("--child-dequeuer", url) for _ in range(QUEUE_CLIENTS)]
+        time.sleep(1.0)
+        health = []
+        began = time.perf_counter()
+        with httpx.Client() as client:
+            while time.perf_counter() - began < 4:
+                started = time.perf_counter()
+                assert client.get(url + "/api/health").status_code == 200
+                health.append(time.perf_counter() - started)
+                time.sleep(0.02)
+        done = sum(int(process.communicate("", timeout=60)[0].split()[-1]) for process in clients)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return health, done
+
+
+def queue_rows() -> None:
+    for count in QUEUE_SIZES:
+        with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
+            path = Path(directory) / "bench.db"
+            fill_queue(path, count + 10_000)  # room for what the clients below take
+            print(f"dequeue with {count:>7,} queued: {dequeue_ms(path):.3f} ms p50 (in process, SQLite)")
+            health, done = health_while_dequeuing(directory)
+            print(f"  health check while {QUEUE_CLIENTS} clients dequeue over HTTP: {1000 * statistics.median(health):.1f} ms "
+                  f"p50, {1000 * percentile(health, 99):.1f} ms p99 ({done:,} rollouts claimed and completed, "
+                  f"{os.cpu_count()} CPUs for server and clients)")
+
+
 def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
@@ -256,13 +346,18 @@ def import_seconds(module: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rollouts", type=int, default=ROLLOUTS)
-    parser.add_argument("--only", choices=["memory", "sqlite", "http"], help="run one kind of setup")
+    parser.add_argument("--only", choices=["memory", "sqlite", "http", "queue"], help="run one kind of setup")
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--single-spans", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-in-process", help=argparse.SUPPRESS)
     parser.add_argument("--child-client", help=argparse.SUPPRESS)
+    parser.add_argument("--child-dequeuer", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_dequeuer:
+        return run_dequeuer(args.child_dequeuer)
+    if args.only == "queue":
+        return queue_rows()
     if args.child_in_process:
         return run_in_process(args.child_in_process, args.workers, args.rollouts, args.dir)
     if args.child_client:
@@ -287,12 +382,13 @@ def main() -> None:
             console.print(f"  {row['setup']} {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
 
     table = Table(title=f"Store lifecycle, {args.rollouts} rollouts × {SPANS_PER_ROLLOUT} spans ({os.cpu_count()} CPUs)")
-    for column in ("setup", "workers", "rollouts/s", "spans/s", "dequeue p50/p99 ms", "span write p50/p99 ms",
-                   "peak RSS MB server/client", "CPU ms/rollout server/clients"):
+    for column in ("setup", "workers", "rollouts/s", "Agent Lightning 0.3 rollouts/s", "spans/s", "dequeue p50/p99 ms",
+                   "span writes p50/p99 ms", "peak RSS MB server/client", "CPU ms/rollout server/clients"):
         table.add_column(column, justify="left" if column == "setup" else "right")
     for row in rows:
         table.add_row(
-            row["setup"], row["workers"], f"{row['rollouts/s']:,.0f}", f"{row['spans/s']:,.0f}",
+            row["setup"], row["workers"], f"{row['rollouts/s']:,.0f}",
+            THEIR_ROW.get(row["setup"], "-") if row["workers"] == "1×16" else "-", f"{row['spans/s']:,.0f}",
             "{:.2f} / {:.2f}".format(*row["dequeue p50/p99 ms"]), "{:.2f} / {:.2f}".format(*row["span write p50/p99 ms"]),
             pair(row["peak RSS MB"], "{:.0f}"), pair(row["CPU ms/rollout"], "{:.2f}"),
         )
@@ -310,9 +406,14 @@ def main() -> None:
         ("SQLite ×16 vs their in-process (batched)", ("sqlite, in process", "16"), BAR["in-process, batched spans"]),
         ("HTTP 1×16 vs theirs", ("HTTP, SQLite server", "1×16"), BAR["http 1x16"]),
         ("HTTP 4×8 vs theirs", ("HTTP, SQLite server", "4×8"), BAR["http 4x8"]),
+        ("HTTP 1×16, spans one by one (their workload) vs theirs (best of 32-56)",
+         ("HTTP, SQLite server, spans one by one", "1×16"), 56),
     ):
         if key in best:
             console.print(f"  {label}: {best[key] / bar:.1f}×")
+    batched, single = best.get(("HTTP, SQLite server", "1×16")), best.get(("HTTP, SQLite server, spans one by one", "1×16"))
+    if batched and single:
+        console.print(f"  spans one by one vs batched, 1×16: {batched / single:.2f}× slower")
     console.print(f"[dim]total {time.perf_counter() - began:.0f} s; the machine is shared, so figures move between runs[/dim]")
 
 

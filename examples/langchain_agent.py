@@ -18,7 +18,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 import agentgrad as ag
-from agentgrad.instrument import GatewayEnvHook
+from agentgrad.gateway import GatewayEnvHook
 
 
 @tool

@@ -10,7 +10,7 @@ APO's critic reads those misses and its editor writes the rules into the prompt.
 or from Python:
 
     trainer = ag.Trainer(ag.APO(rounds=3), n_runners=4,
-                         resources={"prompt": seed_prompt, "llm": ag.LLM(base_url=..., model=..., api_key=...)})
+                         resources={"prompt": seed_prompt, "llm": ag.LLM(base_url=..., model=..., api_key_env="OPENAI_API_KEY")})
     result = trainer.fit(route_ticket, train_data, val_data)   # result.prompt is the best prompt
 
 The agent reads its prompt from the `prompt` resource, so it runs unchanged under `Baseline`.

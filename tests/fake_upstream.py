@@ -44,6 +44,9 @@ class FakeUpstream:
         self.headers: list[dict[str, str]] = []
         self.stream_gate: threading.Event | None = None
         self.break_stream_after: int | None = None  # chunks sent before the connection drops
+        self.echo_key_in_errors = False  # failures quote the Authorization header, as careless upstreams do
+        self.answers: deque[Any] = deque()  # raw JSON bodies to answer the next chat calls with, as they are
+        self.bad_chunk: str | None = None  # a `data:` payload sent after the first chunk of the next stream
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -72,6 +75,9 @@ class FakeUpstream:
         if self.failures:
             status, headers = self.failures.popleft()
             error = {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}
+            if self.echo_key_in_errors:
+                authorization = request.headers.get("authorization", "")
+                error["message"] += f" for {authorization} (key {authorization.removeprefix('Bearer ')})"
             if status == 400:
                 error = {
                     "message": "max_tokens must be at least 1",
@@ -116,6 +122,8 @@ class FakeUpstream:
         body, failure = await self._check(request)
         if failure is not None:
             return failure
+        if self.answers:
+            return JSONResponse(self.answers.popleft())
         prompt_ids = list(render(body["messages"]).encode())
         replies = [self._reply(body, i) for i in range(body.get("n", 1))]
         headers = {"x-agentgrad-model-version": str(VERSION)}
@@ -210,6 +218,9 @@ class FakeUpstream:
                 if self.break_stream_after is not None and n == self.break_stream_after:
                     raise ConnectionAbortedError("fake upstream drops the stream")
                 yield f"data: {json.dumps(chunk)}\n\n"
+                if n == 0 and self.bad_chunk is not None:
+                    yield f"data: {self.bad_chunk}\n\n"
+                    self.bad_chunk = None
                 if n == 1 and self.stream_gate is not None:
                     await asyncio.to_thread(self.stream_gate.wait, 10)
             final = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import openai
 import agentgrad as ag
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
+from tests.helpers import free_port
 
 
 def agentgrad_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,12 +52,6 @@ def test_rollouts_ls_and_show_print_what_the_store_holds(tmp_path: Path) -> None
 
     only_failed = agentgrad_cli("rollouts", "ls", "--store", str(path), "--status", "failed")
     assert failed.rollout_id in only_failed.stdout and "succeeded " not in only_failed.stdout.split("by status")[0]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_serve_hosts_the_gateway_and_the_dashboard_next_to_the_store(tmp_path: Path, upstream) -> None:  # type: ignore[no-untyped-def]
@@ -105,9 +99,7 @@ def test_the_gateway_command_serves_records_into_a_store_file_and_flushes_on_shu
 
     path = tmp_path / "gateway.db"
     SqliteStore(path)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     fake = FakeUpstream(api_key="sk-from-env")
     with ServerThread(fake.app) as upstream:
         env = {**os.environ, "UPSTREAM_KEY": "sk-from-env"}

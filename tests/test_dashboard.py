@@ -39,12 +39,12 @@ async def fill(store: SqliteStore) -> dict[str, str]:
     """A small finished run: two resource versions, a rewarded rollout with an LLM call, a failed one with an
     exception, one still queued, a worker and four groups of curves. Returns the ids the tests need."""
     first = await store.add_resources(
-        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key=SECRET_KEY),
+        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key_env="AGENTGRAD_TEST_KEY"),
          "prompt": PromptTemplate(template="Solve: {question}\nAnswer: <number>")},
         {"score": 0.25},
     )
     await store.add_resources(
-        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key=SECRET_KEY),
+        {"main_llm": LLM(base_url="http://127.0.0.1:4780/v1", model="smollm2-135m", api_key_env="AGENTGRAD_TEST_KEY"),
          "prompt": PromptTemplate(template="Add the numbers. {question}\nReply as 'Answer: <number>'.")},
         {"score": 0.75, "parent": first.resources_id, "status": "accepted"},
     )
@@ -55,14 +55,14 @@ async def fill(store: SqliteStore) -> dict[str, str]:
     messages = [{"role": "system", "content": "Reply as 'Answer: <number>'."}, {"role": "user", "content": QUESTION}]
     await store.add_spans([
         Span(rollout_id=gid, attempt_id=gat, trace_id=trace, span_id="1" * 16, name="agentgrad.rollout",
-             start_time=100.0, end_time=101.5, attributes={"agentgrad.rollout_id": gid, "agentgrad.agent": "calc"}),
+             start_time=100.0, end_time=101.5, attributes={"agentgrad.rollout_id": gid, "agentgrad.agent.name": "calc"}),
         Span(rollout_id=gid, attempt_id=gat, trace_id=trace, span_id="2" * 16, parent_id="1" * 16, name="chat smollm2",
              start_time=100.1, end_time=101.0, attributes={
                  "gen_ai.operation.name": "chat", "gen_ai.request.model": "smollm2-135m",
                  "gen_ai.input.messages": json.dumps(messages),
                  "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": "Answer: 42"}]),
                  "gen_ai.usage.input_tokens": 31, "gen_ai.usage.output_tokens": 5,
-                 "agentgrad.llm.latency_ms": 912.5, "agentgrad.resources.version": 2,
+                 "agentgrad.llm.latency_ms": 912.5, "agentgrad.llm.weights_version": 2,
                  "agentgrad.llm.prompt_token_ids": list(range(31)), "agentgrad.llm.response_token_ids": [1, 2, 3, 4, 5],
              }),
         Span(rollout_id=gid, attempt_id=gat, trace_id=trace, span_id="3" * 16, parent_id="1" * 16,
@@ -227,6 +227,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 def rendered(url: str, tmp_path: Path) -> str:
     """The page's DOM after its script ran (fetches included), from headless Chromium."""
+    assert CHROMIUM is not None, "the browser tests need Chromium: `make test` installs it (apt-get install chromium)"
     result = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-sync", "--disable-component-update", f"--user-data-dir={tmp_path / 'chromium'}",
@@ -236,7 +237,6 @@ def rendered(url: str, tmp_path: Path) -> str:
     return result.stdout
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
 def test_a_browser_renders_the_stores_data(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url, ids = served
     curves = rendered(url + "/#curves", tmp_path)
@@ -281,7 +281,6 @@ def with_page_public(protected: Any, token: str) -> Any:
     return app
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
 def test_a_browser_asks_for_the_token_and_sends_it_on_every_call(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")
     queued = asyncio.run(store.enqueue_rollout("a task"))

@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from agentgrad.instrument import GatewayEnvHook
-from agentgrad.llm_spans import is_llm_call, recorded_choices
+from agentgrad.gateway import GatewayEnvHook
+from agentgrad.semconv import is_llm_call, recorded_choices
 from agentgrad.runner import Runner
 from tests.conftest import Served
 

@@ -14,9 +14,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
-from agentgrad.gateway import Backend, Gateway, parse_backend
-from agentgrad.instrument import GatewayEnvHook
-from agentgrad.llm_spans import is_llm_call, recorded_choices
+from agentgrad.gateway import Backend, Gateway, GatewayEnvHook, parse_backend
+from agentgrad.semconv import is_llm_call, recorded_choices
 from agentgrad.runner import Runner
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
@@ -61,7 +60,7 @@ async def test_a_chat_call_is_recorded_with_token_ids_logprobs_usage_and_version
     assert bytes(a["agentgrad.llm.response_token_ids"]).decode() == "echo: hi there"
     assert a["agentgrad.llm.response_logprobs"] == [logprob(b) for b in b"echo: hi there"]
     assert a["gen_ai.usage.input_tokens"] == len(render(messages)) and a["gen_ai.usage.output_tokens"] == 14
-    assert a["agentgrad.resources.version"] == VERSION and a["agentgrad.llm.latency_ms"] > 0
+    assert a["agentgrad.llm.weights_version"] == VERSION and a["agentgrad.llm.latency_ms"] > 0
     assert a["server.address"] == "127.0.0.1"
 
 
@@ -328,7 +327,7 @@ def test_bad_requests_get_a_4xx_in_openai_shape_that_says_what_was_wrong(served:
 
 
 def test_a_body_over_the_limit_is_a_413(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("agentgrad.gateway.MAX_BODY_BYTES", 1000)
+    monkeypatch.setattr("agentgrad.gateway.app.MAX_BODY_BYTES", 1000)
     response = httpx.post(
         served.url + "/v1/chat/completions",
         json={"model": "policy", "messages": [{"role": "user", "content": "x" * 2000}]},

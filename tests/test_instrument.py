@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from agentgrad.instrument import GatewayEnvHook, instrument_openai, uninstrument_openai
-from agentgrad.llm_spans import is_llm_call
+from agentgrad.gateway import GatewayEnvHook
+from agentgrad.instrument import instrument_openai, uninstrument_openai
+from agentgrad.semconv import is_llm_call
 from agentgrad.runner import Runner
 from tests.conftest import Served
 

@@ -7,16 +7,13 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 from tests import process_agents
 import pytest
 
@@ -25,6 +22,7 @@ from agentgrad.store import SqliteStore, Store
 from agentgrad.store.client import StoreClient
 from agentgrad.store.server import store_server
 from agentgrad.types import AttemptStatus, RolloutStatus, Span
+from tests.helpers import free_port, healthy, wait_until
 
 TESTS = Path(__file__).parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
@@ -32,28 +30,6 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.enviro
 
 def agentgrad_cli(*args: str, **options: Any) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "agentgrad.cli", *args], text=True, **{"env": ENV, **options})
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/api/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 async def check_completed_once(store: Store, rollout_ids: list[str]) -> dict[str, list[Any]]:

@@ -143,3 +143,14 @@ def test_stop_lets_the_rollouts_in_flight_finish_then_reports_the_worker_stopped
 def test_runner_rejects_a_nonsense_concurrency() -> None:
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         Runner(lambda task: 1.0, ag.MemoryStore(), concurrency=0)
+
+
+def test_the_runner_reaches_gateways_only_over_http() -> None:
+    """Its flush barrier is the gateway's documented endpoint (`semconv.FLUSH_ENDPOINT`), not gateway code."""
+    import subprocess
+    import sys
+
+    script = "import sys, agentgrad.runner; print(sorted(m for m in sys.modules if m.startswith('agentgrad.gateway')))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -11,10 +11,12 @@ import pytest
 from openai import OpenAI
 
 import agentgrad as ag
+from agentgrad import semconv
 from agentgrad.adapters import llm_calls, to_trajectories
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine import Engine
+from agentgrad.instrument import instrument_openai, uninstrument_openai
 from agentgrad.store import SqliteStore
 from examples.calc_agent import build_messages, make_splits, parse_answer
 
@@ -124,3 +126,46 @@ def test_a_multi_turn_tool_agent_records_token_ids_that_decode_to_the_conversati
             assert re.search("Result:", tokenizer.decode([t for t, m in zip(trajectory.token_ids, trajectory.loss_mask) if not m]))
         else:
             assert len(trajectories) == 2
+
+
+@ag.rollout
+def writer_and_critic(task: dict[str, Any], llm: ag.LLM) -> float:
+    """Two agents in one rollout: the writer answers (named by `ag.agent`), the critic judges (its own route)."""
+    with ag.agent("writer"):
+        reply = OpenAI(base_url=llm.base_url, api_key=llm.api_key).chat.completions.create(
+            model=llm.model, messages=build_messages(task["question"]), **llm.sampling_parameters
+        ).choices[0].message.content or ""
+    critic = llm.for_agent("critic")
+    OpenAI(base_url=critic.base_url, api_key=critic.api_key).chat.completions.create(
+        model=critic.model, messages=[{"role": "user", "content": f"Is this right? {reply}"}], **critic.sampling_parameters
+    )
+    answer = parse_answer(reply)
+    return 0.0 if answer is None else 1.0 / (1.0 + abs(answer - task["answer"]))
+
+
+class RecordingGRPO(GRPO):
+    """GRPO that keeps each step's training batch, to see what it trained on."""
+
+    batches: list[list[Any]]
+
+    def _update(self, policy: Any, optimizer: Any, batch: list[Any], reference: Any) -> dict[str, float]:
+        self.batches.append(list(batch))
+        return super()._update(policy, optimizer, batch, reference)
+
+
+def test_a_grpo_step_with_agent_match_trains_on_the_matched_agents_calls_alone(own_engine: Engine) -> None:
+    store = ag.MemoryStore()
+    grpo = RecordingGRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
+                                    skip_uniform_groups=False, agent_match="^writer$"), engine=own_engine)
+    grpo.batches = []
+    instrument_openai()
+    try:
+        ag.Trainer(grpo, store=store, runner_concurrency=4).fit(writer_and_critic, make_splits(n_train=8, n_val=1)[0])
+    finally:
+        uninstrument_openai()
+    spans = [s for r in asyncio.run(store.query_rollouts(mode="train")) for s in asyncio.run(store.query_spans(r.rollout_id))]
+    names = {s.span_id: semconv.agent_name(s) for s in spans if semconv.is_llm_call(s)}
+    assert sorted(names.values()) == ["critic"] * 4 + ["writer"] * 4  # 2 tasks x 2 rollouts x (writer + critic)
+    (batch,) = grpo.batches
+    trained = [span_id for trajectory, _ in batch for span_id in trajectory.span_ids]
+    assert sorted(trained) == sorted(i for i, name in names.items() if name == "writer")

@@ -27,6 +27,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from agentgrad import semconv as sc
 from agentgrad.algorithms.base import Algorithm, Evaluation
 from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout, RolloutConfig, RolloutStatus, Span
 
@@ -57,7 +58,7 @@ Reply with the complete new template between <new_prompt> and </new_prompt>, not
 
 
 @dataclass
-class APO(Algorithm):
+class APO(Algorithm["APOResult"]):
     """Beam search over the agent's `PromptTemplate` resource; `run` returns an `APOResult`.
 
     It starts from the latest resources in the store (publish them with `Trainer(resources=...)`).
@@ -444,17 +445,17 @@ def transcript(spans: Sequence[Span]) -> str:
     lines = []
     for span in spans:
         a = span.attributes
-        if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
-            lines.append(f"model call: {a.get('gen_ai.input.messages')} -> {a.get('gen_ai.output.messages')}")
-        elif "agentgrad.message.body" in a:
-            lines.append(f"message: {a['agentgrad.message.body']}")
-        elif "agentgrad.object.json" in a:
-            lines.append(f"object: {a['agentgrad.object.json']}")
-        elif "agentgrad.operation.name" in a:
-            lines.append(f"{a['agentgrad.operation.name']}: input {a.get('agentgrad.operation.input', '-')} "
-                         f"-> output {a.get('agentgrad.operation.output', '-')}")
-        elif "exception.type" in a:
-            lines.append(f"error: {a['exception.type']}: {a.get('exception.message', '')}")
+        if sc.GEN_AI_INPUT_MESSAGES in a or sc.GEN_AI_OUTPUT_MESSAGES in a:
+            lines.append(f"model call: {a.get(sc.GEN_AI_INPUT_MESSAGES)} -> {a.get(sc.GEN_AI_OUTPUT_MESSAGES)}")
+        elif sc.MESSAGE_BODY in a:
+            lines.append(f"message: {a[sc.MESSAGE_BODY]}")
+        elif sc.OBJECT_JSON in a:
+            lines.append(f"object: {a[sc.OBJECT_JSON]}")
+        elif sc.OPERATION_NAME in a:
+            lines.append(f"{a[sc.OPERATION_NAME]}: input {a.get(sc.OPERATION_INPUT, '-')} "
+                         f"-> output {a.get(sc.OPERATION_OUTPUT, '-')}")
+        elif sc.EXCEPTION_TYPE in a:
+            lines.append(f"error: {a[sc.EXCEPTION_TYPE]}: {a.get(sc.EXCEPTION_MESSAGE, '')}")
     text = "\n".join(lines)
     return text if len(text) <= TRANSCRIPT_CHARS else text[:TRANSCRIPT_CHARS] + " …"
 

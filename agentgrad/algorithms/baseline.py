@@ -11,7 +11,7 @@ from agentgrad.algorithms.base import Algorithm, Evaluation
 from agentgrad.types import RolloutConfig
 
 
-class Baseline(Algorithm):
+class Baseline(Algorithm["dict[str, Evaluation]"]):
     """Evaluate each split once; write `<split>/reward_mean`, `<split>/success_rate` metrics.
 
     A rollout is a success when its reward reaches `success_threshold`.

@@ -15,7 +15,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
+from agentgrad.algorithms.engines import check_engine_config, make_policy
 from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
+from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
+from agentgrad.distributed.group import TrainingGroup, deliver, follow, load_checkpoint, open_group, save_checkpoint
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
@@ -54,9 +57,15 @@ class GRPOConfig:
     checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16
+    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each step)
+    vllm_replicas: int = 1  # engine="vllm": servers started on loopback (one core each on a CPU)
+    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead of starting any
+    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl", or "auto" (see weight_sync)
+    tis_cap: float | None = None  # truncated importance sampling: weigh each token by min(p_trainer/p_sampler, cap)
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
-    agent_match: str | None = None  # train only the calls of this agent (regex on agent/model name)
+    agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
     rollout_timeout: float = 600.0  # seconds an attempt may take
+    train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
     seed: int = 0
 
 
@@ -119,7 +128,7 @@ class GRPOResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-class GRPO(Algorithm):
+class GRPO(Algorithm["GRPOResult"]):
     """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
     def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
@@ -127,17 +136,33 @@ class GRPO(Algorithm):
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
         if self.config.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
+        check_engine_config(self.config)
         self.engine = engine
         self.model_name = model
+        self.group: TrainingGroup | None = None
+
+    training_launcher: Callable[..., TrainingGroup] | None = None
+    """Where the training ranks of `train_processes > 1` run: local processes, or Ray actors (set by strategy="ray")."""
 
     async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
         cfg = self.config
         if not train_data:
             raise ValueError("GRPO needs training tasks")
-        policy = LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+        policy = make_policy(cfg, self.store, self.engine, self.model_name)
         self.policy = policy
-        with policy:
-            return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
+        try:
+            with policy:
+                return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
+        finally:
+            if self.group is not None:
+                self.group.close()
+                self.group = None
+
+    def follow(self) -> None:
+        """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""
+        from agentgrad.engine.model import load_model
+
+        follow(lambda: self.engine.model if self.engine is not None else load_model(self.model_name)[0])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> GRPOResult:
         cfg = self.config
@@ -147,15 +172,19 @@ class GRPO(Algorithm):
                                            {"algorithm": "grpo", "purpose": "train"})
         val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
                                          {"algorithm": "grpo", "purpose": "val"})
-        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        # the strategy's retry policy (a lost runner's rollout is retried), with this run's timeout
+        rollout_config = (self.rollout_config or RolloutConfig()).model_copy(update={"timeout_seconds": cfg.rollout_timeout})
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.lora_rank == 0 else None
+        # ---- the update sharded over several processes (agentgrad.distributed), when asked
+        self.group = open_group(cfg.train_processes, policy, self.training_launcher, learning_rate=cfg.learning_rate,
+                                weight_decay=cfg.weight_decay, kl_reference=cfg.kl_coef > 0)
 
         # ---- resume from the newest checkpoint, if any
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         start, history = 0, []
         if (found := latest_checkpoint(checkpoint_dir)) is not None:
-            state = policy.load(found, optimizer)
+            state = policy.load(found, optimizer) if self.group is None else load_checkpoint(self.group, policy, found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
         sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
@@ -196,6 +225,7 @@ class GRPO(Algorithm):
                 update_began = time.perf_counter()
                 stats = await asyncio.to_thread(self._update, policy, optimizer, batch, reference) if batch else {}
                 update_seconds = time.perf_counter() - update_began
+                sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
 
                 # ---- log
                 finished = [r for r in rollouts if r.status is RolloutStatus.SUCCEEDED]
@@ -209,6 +239,7 @@ class GRPO(Algorithm):
                     **{f"train/{k}": v for k, v in stats.items()},
                     "perf/rollout_seconds": rollout_seconds,
                     "perf/update_seconds": update_seconds,
+                    "perf/sync_seconds": sync_seconds,
                     "perf/step_seconds": time.perf_counter() - began,
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
                     "train/model_version": engine.version,
@@ -227,7 +258,11 @@ class GRPO(Algorithm):
                 progress.update(bar, advance=1, description=description)
                 progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
                 if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
-                    policy.save(checkpoint_dir / f"step-{step}", optimizer, {"step": step, "history": history, "config": asdict(cfg)})
+                    state = {"step": step, "history": history, "config": asdict(cfg)}
+                    if self.group is None:
+                        policy.save(checkpoint_dir / f"step-{step}", optimizer, state)
+                    else:
+                        save_checkpoint(self.group, policy, checkpoint_dir / f"step-{step}", state)
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
 
@@ -260,10 +295,17 @@ class GRPO(Algorithm):
 
     def _update(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer,
                 batch: list[tuple[Trajectory, float]], reference: torch.nn.Module | None) -> dict[str, float]:
+        if self.group is not None:  # every rank updates its shard; rank 0's full weights go to the engine
+            stats = self.group.call("run", sharded_grpo_step, batch, self.config, policy.engine.tokenizer.pad_token_id)
+            sync_began = time.perf_counter()
+            deliver(policy, self.group.call("full_state_dict"))
+            return {**stats, "sync_seconds": time.perf_counter() - sync_began}
         with policy.engine.training() as model:
             stats = grpo_update(model, optimizer, batch, self.config, policy.engine.tokenizer.pad_token_id, reference)
+        sync_began = time.perf_counter()
         policy.engine.publish()
-        return stats
+        policy.sync()  # vLLM: the new weights reach the servers before the next rollout
+        return {**stats, "sync_seconds": time.perf_counter() - sync_began}
 
 
 def grpo_update(
@@ -273,19 +315,27 @@ def grpo_update(
     cfg: GRPOConfig,
     pad_token_id: int = 0,
     reference: torch.nn.Module | None = None,
+    *,
+    total_tokens: int | None = None,
+    micro_batches: int = 0,
 ) -> dict[str, float]:
     """`updates_per_step` AdamW steps over (trajectory, advantage) pairs, in micro-batches.
 
     The loss is the mean over every response token of the batch (each token weighs the same).
+    One rank of a sharded update (`agentgrad.distributed`) passes its share of the step as
+    `batch`, the whole step's `total_tokens`, and the `micro_batches` every rank must run (a
+    pass with nothing left to score runs on an idle sequence with zero weight).
     """
+
     parameters = [p for p in model.parameters() if p.requires_grad]
-    total_tokens = sum(t.response_length for t, _ in batch)
-    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
+    total_tokens = total_tokens or sum(t.response_length for t, _ in batch)
+    micros = [batch[start : start + cfg.micro_batch_size] for start in range(0, len(batch), cfg.micro_batch_size)]
+    micros += [[(idle_trajectory(pad_token_id), 0.0)]] * (micro_batches - len(micros))
+    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0}
     grad_norm = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(batch), cfg.micro_batch_size):
-            micro = batch[start : start + cfg.micro_batch_size]
+        for micro in micros:
             sequences = [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in micro]
             temperature = micro[0][0].temperature
             new = sequence_logprobs(model, sequences, temperature, pad_token_id)
@@ -299,12 +349,16 @@ def grpo_update(
                 old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
                 token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
                                                None if ref is None else ref[i], cfg.kl_coef)
-                loss = loss + (token_loss * mask).sum() / total_tokens
+                # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
+                weight, truncated = tis_weights(new_logprobs, old, cfg.tis_cap)
+                loss = loss + (token_loss * weight * mask).sum() / total_tokens
+                sums["logprob_diff"] += float(((new_logprobs.detach() - old).abs() * mask).sum())
+                sums["tis_truncated"] += float((truncated * mask).sum())
                 sums["clipped"] += float((diag["clipped"] * mask).sum())
                 sums["kl"] += float((diag["kl"] * mask).sum())
             loss.backward()
             sums["loss"] += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm))
+        grad_norm = clip_grad_norm(parameters, cfg.max_grad_norm)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     passes = cfg.updates_per_step
@@ -312,8 +366,41 @@ def grpo_update(
         "loss": sums["loss"] / passes,
         "clip_fraction": sums["clipped"] / (total_tokens * passes),
         "kl": sums["kl"] / (total_tokens * passes),
+        "logprob_diff": sums["logprob_diff"] / (total_tokens * passes),  # mean |trainer - sampler| per token
+        "tis_truncated": sums["tis_truncated"] / (total_tokens * passes),
         "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
     }
+
+
+def sharded_grpo_step(sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, float]], cfg: GRPOConfig,
+                      pad_token_id: int) -> dict[str, float]:
+    """`grpo_update` on one rank's share of the whole step's `batch` (run by `ShardedPolicy.run` on every
+    rank); the loss is over the step's global token count, so the ranks' sum is the one-process update."""
+    share, most = sharded.share([len(t.token_ids) for t, _ in batch])
+    micro_batches = math.ceil(most / cfg.micro_batch_size)  # the same on every rank
+    total = sum(t.response_length for t, _ in batch)
+    stats = grpo_update(sharded.model, sharded.optimizer, [batch[i] for i in share], cfg, pad_token_id,
+                        sharded.reference, total_tokens=total, micro_batches=micro_batches)
+    # loss, clip fraction and KL are sums of per-rank parts (each already divided by the global count)
+    names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated"]
+    parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
+    torch.distributed.all_reduce(parts)
+    return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
+
+
+def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: per token min(p_trainer / p_sampler, cap), no gradient through it,
+    and where the cap bit. With `cap=None`, weights of one (off).
+
+    The sampler (vLLM in bf16, or any engine) and the trainer's forward pass give slightly
+    different probabilities; the ratio corrects the gradient for sampling from the sampler.
+    """
+    if cap is None:
+        ones = torch.ones_like(sampler_logprobs)
+        return ones, torch.zeros_like(ones)
+    ratio = (trainer_logprobs.detach() - sampler_logprobs).exp()
+    return ratio.clamp(max=cap), (ratio > cap).float()
 
 
 class TaskSampler:

@@ -87,6 +87,10 @@ class LocalPolicy:
         return LLM(base_url=self.gateway_url + "/v1", model=self.engine.name, proxied=True,
                    sampling_parameters=sampling_parameters)
 
+    def sync(self) -> float:
+        """Nothing to move: the engine serves what `engine.publish()` made current (a vLLM policy copies)."""
+        return 0.0
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 

@@ -22,7 +22,9 @@ import torch
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.grpo import TaskSampler
+from agentgrad.algorithms.engines import check_engine_config, make_policy
 from agentgrad.algorithms.policy import LocalPolicy
+from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.types import RolloutConfig, RolloutStatus
@@ -44,8 +46,12 @@ class SFTConfig:
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
     checkpoint_dir: str | None = None  # where the final checkpoint goes
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
+    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each round)
+    vllm_replicas: int = 1  # engine="vllm": servers started on loopback
+    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead
+    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl" or "auto"
     resource_name: str = "llm"
-    agent_match: str | None = None  # fine-tune only the calls of this agent (regex on agent/model name)
+    agent_match: str | None = None  # fine-tune only this agent's calls (regex on its ag.agent name; unnamed: model)
     rollout_timeout: float = 600.0
     seed: int = 0
 
@@ -59,12 +65,13 @@ class SFTResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-class SFT(Algorithm):
+class SFT(Algorithm["SFTResult"]):
     """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
         self.config = with_overrides(config or SFTConfig(), overrides, "SFT")
+        check_engine_config(self.config)
         self.engine = engine
         self.model_name = model
 
@@ -72,7 +79,7 @@ class SFT(Algorithm):
         cfg = self.config
         if not train_data:
             raise ValueError("SFT needs training tasks")
-        with LocalPolicy(self.store, self.engine, self.model_name, lora_rank=cfg.lora_rank) as policy:
+        with make_policy(cfg, self.store, self.engine, self.model_name) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
@@ -145,16 +152,38 @@ class SFT(Algorithm):
                 shuffle.shuffle(order)
                 for start in range(0, len(order), cfg.batch_size):
                     batch = [data[i] for i in order[start : start + cfg.batch_size]]
-                    logprobs = sequence_logprobs(model, [ScoredSequence(t.token_ids, t.prompt_length) for t in batch],
-                                                 1.0, policy.engine.tokenizer.pad_token_id)
-                    masks = [torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
-                             for t, lp in zip(batch, logprobs)]
-                    tokens = sum(float(m.sum()) for m in masks)
-                    loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()  # type: ignore[union-attr]
-                    torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.max_grad_norm)
-                    optimizer.step()
-                    losses.append(float(loss.detach()))
+                    losses.append(sft_update(model, optimizer, batch, cfg.max_grad_norm, policy.engine.tokenizer.pad_token_id))
         policy.engine.publish()
+        policy.sync()  # vLLM: the new weights reach the servers before the next round
         return statistics.fmean(losses)
+
+
+def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Sequence[Trajectory], max_grad_norm: float,
+               pad_token_id: int = 0, *, total_tokens: int | None = None) -> float:
+    """One AdamW step on the NLL of the model-written tokens of `batch`, the mean over those tokens.
+
+    One rank of a sharded update passes its share as `batch` and the whole batch's `total_tokens`
+    (an empty share runs an idle sequence with zero weight, to join the collectives).
+    """
+
+    items = list(batch) or [idle_trajectory(pad_token_id)]
+    logprobs = sequence_logprobs(model, [ScoredSequence(t.token_ids, t.prompt_length) for t in items], 1.0, pad_token_id)
+    masks = [torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
+             for t, lp in zip(items, logprobs)]
+    tokens = total_tokens or sum(float(m.sum()) for m in masks)
+    loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[union-attr]
+    clip_grad_norm([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+    optimizer.step()
+    return float(loss.detach())  # type: ignore[union-attr]
+
+
+def sharded_sft_step(sharded: ShardedPolicy, batch: Sequence[Trajectory], max_grad_norm: float, pad_token_id: int) -> float:
+    """`sft_update` on one rank's share of `batch` (run by `ShardedPolicy.run`); returns the whole batch's loss."""
+    share, _ = sharded.share([len(t.token_ids) for t in batch])
+    total = sum(t.response_length for t in batch)
+    loss = torch.tensor([sft_update(sharded.model, sharded.optimizer, [batch[i] for i in share], max_grad_norm,
+                                    pad_token_id, total_tokens=total)], dtype=torch.float64)
+    torch.distributed.all_reduce(loss)
+    return float(loss[0])

@@ -36,7 +36,7 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
     """An ASGI app serving `engine`; `served_names` are the model names it answers to.
 
     `/health` says only that the engine is up and its weights version; put the app behind
-    `serving.TokenGuard(app, token, public=())` to require the token there too.
+    `guard.Guard(app, token=...)` (as `agentgrad engine serve --token` does) to require the token there too.
     """
     names = served_names or [engine.name]
 

@@ -44,7 +44,7 @@ def sequence_logprobs(
     device = next(model.parameters()).device
     shared = min(common_prefix_length([s.token_ids for s in sequences]), min(s.first_scored for s in sequences) - 1)
     cache = DynamicCache()
-    if shared >= MIN_SHARED_PREFIX:
+    if shared >= MIN_SHARED_PREFIX and not _sharded(model):
         model(input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device), cache=cache, use_cache=True,
               logits_to_keep=1)
         expanded = DynamicCache()
@@ -72,3 +72,11 @@ def sequence_logprobs(
                            device=device)
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
+
+
+def _sharded(model: torch.nn.Module) -> bool:
+    """Under FSDP2 the prefix is not run apart: its gradient would reach each layer's weights through the
+    cache, outside the hooks that gather them for backward and reduce their gradients once."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)

@@ -10,8 +10,7 @@ from starlette.requests import Request
 
 from agentgrad.engine.engine import Engine, Generation
 from agentgrad.engine.params import SamplingParams
-
-VERSION_HEADER = "x-agentgrad-model-version"
+from agentgrad.semconv import VERSION_HEADER
 
 Event = tuple[int, int, float, str, list[tuple[int, float]]] | Generation | BaseException
 """What a streaming route's queue carries: a token (choice, id, logprob, delta, top), the end, or a failure."""

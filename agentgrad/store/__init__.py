@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentgrad.store.base import InvalidTransitionError, NotFoundError, Store, StoreError
+from agentgrad.store.base import Store
+from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.memory import MemoryStore
 from agentgrad.store.sqlite import SqliteStore
 

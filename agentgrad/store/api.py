@@ -1,20 +1,19 @@
 """The store's HTTP API as data: one `Operation` per `Store` method, with its route and body.
 
-The server builds its routes and its OpenAPI schema from `OPERATIONS`; the client sends the
-same body models, so the two cannot drift apart. Everything lives under `/api/`, leaving the
+The server builds its routes and its OpenAPI schema from `OPERATIONS`, and the client
+dispatches from it (route, body model, answer type), so the two cannot drift apart. Everything lives under `/api/`, leaving the
 rest of the server's paths to the gateway (`/v1/...`), OTLP ingest and the dashboard.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agentgrad.store.base import Store
 from agentgrad.types import (
     Attempt,
     AttemptedRollout,
@@ -42,9 +41,10 @@ MAX_INT = 2**63 - 1
 
 
 class Body(BaseModel):
-    """Request bodies refuse unknown fields, so a misspelt one is an error rather than ignored."""
+    """Request bodies refuse unknown fields, so a misspelt one is an error rather than ignored. A NaN or
+    infinite number travels as such (not as null), for the store to refuse it with the reason."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class EnqueueBody(Body):
@@ -133,126 +133,86 @@ class MetricsQuery(Body):
 
 @dataclass(frozen=True)
 class Operation:
-    """One endpoint: `call(store, body_or_query, **path_params)` does the work."""
+    """One endpoint: the `Store` method it calls (`name`), its route, and how its input travels.
+
+    Path parameters and the fields of `body` (or `query`) are the method's keyword arguments, by
+    name: the server calls `getattr(store, name)(**path, **fields)`, the client builds the same
+    body from its arguments. `once` marks the writes whose repeat would change more than the first
+    try did: the client sends them with an idempotency key and the store applies each key once
+    (a repeated heartbeat or health scan changes nothing more, so they go without). `reply` turns
+    the method's result into what goes on the wire, when that differs.
+    """
 
     name: str
     method: str
     path: str
-    call: Callable[..., Awaitable[Any]]
     response: Any
     summary: str
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
+    once: bool = False
+    reply: Callable[[Any], Any] | None = None
+
+    @property
+    def path_params(self) -> list[str]:
+        return re.findall(r"{(\w+)}", self.path)
 
 
-async def _add_spans(store: Store, body: AddSpansBody) -> AddSpansReply:
-    return AddSpansReply(sequence_ids=[span.sequence_id for span in await store.add_spans(body.spans)])
-
-
-async def _wait(store: Store, body: WaitBody) -> list[Rollout]:
-    return await store.wait_for_rollouts(body.rollout_ids, timeout=body.timeout)
+def _sequence_ids(spans: list[Span]) -> AddSpansReply:
+    return AddSpansReply(sequence_ids=[span.sequence_id for span in spans])
 
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation(
-        "enqueue_rollouts", "POST", "/api/rollouts", lambda s, b: s.enqueue_rollouts(b.requests),
-        list[Rollout], "Queue new rollouts, in order.", body=EnqueueBody,
-    ),
-    Operation(
-        "query_rollouts", "POST", "/api/rollouts/query",
-        lambda s, b: s.query_rollouts(
-            status=b.status, mode=b.mode, rollout_ids=b.rollout_ids, limit=b.limit, offset=b.offset
-        ),
-        list[Rollout], "Rollouts in enqueue order, filtered and paginated.", body=QueryRolloutsBody,
-    ),
-    Operation(
-        "dequeue_rollout", "POST", "/api/rollouts/dequeue", lambda s, b: s.dequeue_rollout(b.worker_id),
-        Optional[AttemptedRollout], "Claim the oldest waiting rollout with a new attempt; null if none waits.",
-        body=DequeueBody,
-    ),
-    Operation(
-        "start_rollout", "POST", "/api/rollouts/start",
-        lambda s, b: s.start_rollout(
-            b.input, mode=b.mode, resources_id=b.resources_id, config=b.config, metadata=b.metadata,
-            worker_id=b.worker_id,
-        ),
-        AttemptedRollout, "Create a rollout already running with its first attempt.", body=StartBody,
-    ),
-    Operation(
-        "wait_for_rollouts", "POST", "/api/rollouts/wait", _wait,
-        list[Rollout], "Hold the request until every rollout is finished or `timeout` passes; returns the finished.",
-        body=WaitBody,
-    ),
-    Operation(
-        "get_rollout", "GET", "/api/rollouts/{rollout_id}", lambda s, _, rollout_id: s.get_rollout(rollout_id),
-        Rollout, "One rollout.",
-    ),
-    Operation(
-        "update_rollout", "PATCH", "/api/rollouts/{rollout_id}",
-        lambda s, b, rollout_id: s.update_rollout(rollout_id, status=b.status, metadata=b.metadata),
-        Rollout, "Cancel a rollout or merge keys into its metadata.", body=UpdateRolloutBody,
-    ),
-    Operation(
-        "query_attempts", "GET", "/api/rollouts/{rollout_id}/attempts",
-        lambda s, _, rollout_id: s.query_attempts(rollout_id), list[Attempt], "Attempts of a rollout, first to last.",
-    ),
-    Operation(
-        "update_attempt", "PATCH", "/api/rollouts/{rollout_id}/attempts/{attempt_id}",
-        lambda s, b, rollout_id, attempt_id: s.update_attempt(
-            rollout_id, attempt_id, status=b.status, reward=b.reward, error=b.error
-        ),
-        Attempt, "End an attempt or record its reward.", body=UpdateAttemptBody,
-    ),
-    Operation(
-        "check_attempts", "POST", "/api/attempts/check", lambda s, b: s.check_attempts(b.force),
-        None, "Mark timed-out and unresponsive attempts now.", body=CheckAttemptsBody,
-    ),
-    Operation(
-        "add_spans", "POST", "/api/spans", _add_spans,
-        AddSpansReply, "Store spans; each gets the next sequence id of its rollout.", body=AddSpansBody,
-    ),
-    Operation(
-        "query_spans", "GET", "/api/spans",
-        lambda s, q: s.query_spans(q.rollout_id, q.attempt_id, all_attempts=q.all_attempts),
-        list[Span], "Spans of a rollout's latest attempt, of one attempt, or of all attempts.", query=SpansQuery,
-    ),
-    Operation(
-        "add_resources", "POST", "/api/resources", lambda s, b: s.add_resources(b.resources, b.metadata),
-        ResourcesSnapshot, "Store a new version of the resources.", body=AddResourcesBody,
-    ),
-    Operation(
-        "query_resources", "GET", "/api/resources", lambda s, _: s.query_resources(),
-        list[ResourcesSnapshot], "Every snapshot, oldest first.",
-    ),
-    Operation(
-        "get_latest_resources", "GET", "/api/resources/latest", lambda s, _: s.get_latest_resources(),
-        Optional[ResourcesSnapshot], "The newest snapshot, or null.",
-    ),
-    Operation(
-        "get_resources", "GET", "/api/resources/{resources_id}",
-        lambda s, _, resources_id: s.get_resources(resources_id), ResourcesSnapshot, "One snapshot.",
-    ),
-    Operation(
-        "update_resources", "PATCH", "/api/resources/{resources_id}",
-        lambda s, b, resources_id: s.update_resources(resources_id, b.metadata),
-        ResourcesSnapshot, "Merge keys into a snapshot's metadata.", body=UpdateResourcesBody,
-    ),
-    Operation(
-        "heartbeat", "POST", "/api/workers/heartbeat",
-        lambda s, b: s.heartbeat(b.worker_id, status=b.status, active_attempts=b.active_attempts, info=b.info),
-        Worker, "A worker is alive, with the attempts it runs.", body=HeartbeatBody,
-    ),
-    Operation("query_workers", "GET", "/api/workers", lambda s, _: s.query_workers(), list[Worker], "Every worker."),
-    Operation(
-        "add_metrics", "POST", "/api/metrics", lambda s, b: s.add_metrics(b.metrics),
-        None, "Append points to training curves.", body=AddMetricsBody,
-    ),
-    Operation(
-        "query_metrics", "GET", "/api/metrics", lambda s, q: s.query_metrics(q.name, q.prefix),
-        list[Metric], "Points by exact name or name prefix.", query=MetricsQuery,
-    ),
-    Operation("stats", "GET", "/api/stats", lambda s, _: s.stats(), StoreStats, "Counts by status."),
+    Operation("enqueue_rollouts", "POST", "/api/rollouts", list[Rollout], "Queue new rollouts, in order.",
+              body=EnqueueBody, once=True),
+    Operation("query_rollouts", "POST", "/api/rollouts/query", list[Rollout],
+              "Rollouts in enqueue order, filtered and paginated.", body=QueryRolloutsBody),
+    Operation("dequeue_rollout", "POST", "/api/rollouts/dequeue", Optional[AttemptedRollout],
+              "Claim the oldest waiting rollout with a new attempt; null if none waits.", body=DequeueBody, once=True),
+    Operation("start_rollout", "POST", "/api/rollouts/start", AttemptedRollout,
+              "Create a rollout already running with its first attempt.", body=StartBody, once=True),
+    Operation("wait_for_rollouts", "POST", "/api/rollouts/wait", list[Rollout],
+              "Hold the request until every rollout is finished or `timeout` passes; returns the finished.",
+              body=WaitBody),
+    Operation("get_rollout", "GET", "/api/rollouts/{rollout_id}", Rollout, "One rollout."),
+    Operation("update_rollout", "PATCH", "/api/rollouts/{rollout_id}", Rollout,
+              "Cancel a rollout or merge keys into its metadata.", body=UpdateRolloutBody, once=True),
+    Operation("query_attempts", "GET", "/api/rollouts/{rollout_id}/attempts", list[Attempt],
+              "Attempts of a rollout, first to last."),
+    Operation("update_attempt", "PATCH", "/api/rollouts/{rollout_id}/attempts/{attempt_id}", Attempt,
+              "End an attempt or record its reward.", body=UpdateAttemptBody, once=True),
+    Operation("check_attempts", "POST", "/api/attempts/check", None, "Mark timed-out and unresponsive attempts now.",
+              body=CheckAttemptsBody),
+    Operation("add_spans", "POST", "/api/spans", AddSpansReply,
+              "Store spans; each gets the next sequence id of its rollout.", body=AddSpansBody, once=True,
+              reply=_sequence_ids),
+    Operation("query_spans", "GET", "/api/spans", list[Span],
+              "Spans of a rollout's latest attempt, of one attempt, or of all attempts.", query=SpansQuery),
+    Operation("add_resources", "POST", "/api/resources", ResourcesSnapshot, "Store a new version of the resources.",
+              body=AddResourcesBody, once=True),
+    Operation("query_resources", "GET", "/api/resources", list[ResourcesSnapshot], "Every snapshot, oldest first."),
+    Operation("get_latest_resources", "GET", "/api/resources/latest", Optional[ResourcesSnapshot],
+              "The newest snapshot, or null."),
+    Operation("get_resources", "GET", "/api/resources/{resources_id}", ResourcesSnapshot, "One snapshot."),
+    Operation("update_resources", "PATCH", "/api/resources/{resources_id}", ResourcesSnapshot,
+              "Merge keys into a snapshot's metadata.", body=UpdateResourcesBody, once=True),
+    Operation("heartbeat", "POST", "/api/workers/heartbeat", Worker, "A worker is alive, with the attempts it runs.",
+              body=HeartbeatBody),
+    Operation("query_workers", "GET", "/api/workers", list[Worker], "Every worker."),
+    Operation("add_metrics", "POST", "/api/metrics", None, "Append points to training curves.",
+              body=AddMetricsBody, once=True),
+    Operation("query_metrics", "GET", "/api/metrics", list[Metric], "Points by exact name or name prefix.",
+              query=MetricsQuery),
+    Operation("stats", "GET", "/api/stats", StoreStats, "Counts by status."),
 )
+
+BY_NAME: dict[str, Operation] = {operation.name: operation for operation in OPERATIONS}
+
+
+def arguments(operation: Operation, model: BaseModel | None, path: dict[str, str]) -> dict[str, Any]:
+    """The store method's keyword arguments: path parameters and the body's (or query's) fields."""
+    fields = {} if model is None else {name: getattr(model, name) for name in type(model).model_fields}
+    return {**path, **fields}
 
 
 def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, Any]:

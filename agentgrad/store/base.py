@@ -1,19 +1,22 @@
 """The store interface: the single source of truth that algorithms, runners and the gateway share.
 
 Every backend (memory, SQLite, HTTP client) implements `Store` and passes the same contract
-suite (`tests/store/test_contract.py`). The rules that do not depend on how data is kept
-(status transitions, what an attempt's end does to its rollout, waiting) live here, once.
+suite (`tests/store/test_contract.py`). The state machine (status transitions, what an
+attempt's end does to its rollout, span sequencing, heartbeats) is `transitions`, which every
+backend calls; waiting lives here, once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
+from agentgrad.store.idempotency import Answer, Replays
+from agentgrad.store.transitions import HEALTH_CHECK_SECONDS, Clock, as_requests
 from agentgrad.types import (
     Attempt,
     AttemptedRollout,
@@ -29,82 +32,26 @@ from agentgrad.types import (
     StoreStats,
     Worker,
     WorkerStatus,
+    now,
 )
+
+__all__ = ["HEALTH_CHECK_SECONDS", "InvalidTransitionError", "NotFoundError", "Store", "StoreError", "as_requests"]
 
 WAIT_POLL_SECONDS = 0.05
 """How often `wait_for_rollouts` looks again when no in-process notification arrives (other processes)."""
-
-HEALTH_CHECK_SECONDS = 0.5
-"""Least time between two scans for timed-out or unresponsive attempts."""
-
-
-class StoreError(Exception):
-    """Base of every error a store raises on bad input; the message says what was wrong."""
-
-
-class NotFoundError(StoreError, KeyError):
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-class InvalidTransitionError(StoreError, ValueError):
-    pass
-
-
-def new_rollout_id() -> str:
-    return "ro-" + uuid.uuid4().hex[:12]
-
-
-def new_attempt_id() -> str:
-    return "at-" + uuid.uuid4().hex[:10]
-
-
-def attempt_outcome(rollout: Rollout, status: AttemptStatus) -> RolloutStatus:
-    """The rollout status that follows when its running attempt ends with `status`."""
-    if status is AttemptStatus.SUCCEEDED:
-        return RolloutStatus.SUCCEEDED
-    if status in rollout.config.retry_on and rollout.num_attempts < rollout.config.max_attempts:
-        return RolloutStatus.REQUEUING
-    return RolloutStatus.FAILED
-
-
-def check_attempt_update(rollout: Rollout, attempt: Attempt, status: AttemptStatus | None) -> None:
-    """Raise unless `status` is a valid next status of `attempt`."""
-    if status is None:
-        return
-    if attempt.status is not AttemptStatus.RUNNING:
-        raise InvalidTransitionError(
-            f"attempt {attempt.attempt_id} of rollout {rollout.rollout_id} is already {attempt.status.value}; "
-            f"it cannot become {status.value}"
-        )
-    if status is AttemptStatus.RUNNING:
-        raise InvalidTransitionError(f"attempt {attempt.attempt_id} is already running")
-
-
-def check_rollout_update(rollout: Rollout, status: RolloutStatus | None) -> None:
-    """Only cancellation is set directly; every other rollout status follows from its attempts."""
-    if status is None:
-        return
-    if status is not RolloutStatus.CANCELLED:
-        raise InvalidTransitionError(
-            f"a rollout's status follows its attempts; only 'cancelled' can be set directly, not {status.value!r}"
-        )
-    if rollout.status.finished:
-        raise InvalidTransitionError(f"rollout {rollout.rollout_id} is already {rollout.status.value}")
-
-
-def as_requests(items: Iterable[RolloutRequest | dict[str, Any]]) -> list[RolloutRequest]:
-    return [item if isinstance(item, RolloutRequest) else RolloutRequest.model_validate(item) for item in items]
 
 
 class Store(ABC):
     """Rollouts, attempts, spans, resources, workers and metrics, behind one async interface.
 
     Backends are safe to share between threads; the SQLite backend is also safe to share
-    between processes on one file.
+    between processes on one file. `clock` (seconds since the epoch; the wall clock by default)
+    stamps every record and drives timeouts, heartbeats and requeues: tests pass one they move.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or now
+        self._replays = Replays()
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._waiters_lock = threading.Lock()
 
@@ -319,6 +266,11 @@ class Store(ABC):
     @abstractmethod
     async def stats(self) -> StoreStats:
         """Counts by status, for dashboards and progress lines."""
+
+    async def run_once(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
+        """Answer a write (`work`, HTTP status and body) at most once per idempotency key; a retry with the
+        key gets the first answer. Kept in memory here; `SqliteStore` commits it with the change."""
+        return await self._replays.run(key, work)
 
     async def close(self) -> None:
         """Release the backend's resources; the store is unusable afterwards."""

@@ -4,7 +4,9 @@ It raises what the local backends raise (`NotFoundError`, `InvalidTransitionErro
 `StoreError`, `ValueError`) with the server's message. Connection errors and 5xx answers are
 retried with backoff for up to `retry_seconds`, so runners ride out a server restart; 4xx
 answers never are. Each write carries an idempotency key, so a retry after a lost answer is
-not applied twice by a server that saw the first try.
+not applied twice: a SQLite-backed server commits each answer with its change, so that holds
+across a server crash too. Routes, bodies and answers come from `api.OPERATIONS`, the table
+the server is built from.
 
 One client may be used from many threads, each with its own event loop: it keeps one
 connection pool per loop.
@@ -25,27 +27,14 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
-from agentgrad.store.api import (
-    LONG_POLL_SECONDS,
-    AddMetricsBody,
-    AddResourcesBody,
-    AddSpansBody,
-    AddSpansReply,
-    CheckAttemptsBody,
-    DequeueBody,
-    EnqueueBody,
-    HeartbeatBody,
-    QueryRolloutsBody,
-    StartBody,
-    UpdateAttemptBody,
-    UpdateResourcesBody,
-    UpdateRolloutBody,
-    WaitBody,
-)
-from agentgrad.store.base import InvalidTransitionError, NotFoundError, Store, StoreError, as_requests
+from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Operation
+from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
+from agentgrad.store.base import Store
 from agentgrad.store.http11 import ConnectionPool, TransportError
+from agentgrad.store.span_batches import SpanBatches
+from agentgrad.store.transitions import as_requests
 from agentgrad.types import (
     Attempt,
     AttemptedRollout,
@@ -81,12 +70,7 @@ ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError,
 }
 
-_ROLLOUTS = TypeAdapter(list[Rollout])
-_ATTEMPTS = TypeAdapter(list[Attempt])
-_SPANS = TypeAdapter(list[Span])
-_SNAPSHOTS = TypeAdapter(list[ResourcesSnapshot])
-_WORKERS = TypeAdapter(list[Worker])
-_METRICS = TypeAdapter(list[Metric])
+_RESULTS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(op.response) for name, op in BY_NAME.items()}
 
 
 class StoreUnreachable(ConnectionError):
@@ -111,6 +95,7 @@ class StoreClient(Store):
         self._headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         ConnectionPool(self.url)  # check the URL now rather than on first use
         self._pools: dict[asyncio.AbstractEventLoop, ConnectionPool] = {}
+        self._batches: dict[asyncio.AbstractEventLoop, SpanBatches] = {}
         self._pools_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -123,22 +108,38 @@ class StoreClient(Store):
             with self._pools_lock:
                 for closed in [other for other in self._pools if other.is_closed()]:
                     del self._pools[closed]  # its connections died with their loop
+                    self._batches.pop(closed, None)
                 pool = self._pools[loop] = ConnectionPool(self.url, self._headers)
+                self._batches[loop] = SpanBatches(self._send_spans)
         return pool
 
     async def close(self) -> None:
         """Close this event loop's connections (other loops' close with their loops)."""
         with self._pools_lock:
             pool = self._pools.pop(asyncio.get_running_loop(), None)
+            self._batches.pop(asyncio.get_running_loop(), None)
         if pool is not None:
             pool.close()
 
-    async def _call(
-        self, method: str, path: str, body: BaseModel | None = None, *, timeout: float = REQUEST_TIMEOUT_SECONDS
-    ) -> bytes:
-        """One API call with retries; returns the answer's JSON or raises the store's exception."""
-        payload = None if body is None else body.model_dump_json().encode()
-        headers = None if method == "GET" else {"idempotency-key": uuid.uuid4().hex}
+    async def _invoke(self, name: str, timeout: float = REQUEST_TIMEOUT_SECONDS, /, **arguments: Any) -> Any:
+        """Call the store method `name` on the server: its route, body and answer come from `api.OPERATIONS`."""
+        operation = BY_NAME[name]
+        path = operation.path.format(**{param: _segment(arguments.pop(param)) for param in operation.path_params})
+        payload = None
+        if operation.body is not None:
+            payload = operation.body(**arguments).model_dump_json().encode()
+        elif operation.query is not None:
+            query = operation.query(**arguments).model_dump(exclude_defaults=True)
+            path += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
+        answer = await self._call(operation, path, payload, timeout)
+        return None if operation.response is None else _RESULTS[name].validate_json(answer)
+
+    async def _call(self, operation: Operation, path: str, payload: bytes | None, timeout: float) -> bytes:
+        """One API call with retries; returns the answer's JSON or raises the store's exception.
+
+        A write carries one idempotency key over all its retries, so the server applies it once."""
+        method = operation.method
+        headers = {"idempotency-key": uuid.uuid4().hex} if operation.once else None
         pool = self._pool()
         deadline = time.monotonic() + self.retry_seconds
         backoff = FIRST_BACKOFF_SECONDS
@@ -161,12 +162,10 @@ class StoreClient(Store):
     # ------------------------------------------------------------------ rollouts and attempts
 
     async def enqueue_rollouts(self, requests: Sequence[Any]) -> list[Rollout]:
-        body = EnqueueBody(requests=as_requests(requests))
-        return _ROLLOUTS.validate_json(await self._call("POST", "/api/rollouts", body))
+        return await self._invoke("enqueue_rollouts", requests=as_requests(requests))
 
     async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
-        answer = await self._call("POST", "/api/rollouts/dequeue", DequeueBody(worker_id=worker_id))
-        return None if answer == b"null" else AttemptedRollout.model_validate_json(answer)
+        return await self._invoke("dequeue_rollout", worker_id=worker_id)
 
     async def start_rollout(
         self,
@@ -178,14 +177,11 @@ class StoreClient(Store):
         metadata: dict[str, Any] | None = None,
         worker_id: str | None = None,
     ) -> AttemptedRollout:
-        body = StartBody(
-            input=input, mode=mode, resources_id=resources_id, config=config or RolloutConfig(),
-            metadata=metadata or {}, worker_id=worker_id,
-        )
-        return AttemptedRollout.model_validate_json(await self._call("POST", "/api/rollouts/start", body))
+        return await self._invoke("start_rollout", input=input, mode=mode, resources_id=resources_id,
+                                  config=config or RolloutConfig(), metadata=metadata or {}, worker_id=worker_id)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        return Rollout.model_validate_json(await self._call("GET", f"/api/rollouts/{_segment(rollout_id)}"))
+        return await self._invoke("get_rollout", rollout_id=rollout_id)
 
     async def query_rollouts(
         self,
@@ -196,17 +192,12 @@ class StoreClient(Store):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[Rollout]:
-        body = QueryRolloutsBody(
-            status=None if status is None else [RolloutStatus(s) for s in status],
-            mode=mode,
-            rollout_ids=None if rollout_ids is None else list(rollout_ids),
-            limit=limit,
-            offset=offset,
-        )
-        return _ROLLOUTS.validate_json(await self._call("POST", "/api/rollouts/query", body))
+        return await self._invoke("query_rollouts", status=None if status is None else list(status), mode=mode,
+                                  rollout_ids=None if rollout_ids is None else list(rollout_ids), limit=limit,
+                                  offset=offset)
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
-        return _ATTEMPTS.validate_json(await self._call("GET", f"/api/rollouts/{_segment(rollout_id)}/attempts"))
+        return await self._invoke("query_attempts", rollout_id=rollout_id)
 
     async def update_attempt(
         self,
@@ -217,9 +208,8 @@ class StoreClient(Store):
         reward: float | None = None,
         error: str | None = None,
     ) -> Attempt:
-        body = UpdateAttemptBody(status=None if status is None else AttemptStatus(status), reward=reward, error=error)
-        path = f"/api/rollouts/{_segment(rollout_id)}/attempts/{_segment(attempt_id)}"
-        return Attempt.model_validate_json(await self._call("PATCH", path, body))
+        return await self._invoke("update_attempt", rollout_id=rollout_id, attempt_id=attempt_id, status=status,
+                                  reward=reward, error=error)
 
     async def update_rollout(
         self,
@@ -228,8 +218,7 @@ class StoreClient(Store):
         status: RolloutStatus | str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Rollout:
-        body = UpdateRolloutBody(status=None if status is None else RolloutStatus(status), metadata=metadata)
-        return Rollout.model_validate_json(await self._call("PATCH", f"/api/rollouts/{_segment(rollout_id)}", body))
+        return await self._invoke("update_rollout", rollout_id=rollout_id, status=status, metadata=metadata)
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
         """Long-polls the server, which answers as soon as the rollouts finish or its poll time is up."""
@@ -242,53 +231,52 @@ class StoreClient(Store):
             if not pending:
                 break
             poll = min(remaining, LONG_POLL_SECONDS)
-            body = WaitBody(rollout_ids=pending, timeout=poll)
-            answer = await self._call("POST", "/api/rollouts/wait", body, timeout=poll + REQUEST_TIMEOUT_SECONDS)
-            finished.update((rollout.rollout_id, rollout) for rollout in _ROLLOUTS.validate_json(answer))
+            answer = await self._invoke("wait_for_rollouts", poll + REQUEST_TIMEOUT_SECONDS, rollout_ids=pending,
+                                        timeout=poll)
+            finished.update((rollout.rollout_id, rollout) for rollout in answer)
             if deadline is not None and time.monotonic() >= deadline:
                 break
         return [finished[rid] for rid in wanted if rid in finished]
 
     async def check_attempts(self, force: bool = False) -> None:
-        await self._call("POST", "/api/attempts/check", CheckAttemptsBody(force=force))
+        await self._invoke("check_attempts", force=force)
 
     # ------------------------------------------------------------------ spans
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """Spans written by other tasks of this loop meanwhile travel in the same request (`span_batches`)."""
         if not spans:
             return []
-        answer = AddSpansReply.model_validate_json(await self._call("POST", "/api/spans", AddSpansBody(spans=list(spans))))
-        return [span.model_copy(update={"sequence_id": sid}) for span, sid in zip(spans, answer.sequence_ids)]
+        self._pool()
+        return await self._batches[asyncio.get_running_loop()].add(spans)
+
+    async def _send_spans(self, spans: list[Span]) -> list[int]:
+        answer: AddSpansReply = await self._invoke("add_spans", spans=spans)
+        return answer.sequence_ids
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
     ) -> list[Span]:
-        query = {"rollout_id": rollout_id, "attempt_id": attempt_id, "all_attempts": "true" if all_attempts else None}
-        path = "/api/spans?" + urlencode({k: v for k, v in query.items() if v is not None})
-        return _SPANS.validate_json(await self._call("GET", path))
+        return await self._invoke("query_spans", rollout_id=rollout_id, attempt_id=attempt_id, all_attempts=all_attempts)
 
     # ------------------------------------------------------------------ resources
 
     async def add_resources(
         self, resources: NamedResources, metadata: dict[str, Any] | None = None
     ) -> ResourcesSnapshot:
-        body = AddResourcesBody(resources=resources, metadata=metadata or {})
-        return ResourcesSnapshot.model_validate_json(await self._call("POST", "/api/resources", body))
+        return await self._invoke("add_resources", resources=resources, metadata=metadata or {})
 
     async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
-        body = UpdateResourcesBody(metadata=metadata)
-        path = f"/api/resources/{_segment(resources_id)}"
-        return ResourcesSnapshot.model_validate_json(await self._call("PATCH", path, body))
+        return await self._invoke("update_resources", resources_id=resources_id, metadata=metadata)
 
     async def get_resources(self, resources_id: str) -> ResourcesSnapshot:
-        return ResourcesSnapshot.model_validate_json(await self._call("GET", f"/api/resources/{_segment(resources_id)}"))
+        return await self._invoke("get_resources", resources_id=resources_id)
 
     async def get_latest_resources(self) -> ResourcesSnapshot | None:
-        answer = await self._call("GET", "/api/resources/latest")
-        return None if answer == b"null" else ResourcesSnapshot.model_validate_json(answer)
+        return await self._invoke("get_latest_resources")
 
     async def query_resources(self) -> list[ResourcesSnapshot]:
-        return _SNAPSHOTS.validate_json(await self._call("GET", "/api/resources"))
+        return await self._invoke("query_resources")
 
     # ------------------------------------------------------------------ workers, metrics, stats
 
@@ -300,30 +288,24 @@ class StoreClient(Store):
         active_attempts: Sequence[tuple[str, str]] | None = None,
         info: dict[str, Any] | None = None,
     ) -> Worker:
-        body = HeartbeatBody(
-            worker_id=worker_id,
-            status=None if status is None else WorkerStatus(status),
-            active_attempts=None if active_attempts is None else [tuple(pair) for pair in active_attempts],
-            info=info,
-        )
-        return Worker.model_validate_json(await self._call("POST", "/api/workers/heartbeat", body))
+        pairs = None if active_attempts is None else [tuple(pair) for pair in active_attempts]
+        return await self._invoke("heartbeat", worker_id=worker_id, status=status, active_attempts=pairs, info=info)
 
     async def query_workers(self) -> list[Worker]:
-        return _WORKERS.validate_json(await self._call("GET", "/api/workers"))
+        return await self._invoke("query_workers")
 
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
         for metric in metrics:
             if not math.isfinite(metric.value):
                 raise ValueError(f"metric {metric.name!r} at step {metric.step} is {metric.value}, which JSON cannot carry "
                                  "to the store server; log a finite value")
-        await self._call("POST", "/api/metrics", AddMetricsBody(metrics=list(metrics)))
+        await self._invoke("add_metrics", metrics=list(metrics))
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
-        query = urlencode({k: v for k, v in (("name", name), ("prefix", prefix)) if v is not None})
-        return _METRICS.validate_json(await self._call("GET", "/api/metrics?" + query))
+        return await self._invoke("query_metrics", name=name, prefix=prefix)
 
     async def stats(self) -> StoreStats:
-        return StoreStats.model_validate_json(await self._call("GET", "/api/stats"))
+        return await self._invoke("stats")
 
 
 def _segment(value: str) -> str:

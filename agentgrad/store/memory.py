@@ -7,41 +7,16 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from agentgrad.store.base import (
-    HEALTH_CHECK_SECONDS,
-    NotFoundError,
-    Store,
-    StoreError,
-    as_requests,
-    attempt_outcome,
-    check_attempt_update,
-    check_rollout_update,
-    new_attempt_id,
-    new_rollout_id,
-)
-from agentgrad.types import (
-    REWARD_ATTR,
-    Attempt,
-    AttemptedRollout,
-    AttemptStatus,
-    Metric,
-    NamedResources,
-    ResourcesSnapshot,
-    Rollout,
-    RolloutConfig,
-    RolloutRequest,
-    RolloutStatus,
-    Span,
-    StoreStats,
-    Worker,
-    WorkerStatus,
-    now,
-)
+import agentgrad.store.transitions as t
+from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
+from agentgrad.store.transitions import Clock
+from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout
+from agentgrad.types import RolloutStatus, Span, StoreStats, Worker
 
 
-class MemoryStore(Store):
-    def __init__(self) -> None:
-        super().__init__()
+class MemoryStore(LocalStore):
+    def __init__(self, clock: Clock | None = None) -> None:
+        super().__init__(clock)
         self._lock = threading.RLock()
         self._rollouts: dict[str, Rollout] = {}
         self._queue: deque[str] = deque()
@@ -52,216 +27,131 @@ class MemoryStore(Store):
         self._resources: list[ResourcesSnapshot] = []
         self._workers: dict[str, Worker] = {}
         self._metrics: list[Metric] = []
-        self._last_check = 0.0
 
     # ------------------------------------------------------------------ rollouts and attempts
 
-    async def enqueue_rollouts(self, requests: Sequence[RolloutRequest | dict[str, Any]]) -> list[Rollout]:
-        created = [
-            Rollout(rollout_id=new_rollout_id(), **request.model_dump(exclude={"config"}), config=request.config)
-            for request in as_requests(requests)
-        ]
+    def _add(self, rollout: Rollout) -> None:
+        self._rollouts[rollout.rollout_id] = rollout
+        self._attempts[rollout.rollout_id] = []
+
+    async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
         with self._lock:
-            for rollout in created:
-                self._rollouts[rollout.rollout_id] = rollout
-                self._attempts[rollout.rollout_id] = []
+            for rollout in rollouts:
+                self._add(rollout.model_copy())
                 self._queue.append(rollout.rollout_id)
-        return [rollout.model_copy() for rollout in created]
 
     def _open_attempt(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
-        attempt = Attempt(
-            rollout_id=rollout.rollout_id,
-            attempt_id=new_attempt_id(),
-            sequence=rollout.num_attempts + 1,
-            worker_id=worker_id,
-        )
-        self._attempts[rollout.rollout_id].append(attempt)
-        rollout.status = RolloutStatus.RUNNING
-        rollout.num_attempts = attempt.sequence
-        rollout.latest_attempt_id = attempt.attempt_id
-        rollout.start_time = rollout.start_time or attempt.start_time
-        return AttemptedRollout(**rollout.__dict__, attempt=attempt.model_copy())
+        claimed = t.open_attempt(rollout, worker_id, self.clock())
+        self._attempts[rollout.rollout_id].append(claimed.attempt)
+        return claimed.model_copy(update={"attempt": claimed.attempt.model_copy()})
 
     async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
         await self.check_attempts()
         with self._lock:
             while self._queue:
                 rollout = self._rollouts[self._queue.popleft()]
-                if rollout.status in (RolloutStatus.QUEUING, RolloutStatus.REQUEUING):
+                if rollout.status in t.WAITING:
                     return self._open_attempt(rollout, worker_id)
         return None
 
-    async def start_rollout(
-        self,
-        input: Any,
-        *,
-        mode: str | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
-        rollout = Rollout(
-            rollout_id=new_rollout_id(),
-            input=input,
-            mode=mode,
-            resources_id=resources_id,
-            config=config or RolloutConfig(),
-            metadata=metadata or {},
-        )
+    async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         with self._lock:
-            self._rollouts[rollout.rollout_id] = rollout
-            self._attempts[rollout.rollout_id] = []
+            self._add(rollout)
             return self._open_attempt(rollout, worker_id)
 
     def _rollout(self, rollout_id: str) -> Rollout:
         try:
             return self._rollouts[rollout_id]
         except KeyError:
-            raise NotFoundError(f"no rollout with id {rollout_id!r}") from None
+            raise t.no_rollout(rollout_id) from None
 
     def _attempt(self, rollout_id: str, attempt_id: str) -> Attempt:
         for attempt in self._attempts.get(self._rollout(rollout_id).rollout_id, []):
             if attempt.attempt_id == attempt_id:
                 return attempt
-        raise NotFoundError(f"rollout {rollout_id!r} has no attempt {attempt_id!r}")
+        raise t.no_attempt(rollout_id, attempt_id)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         with self._lock:
             return self._rollout(rollout_id).model_copy()
 
-    async def query_rollouts(
-        self,
-        *,
-        status: Sequence[RolloutStatus | str] | None = None,
-        mode: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[Rollout]:
-        wanted = None if status is None else {RolloutStatus(s) for s in status}
+    async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
+        wanted = None if query.statuses is None else set(query.statuses)
         with self._lock:
-            if rollout_ids is not None:
-                candidates = [self._rollouts[rid] for rid in dict.fromkeys(rollout_ids) if rid in self._rollouts]
+            if query.rollout_ids is not None:
+                candidates = [self._rollouts[rid] for rid in query.rollout_ids if rid in self._rollouts]
                 candidates.sort(key=lambda r: r.enqueue_time)
             else:
                 candidates = list(self._rollouts.values())
-            selected = [
-                r
-                for r in candidates
-                if (wanted is None or r.status in wanted) and (mode is None or r.mode == mode)
-            ]
-            end = None if limit is None else offset + limit
-            return [r.model_copy() for r in selected[offset:end]]
+            selected = [r for r in candidates
+                        if (wanted is None or r.status in wanted) and (query.mode is None or r.mode == query.mode)]
+            end = None if query.limit is None else query.offset + query.limit
+            return [r.model_copy() for r in selected[query.offset:end]]
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._lock:
             self._rollout(rollout_id)
             return [a.model_copy() for a in self._attempts[rollout_id]]
 
-    def _end_attempt(self, rollout: Rollout, attempt: Attempt, status: AttemptStatus, at: float) -> None:
-        attempt.status = status
-        attempt.end_time = at
-        if rollout.status is not RolloutStatus.RUNNING or rollout.latest_attempt_id != attempt.attempt_id:
-            return  # cancelled meanwhile: the rollout keeps its status
-        rollout.status = attempt_outcome(rollout, status)
+    def _moved_on(self, rollout: Rollout, before: RolloutStatus) -> None:
+        """Requeue or announce a rollout whose status just changed."""
+        if rollout.status is before:
+            return
         if rollout.status is RolloutStatus.REQUEUING:
             self._queue.append(rollout.rollout_id)
-            return
-        rollout.end_time = at
-        if status is AttemptStatus.SUCCEEDED:
-            rollout.reward = attempt.reward
-        self._notify_finished()
+        elif rollout.status.finished:
+            self._notify_finished()
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | str | None = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Attempt:
-        status = None if status is None else AttemptStatus(status)
+    async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         with self._lock:
             rollout = self._rollout(rollout_id)
             attempt = self._attempt(rollout_id, attempt_id)
-            check_attempt_update(rollout, attempt, status)
-            if reward is not None:
-                attempt.reward = float(reward)
-            if error is not None:
-                attempt.error = error
-            if status is not None:
-                self._end_attempt(rollout, attempt, status, now())
+            before = rollout.status
+            change(rollout, attempt)  # checks everything before it changes anything
+            self._moved_on(rollout, before)
             return attempt.model_copy()
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        *,
-        status: RolloutStatus | str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
-        status = None if status is None else RolloutStatus(status)
+    async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
         with self._lock:
             rollout = self._rollout(rollout_id)
-            check_rollout_update(rollout, status)
-            if metadata:
-                rollout.metadata = {**rollout.metadata, **metadata}
-            if status is not None:
-                rollout.status = status
-                rollout.end_time = now()
-                self._notify_finished()
+            before = rollout.status
+            change(rollout)
+            self._moved_on(rollout, before)
             return rollout.model_copy()
 
-    async def check_attempts(self, force: bool = False) -> None:
-        at = now()
+    async def _expire_attempts(self, at: float) -> None:
         with self._lock:
-            if not force and at - self._last_check < HEALTH_CHECK_SECONDS:
-                return
-            self._last_check = at
             for rollout in self._rollouts.values():
-                if rollout.status is not RolloutStatus.RUNNING:
-                    continue
-                attempt = self._attempts[rollout.rollout_id][-1]
-                config = rollout.config
-                if config.timeout_seconds is not None and at - attempt.start_time > config.timeout_seconds:
-                    self._end_attempt(rollout, attempt, AttemptStatus.TIMEOUT, at)
-                elif (
-                    config.unresponsive_seconds is not None
-                    and at - attempt.last_heartbeat_time > config.unresponsive_seconds
-                ):
-                    self._end_attempt(rollout, attempt, AttemptStatus.UNRESPONSIVE, at)
+                if rollout.status is RolloutStatus.RUNNING:
+                    attempt = self._attempts[rollout.rollout_id][-1]
+                    expired = t.expiry(rollout.config, attempt, at)
+                    if expired is not None:
+                        t.end_attempt(rollout, attempt, expired, at)
+                        self._moved_on(rollout, RolloutStatus.RUNNING)
 
     # ------------------------------------------------------------------ spans
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
-        stored: list[Span] = []
-        at = now()
+        stored: list[Span] = list(spans)
+        at = self.clock()
+        t.check_spans(spans)
         with self._lock:
-            for span in spans:  # validate all before storing any
-                if span.rollout_id is not None:
-                    if span.attempt_id is None:
-                        raise StoreError(f"span {span.name!r} names rollout {span.rollout_id!r} but no attempt_id")
-                    self._attempt(span.rollout_id, span.attempt_id)
-            for span in spans:
-                bucket = self._spans.setdefault(span.rollout_id, [])
-                known = self._span_ids.setdefault(span.rollout_id, {})
-                if span.span_id in known:  # written before: a retry
-                    stored.append(span.model_copy(update={"sequence_id": known[span.span_id]}))
-                    continue
-                span = span.model_copy(update={"sequence_id": len(bucket) + 1})
-                if span.span_id:
-                    known[span.span_id] = span.sequence_id
-                bucket.append(span)
-                stored.append(span)
-                if span.rollout_id is not None:
-                    attempt = self._attempt(span.rollout_id, span.attempt_id)  # type: ignore[arg-type]
-                    attempt.last_heartbeat_time = at
-                    reward = span.attributes.get(REWARD_ATTR)
-                    if isinstance(reward, (int, float)) and attempt.status is AttemptStatus.RUNNING:
-                        attempt.reward = float(reward)
-                self._span_count += 1
+            groups = t.by_rollout(spans)
+            for rollout_id, indices in groups.items():  # validate all before storing any
+                if rollout_id is not None:
+                    for i in indices:
+                        self._attempt(rollout_id, spans[i].attempt_id)  # type: ignore[arg-type]
+            for rollout_id, indices in groups.items():
+                bucket = self._spans.setdefault(rollout_id, [])
+                known = self._span_ids.setdefault(rollout_id, {})
+                written, fresh = t.sequence_spans([spans[i] for i in indices], len(bucket) + 1, known)
+                for i, span in zip(indices, written):
+                    stored[i] = span
+                bucket.extend(fresh)
+                self._span_count += len(fresh)
+                if rollout_id is not None:
+                    for span in fresh:
+                        t.record_span(self._attempt(rollout_id, span.attempt_id), span, at)  # type: ignore[arg-type]
         return stored
 
     async def query_spans(
@@ -285,10 +175,7 @@ class MemoryStore(Store):
         self, resources: NamedResources, metadata: dict[str, Any] | None = None
     ) -> ResourcesSnapshot:
         with self._lock:
-            version = len(self._resources) + 1
-            snapshot = ResourcesSnapshot(
-                resources_id=f"res-{version}", version=version, resources=resources, metadata=metadata or {}
-            )
+            snapshot = t.new_snapshot(len(self._resources) + 1, resources, metadata, self.clock())
             snapshot = ResourcesSnapshot.model_validate(snapshot.model_dump())  # validate and detach
             self._resources.append(snapshot)
             return snapshot.model_copy()
@@ -297,7 +184,7 @@ class MemoryStore(Store):
         for snapshot in self._resources:
             if snapshot.resources_id == resources_id:
                 return snapshot
-        raise NotFoundError(f"no resources with id {resources_id!r}")
+        raise t.no_resources(resources_id)
 
     async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
         with self._lock:
@@ -319,28 +206,14 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ workers, metrics, stats
 
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        status: WorkerStatus | str | None = None,
-        active_attempts: Sequence[tuple[str, str]] | None = None,
-        info: dict[str, Any] | None = None,
+    async def _heartbeat(
+        self, worker_id: str, change: WorkerChange, active_attempts: list[tuple[str, str]], at: float
     ) -> Worker:
-        at = now()
         with self._lock:
-            for rollout_id, attempt_id in active_attempts or ():
-                self._attempt(rollout_id, attempt_id)
-            worker = self._workers.setdefault(worker_id, Worker(worker_id=worker_id))
-            worker.last_heartbeat_time = at
-            if status is not None:
-                worker.status = WorkerStatus(status)
-            if active_attempts is not None:
-                worker.active_attempts = [attempt_id for _, attempt_id in active_attempts]
-                for rollout_id, attempt_id in active_attempts:
-                    self._attempt(rollout_id, attempt_id).last_heartbeat_time = at
-            if info:
-                worker.info = {**worker.info, **info}
+            alive = [self._attempt(rollout_id, attempt_id) for rollout_id, attempt_id in active_attempts]
+            worker = self._workers[worker_id] = change(self._workers.get(worker_id))
+            for attempt in alive:
+                attempt.last_heartbeat_time = at
             return worker.model_copy()
 
     async def query_workers(self) -> list[Worker]:

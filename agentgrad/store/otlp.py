@@ -10,7 +10,6 @@ rollout. Spans whose rollout or attempt is unknown are rejected and counted in t
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import zlib
 from collections.abc import Iterable
@@ -19,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agentgrad.store.base import Store, StoreError
-from agentgrad.store.server import BodyTooLarge, error_response, exception_response
-from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanEvent, SpanStatus
+from agentgrad.semconv import ATTEMPT_ID, ROLLOUT_ID
+from agentgrad.store.base import Store
+from agentgrad.store.errors import StoreError
+from agentgrad.store.http_errors import BodyTooLarge, error_response, exception_response
+from agentgrad.types import Span, SpanEvent, SpanStatus
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -98,6 +99,8 @@ def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise OtlpError(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise OtlpError("the body is JSON nested too deeply to be an OTLP trace export") from None
     _hex_ids_to_base64(data)
     try:
         json_format.ParseDict(data, export, ignore_unknown_fields=True)
@@ -114,8 +117,8 @@ def to_spans(export: ExportTraceServiceRequest) -> list[Span]:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attributes = attributes_of(span.attributes)
-                rollout_id = attributes.get(ROLLOUT_ID_ATTR, resource.get(ROLLOUT_ID_ATTR))
-                attempt_id = attributes.get(ATTEMPT_ID_ATTR, resource.get(ATTEMPT_ID_ATTR))
+                rollout_id = attributes.get(ROLLOUT_ID, resource.get(ROLLOUT_ID))
+                attempt_id = attributes.get(ATTEMPT_ID, resource.get(ATTEMPT_ID))
                 spans.append(
                     Span(
                         rollout_id=str(rollout_id) if rollout_id is not None else None,

@@ -6,41 +6,38 @@ Starlette's router and middleware stack: per call, that stack cost as much CPU a
 own work. Paths that match no operation (404) or not its method (405, with `Allow`) fall through
 to Starlette, which has the same routes.
 
-Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong:
-`{"error": "NotFoundError", "detail": "no rollout with id 'ro-x'"}`.
+Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong
+(`http_errors`). The host, cross-site, token and body checks (`agentgrad.guard.Guard`) wrap the
+whole app as one ASGI layer, the one the gateway and the engine run behind too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-import logging
 import re
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from agentgrad.serving import ServerThread, bearer_ok, check_exposure, expected_authorization
-from agentgrad.store.api import JSON, OPERATIONS, Operation, openapi_schema
-from agentgrad.store.base import InvalidTransitionError, NotFoundError, Store, StoreError
-
-log = logging.getLogger(__name__)
+from agentgrad.dashboard import dashboard_routes
+from agentgrad.guard import Guard, check_exposure, store_errors
+from agentgrad.serving import ServerThread
+from agentgrad.store.api import JSON, OPERATIONS, Operation, arguments, openapi_schema
+from agentgrad.store.base import Store
+from agentgrad.store.http_errors import error_response, exception_answer
+from agentgrad.store.idempotency import Answer
+from agentgrad.store.otlp import otlp_traces
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (413 above): room for big batches of spans with token ids."""
-
-REPLAY_ENTRIES = 4096
-"""Answers remembered by idempotency key, so a client's retry of a write is not applied twice."""
 
 UVICORN_OPTIONS: dict[str, Any] = {
     "timeout_keep_alive": 75,  # clients drop idle connections after 30 s, before the server does
@@ -50,96 +47,19 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "date_header": False,
 }
 
-Answer = tuple[int, bytes]
-
-
-class BodyTooLarge(Exception):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"request body is larger than the server's limit of {limit} bytes; send smaller batches")
-
-
-def problem(status: int, error: str, detail: str) -> Answer:
-    return status, json.dumps({"error": error, "detail": detail}).encode()
-
-
-def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
-
-
-def validation_message(exc: ValidationError) -> str:
-    """`spans.0.name: Field required; ...`: where each problem is and what it is."""
-    parts = []
-    for error in exc.errors(include_url=False)[:10]:
-        where = ".".join(str(part) for part in error["loc"])
-        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
-    return "; ".join(parts)
-
-
-def exception_answer(exc: BaseException) -> Answer:
-    """The 4xx a store exception means; anything unexpected is a logged 500."""
-    if isinstance(exc, BodyTooLarge):
-        return problem(413, "BodyTooLarge", str(exc))
-    if isinstance(exc, ValidationError):
-        return problem(422, "ValidationError", validation_message(exc))
-    if isinstance(exc, NotFoundError):
-        return problem(404, "NotFoundError", str(exc))
-    if isinstance(exc, InvalidTransitionError):
-        return problem(409, "InvalidTransitionError", str(exc))
-    if isinstance(exc, StoreError):
-        return problem(400, "StoreError", str(exc))
-    if isinstance(exc, (ValueError, OverflowError)):  # bad enum values and numbers a backend cannot hold
-        return problem(422, "ValueError", str(exc))
-    log.error("store server failed", exc_info=exc)
-    return problem(500, "InternalError", f"{type(exc).__name__}: {exc}")
-
-
-def exception_response(exc: BaseException) -> Response:
-    status, body = exception_answer(exc)
-    return Response(body, status_code=status, media_type=JSON)
-
-
-class _Replays:
-    """Answers of recent writes by idempotency key: a retried write gets the first answer back."""
-
-    def __init__(self, size: int = REPLAY_ENTRIES) -> None:
-        self._size = size
-        self._done: OrderedDict[str, Answer] = OrderedDict()
-        self._running: dict[str, asyncio.Future[Answer]] = {}
-
-    async def run(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
-        if key in self._done:
-            return self._done[key]
-        if key in self._running:  # the first try is still being answered
-            return await asyncio.shield(self._running[key])
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._running[key] = future
-        try:
-            answer = await work()
-            if answer[0] < 500:
-                self._done[key] = answer
-                if len(self._done) > self._size:
-                    self._done.popitem(last=False)
-            future.set_result(answer)
-            return answer
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: nobody may be waiting
-            raise
-        finally:
-            del self._running[key]
-
 
 class _Handler:
-    """One operation: validates its input, calls the store, serializes the result."""
+    """One operation: validates its input, calls the store method it names, serializes the result.
 
-    def __init__(self, operation: Operation, replays: _Replays) -> None:
+    A write with an idempotency key runs through `store.run_once`, so its retries get the first answer."""
+
+    def __init__(self, operation: Operation) -> None:
         self.operation = operation
-        self.replays = replays
         self.result = TypeAdapter(operation.response)
 
     async def __call__(self, store: Store, body: bytes, query: str, key: str | None, path: dict[str, str]) -> Answer:
-        if key is not None and self.operation.body is not None:
-            return await self.replays.run(key, lambda: self._answer(store, body, query, path))
+        if key is not None and self.operation.once:
+            return await store.run_once(f"{self.operation.name}:{key}", lambda: self._answer(store, body, query, path))
         return await self._answer(store, body, query, path)
 
     async def _answer(self, store: Store, body: bytes, query: str, path: dict[str, str]) -> Answer:
@@ -151,7 +71,9 @@ class _Handler:
                 argument = operation.query.model_validate(dict(parse_qsl(query, keep_blank_values=True)))
             else:
                 argument = None
-            result = await operation.call(store, argument, **path)
+            result = await getattr(store, operation.name)(**arguments(operation, argument, path))
+            if operation.reply is not None:
+                result = operation.reply(result)
         except Exception as exc:
             return exception_answer(exc)
         return 200, self.result.dump_json(result)
@@ -221,60 +143,6 @@ def _is_public(path: str) -> bool:
     return path in ("/api/health", "/") or path.startswith("/dashboard/")
 
 
-class _Guard:
-    """Bearer-token check and request size limit, for every route of the app."""
-
-    def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int) -> None:
-        self.app = app
-        self.expected = expected_authorization(token)
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        if not _is_public(scope["path"]) and not bearer_ok(headers, self.expected):
-            response = error_response(
-                401, "Unauthorized", "this server needs 'Authorization: Bearer <token>' with the token it was started with",
-                headers={"www-authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
-            return
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
-            await exception_response(BodyTooLarge(self.max_body_bytes))(scope, receive, send)
-        elif b"transfer-encoding" in headers:
-            await self._counting(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-    async def _counting(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A body without a declared length (chunked) is counted as it arrives."""
-        received = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                raise BodyTooLarge(self.max_body_bytes)
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge as exc:
-            if started:
-                raise
-            await exception_response(exc)(scope, receive, send)
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
@@ -297,16 +165,12 @@ def create_app(
     extra_routes: Sequence[BaseRoute] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
-) -> _Guard:
-    """The store server as an ASGI app: the API under `/api/`, OTLP ingest, the dashboard at `/`.
+) -> Guard:
+    """The store server as an ASGI app, behind the guard (`agentgrad.guard`): the API under `/api/`, OTLP ingest, the dashboard at `/`.
     With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
     (the gateway, say) are served after the API's; `on_shutdown` coroutines (the gateway's `aclose`)
     run when the server stops. `app.state.store` is the store it serves."""
-    from agentgrad.dashboard import dashboard_routes
-    from agentgrad.store.otlp import otlp_traces
-
-    replays = _Replays()
-    handlers = [_Handler(operation, replays) for operation in OPERATIONS]
+    handlers = [_Handler(operation) for operation in OPERATIONS]
     schema: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:
@@ -330,7 +194,8 @@ def create_app(
     starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
     starlette.state.store = store
     starlette.state.max_body_bytes = max_body_bytes
-    app = _Guard(_Dispatch(starlette, handlers), token=token, max_body_bytes=max_body_bytes)
+    app = Guard(_Dispatch(starlette, handlers), token=token, public=_is_public, errors=store_errors,
+                max_body_bytes=max_body_bytes)
     app.state = starlette.state  # type: ignore[attr-defined]
     return app
 

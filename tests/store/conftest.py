@@ -1,5 +1,8 @@
 """Every backend in `BACKENDS` runs the whole contract suite; `http-*` are a client talking to a
-real server on loopback that keeps its data in the named backend."""
+real server on loopback that keeps its data in the named backend.
+
+Every store is built with the test's `clock` (a `ManualClock`); over HTTP the server's store
+lives in this process, so moving the clock moves the server's time too."""
 
 from __future__ import annotations
 
@@ -13,10 +16,11 @@ from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore, SqliteStore, Store
 from agentgrad.store.client import StoreClient
 from agentgrad.store.server import create_app
+from tests.helpers import ManualClock
 
-LOCAL: dict[str, Callable[[Path], Store]] = {
-    "memory": lambda tmp: MemoryStore(),
-    "sqlite": lambda tmp: SqliteStore(tmp / "store.db"),
+LOCAL: dict[str, Callable[[Path, ManualClock], Store]] = {
+    "memory": lambda tmp, clock: MemoryStore(clock=clock),
+    "sqlite": lambda tmp, clock: SqliteStore(tmp / "store.db", clock=clock),
 }
 BACKENDS = [*LOCAL, *(f"http-{name}" for name in LOCAL)]
 
@@ -29,10 +33,15 @@ def http_server() -> Iterator[tuple[Any, ServerThread]]:
         yield app, server
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+async def store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> AsyncIterator[Store]:
     name: str = request.param
-    backend = LOCAL[name.removeprefix("http-")](tmp_path)
+    backend = LOCAL[name.removeprefix("http-")](tmp_path, clock)
     if not name.startswith("http-"):
         yield backend
         await backend.close()

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from agentgrad.store import InvalidTransitionError, NotFoundError, Store, StoreError
+from tests.helpers import ManualClock
 from agentgrad.types import (
     LLM,
     AttemptStatus,
@@ -111,15 +112,17 @@ async def test_retry_on_decides_which_outcomes_are_retried(store: Store) -> None
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.FAILED
 
 
-async def test_an_attempt_past_its_timeout_is_marked_and_the_rollout_requeued(store: Store) -> None:
-    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=0.5, max_attempts=2))
+async def test_an_attempt_past_its_timeout_is_marked_and_the_rollout_requeued(store: Store, clock: ManualClock) -> None:
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=10, max_attempts=2))
     first = await store.dequeue_rollout()
+    clock.advance(10)  # exactly the timeout: not past it yet
     await store.check_attempts(force=True)
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
 
-    await asyncio.sleep(0.55)
+    clock.advance(0.001)
     await store.check_attempts(force=True)
-    assert (await store.query_attempts(rollout.rollout_id))[0].status is AttemptStatus.TIMEOUT
+    (timed_out,) = await store.query_attempts(rollout.rollout_id)
+    assert timed_out.status is AttemptStatus.TIMEOUT and timed_out.end_time == clock.now
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
 
     # the late worker cannot complete the attempt it lost
@@ -127,33 +130,90 @@ async def test_an_attempt_past_its_timeout_is_marked_and_the_rollout_requeued(st
         await store.update_attempt(rollout.rollout_id, first.attempt.attempt_id, status="succeeded")  # type: ignore[union-attr]
 
     second = await store.dequeue_rollout()
-    assert second is not None and second.attempt.sequence == 2
-    await asyncio.sleep(0.55)
+    assert second is not None and second.attempt.sequence == 2 and second.attempt.start_time == clock.now
+    clock.advance(10.001)
     await store.check_attempts(force=True)
     final = await store.get_rollout(rollout.rollout_id)
     assert final.status is RolloutStatus.FAILED and final.num_attempts == 2  # max_attempts respected
+    assert final.end_time == clock.now
 
 
-async def test_spans_and_heartbeats_keep_an_attempt_alive_silence_does_not(store: Store) -> None:
-    config = RolloutConfig(unresponsive_seconds=0.6, max_attempts=2)  # beats every 0.15 s: margin for a slow CI
+async def test_spans_and_heartbeats_keep_an_attempt_alive_silence_does_not(store: Store, clock: ManualClock) -> None:
+    config = RolloutConfig(unresponsive_seconds=10, max_attempts=2)
     rollout = await store.enqueue_rollout("t", config=config)
     claimed = await store.dequeue_rollout(worker_id="w")
     assert claimed is not None
     for _ in range(3):
-        await asyncio.sleep(0.15)
+        clock.advance(9)
         await store.add_span(span(rollout.rollout_id, claimed.attempt.attempt_id))
         await store.check_attempts(force=True)
-    await asyncio.sleep(0.15)
+    clock.advance(9)
     await store.heartbeat("w", active_attempts=[(rollout.rollout_id, claimed.attempt.attempt_id)])
-    await asyncio.sleep(0.15)
+    clock.advance(10)  # 10 s since the heartbeat: not more than the limit
     await store.check_attempts(force=True)
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
 
-    await asyncio.sleep(0.65)
+    clock.advance(0.001)
     await store.check_attempts(force=True)
     attempts = await store.query_attempts(rollout.rollout_id)
     assert attempts[0].status is AttemptStatus.UNRESPONSIVE
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
+
+
+async def test_the_health_check_runs_by_itself_at_most_every_half_second(store: Store, clock: ManualClock) -> None:
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=0.2))
+    await store.dequeue_rollout()  # scans first, finding nothing
+    clock.advance(0.3)  # past the timeout, but the last scan was under half a second ago
+    await store.check_attempts()
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.RUNNING
+    clock.advance(0.2)
+    await store.check_attempts()
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.FAILED
+
+
+async def test_a_dead_runners_rollout_runs_again_under_the_default_config(store: Store, clock: ManualClock) -> None:
+    from agentgrad.runner import HEARTBEAT_SECONDS
+
+    default = RolloutConfig()
+    assert default.unresponsive_seconds is not None and default.unresponsive_seconds >= 10 * HEARTBEAT_SECONDS
+    rollout = await store.enqueue_rollout("t")  # the default config
+    lost = await store.dequeue_rollout(worker_id="killed")
+    assert lost is not None
+    clock.advance(default.unresponsive_seconds + 1)  # the runner died: no span, no heartbeat
+    await store.check_attempts(force=True)
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.REQUEUING
+    again = await store.dequeue_rollout(worker_id="alive")
+    assert again is not None and again.rollout_id == rollout.rollout_id and again.attempt.sequence == 2
+    await store.update_attempt(rollout.rollout_id, again.attempt.attempt_id, status="succeeded", reward=1)
+    assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.SUCCEEDED
+
+    failing = await store.start_rollout("t")  # an agent's own failure is not retried by default
+    await store.update_attempt(failing.rollout_id, failing.attempt.attempt_id, status="failed")
+    assert (await store.get_rollout(failing.rollout_id)).status is RolloutStatus.FAILED
+
+
+async def test_a_lost_runner_is_retried_up_to_max_attempts_if_lost(store: Store, clock: ManualClock) -> None:
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(unresponsive_seconds=5, max_attempts_if_lost=2))
+    for _ in range(2):
+        assert await store.dequeue_rollout() is not None
+        clock.advance(6)
+        await store.check_attempts(force=True)
+    final = await store.get_rollout(rollout.rollout_id)
+    assert final.status is RolloutStatus.FAILED and final.num_attempts == 2
+
+
+async def test_records_are_stamped_by_the_stores_clock(store: Store, clock: ManualClock) -> None:
+    queued = await store.enqueue_rollout("t")
+    assert queued.enqueue_time == clock.now
+    clock.advance(3)
+    claimed = await store.dequeue_rollout(worker_id="w")
+    assert claimed is not None and claimed.start_time == claimed.attempt.start_time == clock.now
+    clock.advance(2)
+    worker = await store.heartbeat("w")
+    assert worker.last_heartbeat_time == clock.now
+    await store.update_attempt(queued.rollout_id, claimed.attempt.attempt_id, status="succeeded")
+    assert (await store.get_rollout(queued.rollout_id)).end_time == clock.now
+    assert (await store.add_resources({"p": PromptTemplate(template="x")})).create_time == clock.now
 
 
 async def test_spans_come_back_in_sequence_order_per_attempt(store: Store) -> None:
@@ -378,3 +438,48 @@ async def test_stats_count_by_status(store: Store) -> None:
     stats = await store.stats()
     assert stats.rollouts == {"queuing": 2, "succeeded": 1}
     assert stats.attempts == {"succeeded": 1} and stats.spans == 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+async def test_a_reward_that_is_not_a_finite_number_is_refused_and_changes_nothing(store: Store, bad: float) -> None:
+    started = await store.start_rollout("t")
+    rid, aid = started.rollout_id, started.attempt.attempt_id
+    with pytest.raises(StoreError, match="not a finite number"):
+        await store.update_attempt(rid, aid, status="succeeded", reward=bad)
+    with pytest.raises(StoreError, match="not a finite number"):
+        await store.add_span(span(rid, aid, "agentgrad.reward", **{"agentgrad.reward": bad}))
+    assert (await store.get_rollout(rid)).status is RolloutStatus.RUNNING
+    assert await store.query_spans(rid) == []
+    (attempt,) = await store.query_attempts(rid)
+    assert attempt.status is AttemptStatus.RUNNING and attempt.reward is None
+
+
+async def test_every_backend_words_its_errors_the_same(store: Store) -> None:
+    started = await store.start_rollout("t")
+    rid, aid = started.rollout_id, started.attempt.attempt_id
+    expected = [
+        (store.get_rollout("ro-x"), NotFoundError, "no rollout with id 'ro-x'"),
+        (store.query_attempts("ro-x"), NotFoundError, "no rollout with id 'ro-x'"),
+        (store.update_attempt(rid, "at-x", status="failed"), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
+        (store.update_attempt("ro-x", "at-x", status="failed"), NotFoundError, "no rollout with id 'ro-x'"),
+        (store.add_span(span(rid, "at-x")), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
+        (store.add_span(span(rid, None, "lonely")), StoreError, f"span 'lonely' names rollout '{rid}' but no attempt_id"),
+        (store.heartbeat("w", active_attempts=[(rid, "at-x")]), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
+        (store.query_spans(rid, "at-x"), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
+        (store.get_resources("res-9"), NotFoundError, "no resources with id 'res-9'"),
+        (store.update_resources("res-9", {}), NotFoundError, "no resources with id 'res-9'"),
+        (store.update_rollout(rid, status="failed"), InvalidTransitionError,
+         "a rollout's status follows its attempts; only 'cancelled' can be set directly, not 'failed'"),
+        (store.update_attempt(rid, aid, status="running"), InvalidTransitionError, f"attempt {aid} is already running"),
+    ]
+    for call, kind, message in expected:
+        with pytest.raises(kind) as caught:
+            await call
+        assert type(caught.value) is kind and str(caught.value) == message
+    await store.update_attempt(rid, aid, status="succeeded")
+    with pytest.raises(InvalidTransitionError) as caught:
+        await store.update_attempt(rid, aid, status="failed")
+    assert str(caught.value) == f"attempt {aid} of rollout {rid} is already succeeded; it cannot become failed"
+    with pytest.raises(InvalidTransitionError) as caught:
+        await store.update_rollout(rid, status="cancelled")
+    assert str(caught.value) == f"rollout {rid} is already succeeded"

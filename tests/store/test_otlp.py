@@ -19,7 +19,7 @@ from opentelemetry.trace import Status, StatusCode
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.store.server import create_app
-from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR
+from agentgrad.semconv import ATTEMPT_ID as ATTEMPT_ID_ATTR, ROLLOUT_ID as ROLLOUT_ID_ATTR
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_spans_for_unknown_rollouts_are_rejected_and_counted_the_rest_stored(ser
         (b'{"resourceSpans": 3}', "application/json", "resourceSpans must be a list"),
         (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', "application/json", "hex"),
         (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5}]}]}]}', "application/json", "OTLP/JSON"),
-        (b"{}", "text/plain", "application/x-protobuf"),
+        (b"{}", "application/xml", "application/x-protobuf"),  # text/plain is refused earlier, as cross-site: 403
     ],
 )
 def test_unreadable_exports_are_a_400_that_says_why(served, content, content_type, fragment) -> None:  # type: ignore[no-untyped-def]
@@ -147,4 +147,14 @@ def test_unreadable_exports_are_a_400_that_says_why(served, content, content_typ
     answer = httpx.post(server.url + "/v1/traces", content=content,
                         headers={"content-type": content_type, "authorization": "Bearer tok"})
     assert answer.status_code == 400 and fragment in answer.json()["detail"], answer.text
+    assert asyncio.run(store.stats()).spans == 0
+
+
+def test_json_nested_thousands_of_levels_deep_is_a_4xx_not_a_crash(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+    for depth in (1_000, 100_000):
+        body = b'{"resourceSpans": ' + b"[" * depth + b"]" * depth + b"}"
+        answer = httpx.post(server.url + "/v1/traces", content=body,
+                            headers={"content-type": "application/json", "authorization": "Bearer tok"})
+        assert answer.status_code == 400 and "nested too deeply" in answer.json()["detail"], answer.text
     assert asyncio.run(store.stats()).spans == 0

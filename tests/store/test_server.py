@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Iterator
 
 import httpx
@@ -19,8 +18,10 @@ from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, 
 from agentgrad.store.api import OPERATIONS
 from agentgrad.store.client import StoreClient, StoreUnreachable
 from agentgrad.store.http11 import ConnectionPool
-from agentgrad.serving import check_exposure
+from agentgrad.guard import check_exposure
 from agentgrad.store.server import create_app, store_server
+from agentgrad.types import Span
+from tests.helpers import free_port
 
 
 @pytest.fixture
@@ -143,14 +144,8 @@ def test_other_routes_are_served_next_to_the_api() -> None:
         assert answer.json() == {"data": [{"id": "m"}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_the_client_waits_for_a_server_that_is_not_up_yet() -> None:
-    port = _free_port()
+    port = free_port()
     store = MemoryStore()
 
     async def call() -> None:
@@ -197,7 +192,7 @@ def test_5xx_answers_are_retried_4xx_answers_are_not() -> None:
 
 def test_a_server_that_stays_down_is_reported_after_the_retry_window() -> None:
     async def call() -> None:
-        client = StoreClient(f"http://127.0.0.1:{_free_port()}", retry_seconds=0.5)
+        client = StoreClient(f"http://127.0.0.1:{free_port()}", retry_seconds=0.5)
         with pytest.raises(StoreUnreachable, match="failed for"):
             await client.stats()
 
@@ -263,3 +258,92 @@ def test_waiting_for_rollouts_is_one_long_poll_not_a_stream_of_requests(monkeypa
 
         asyncio.run(wait())
     assert calls == ["/api/rollouts/wait"]
+
+
+def test_concurrent_one_span_writes_share_requests_and_each_caller_gets_its_own_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paths: list[str] = []
+    original = ConnectionPool.request
+
+    async def counted(self, method, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        paths.append(path)
+        return await original(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(ConnectionPool, "request", counted)
+    store = MemoryStore()
+    with store_server(store) as server:
+
+        async def write() -> None:
+            client = StoreClient(server.url)
+            started = await client.start_rollout("t")
+            rid, aid = started.rollout_id, started.attempt.attempt_id
+            spans = [Span(rollout_id=rid, attempt_id=aid, name=f"s{i}") for i in range(40)]
+            stored = await asyncio.gather(*(client.add_span(span) for span in spans))
+            assert sorted(s.sequence_id for s in stored) == list(range(1, 41))
+            assert {s.name: s.sequence_id for s in stored} == {s.name: s.sequence_id for s in await store.query_spans(rid)}
+            # a bad span among good ones fails its own call only
+            calls = [client.add_span(Span(rollout_id=rid, attempt_id=aid, name="good-1")),
+                     client.add_span(Span(rollout_id=rid, attempt_id="at-nope", name="bad")),
+                     client.add_span(Span(rollout_id=rid, attempt_id=aid, name="good-2"))]
+            good_1, bad, good_2 = await asyncio.gather(*calls, return_exceptions=True)
+            assert isinstance(bad, NotFoundError) and "at-nope" in str(bad)
+            assert good_1.name == "good-1" and good_2.name == "good-2"  # type: ignore[union-attr]
+            assert [s.name for s in await store.query_spans(rid)][-2:] == ["good-1", "good-2"]
+            await client.close()
+
+        asyncio.run(write())
+    span_requests = [p for p in paths if p == "/api/spans"]
+    assert len(span_requests) < 40 / 4  # coalesced: most writes rode along with another's request
+
+
+def test_a_retried_write_after_a_restart_on_the_same_file_gets_its_first_answer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "store.db"
+    asyncio.run(SqliteStore(path).enqueue_rollouts([{"input": 1}, {"input": 2}]))
+    headers = {"idempotency-key": "k-dequeue"}
+    with ServerThread(create_app(SqliteStore(path))) as server:
+        first = httpx.post(server.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=headers).json()
+        aid, rid = first["attempt"]["attempt_id"], first["rollout_id"]
+        done = httpx.patch(f"{server.url}/api/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"},
+                           headers={"idempotency-key": "k-done"})
+        assert done.status_code == 200
+    with ServerThread(create_app(SqliteStore(path))) as server:  # a new process would see the same file
+        again = httpx.post(server.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=headers)
+        assert again.json() == first  # the same claim, not the next rollout
+        redone = httpx.patch(f"{server.url}/api/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"},
+                             headers={"idempotency-key": "k-done"})
+        assert redone.status_code == 200 and redone.json() == done.json()  # not a 409
+        for _ in range(2):
+            httpx.post(server.url + "/api/rollouts", json={"requests": [{"input": 3}]}, headers={"idempotency-key": "k-q"})
+            httpx.post(server.url + "/api/metrics", json={"metrics": [{"name": "m", "step": 0, "value": 1.0}]},
+                       headers={"idempotency-key": "k-m"})
+    restarted = SqliteStore(path)
+    assert asyncio.run(restarted.stats()).rollouts == {"queuing": 2, "succeeded": 1}  # enqueued once
+    assert len(asyncio.run(restarted.query_metrics("m"))) == 1  # stored once
+
+
+def test_a_reward_that_is_no_number_is_a_4xx_that_says_so(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+    started = asyncio.run(store.start_rollout("t"))
+    url = f"{server.url}/api/rollouts/{started.rollout_id}/attempts/{started.attempt.attempt_id}"
+    for literal in (b"NaN", b"Infinity", b"-Infinity"):
+        answer = httpx.patch(url, content=b'{"status": "succeeded", "reward": ' + literal + b"}",
+                             headers={"content-type": "application/json"})
+        assert answer.status_code == 400 and "not a finite number" in answer.json()["detail"], answer.text
+    assert asyncio.run(store.get_rollout(started.rollout_id)).status.value == "running"
+
+
+def test_the_operation_table_covers_every_store_method_with_its_own_parameter_names() -> None:
+    import inspect
+
+    from agentgrad.store import Store
+    from agentgrad.store.api import BY_NAME
+
+    public = {name for name, member in inspect.getmembers(Store, inspect.iscoroutinefunction)
+              if not name.startswith("_") and name not in ("close", "run_once", "enqueue_rollout", "add_span")}
+    assert public == set(BY_NAME)
+    for name, operation in BY_NAME.items():
+        parameters = set(inspect.signature(getattr(Store, name)).parameters) - {"self"}
+        model = operation.body or operation.query
+        sent = set(operation.path_params) | (set(model.model_fields) if model else set())
+        assert sent == parameters, name

@@ -2,6 +2,8 @@
 // The agentgrad dashboard: reads the store through the server's /api/ endpoints and draws it
 // with plain DOM and inline SVG. Store data (span attributes above all) is user data: it only
 // ever enters the page as text nodes or attribute values, through h() and svg().
+// Span attribute names ("agentgrad.*", "gen_ai.*") are defined in agentgrad/semconv.py; this file
+// cannot import it, so tests/test_semconv.py checks that every name spelled here is defined there.
 
 const POLL_MS = 3000;
 const PAGE_SIZE = 50;
@@ -414,7 +416,7 @@ function renderSpan(span, t0) {
   const exception = exceptionOf(span);
   const kind = exception || span.status.code === "ERROR" ? "error" : isReward ? "reward" : isLlm ? "llm" : "";
   const shown = Object.keys(a).filter((k) => !HIDDEN_ATTRIBUTES.includes(k) && !k.startsWith("exception.") &&
-    !(isReward && k.startsWith("agentgrad.reward")) && !(isLlm && (k.startsWith("gen_ai.") || k.startsWith("agentgrad.llm.") || k === "agentgrad.resources.version")));
+    !(isReward && k.startsWith("agentgrad.reward")) && !(isLlm && (k.startsWith("gen_ai.") || k.startsWith("agentgrad.llm.") || k === "agentgrad.agent.name")));
   return h("div", { class: `span ${kind}` },
     h("div", { class: "span-head" },
       h("b", {}, span.name), h("span", { class: "muted mono" }, ` #${span.sequence_id}`),
@@ -460,7 +462,8 @@ function renderLlmCall(a) {
   };
   const facts = [
     ["model", a["gen_ai.response.model"] || a["gen_ai.request.model"]],
-    ["version", a["agentgrad.resources.version"]],
+    ["weights version", a["agentgrad.llm.weights_version"]],
+    ["agent", a["agentgrad.agent.name"]],
     ["input tokens", a["gen_ai.usage.input_tokens"]],
     ["output tokens", a["gen_ai.usage.output_tokens"]],
     ["latency", a["agentgrad.llm.latency_ms"] === undefined ? undefined : `${fmtNumber(a["agentgrad.llm.latency_ms"])} ms`],

@@ -1,4 +1,4 @@
-"""Where the gateway sends calls: backends, what it asks of them, retries, and their errors.
+"""Upstreams and retries: where the gateway sends calls, what it asks of them, and their errors.
 
 A `Backend` is configuration (URL, where its API key comes from, what it can return); an
 `Upstream` is a backend ready to call. The gateway asks each upstream for token ids and
@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
+from agentgrad.semconv import CHAT, TEXT_COMPLETION
+from agentgrad.redact import redact, remember_secret
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ class Upstream:
                     f"backend {name!r} reads its API key from ${backend.api_key_env}, "
                     "which is not set in the gateway's environment"
                 )
+        remember_secret(key)
+        remember_secret(urlsplit(backend.url).password)
         parts = urlsplit(backend.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"backend {name!r}: {backend.url!r} is not an http(s) URL like http://127.0.0.1:8000/v1")
@@ -154,9 +157,12 @@ class Added:
 
 
 class GatewayError(Exception):
-    """A call that cannot succeed: the status and the OpenAI-shaped error the agent gets back."""
+    """A call that cannot succeed: the status and the OpenAI-shaped error the agent gets back.
+
+    The message is redacted (`agentgrad.redact`): it goes to the client, the span and the log."""
 
     def __init__(self, status: int, message: str, type: str, code: str | None = None, retries: int = 0) -> None:
+        message = redact(message)
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.retries = status, message, type, code, retries
 
@@ -223,7 +229,7 @@ async def post_with_retries(
         if attempt == max_retries:
             error.retries = attempt
             raise error
-        log.info("retrying %s (try %d of %d): %s", url, attempt + 2, max_retries + 1, error.message)
+        log.info("retrying %s (try %d of %d): %s", redact(url), attempt + 2, max_retries + 1, error.message)
         await asyncio.sleep(retry_wait(attempt, retry_after, backoff_s))
     raise AssertionError("unreachable")
 

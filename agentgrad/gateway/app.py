@@ -1,19 +1,20 @@
-"""The gateway: an OpenAI-compatible proxy that records every model call as a span in the store.
+"""The gateway's front end: an OpenAI-compatible ASGI app that routes each call and records it.
 
 Agents call `/v1/chat/completions`, `/v1/completions` or `/v1/models`, under
-`/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) or at the
-root with the `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` headers. The headers win
-when both are given: they are set per call, the path only when the client was built. Calls
-with neither are recorded outside any rollout.
+`/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) and/or
+`/agents/{name}` (the agent making the call), or at the root with the
+`x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` / `x-agentgrad-agent` headers. The
+headers win when both are given: they are set per call, the path only when the client was
+built. Calls with neither are recorded outside any rollout.
 
 The gateway asks the upstream for token ids and logprobs (vLLM's `return_token_ids`,
 `logprobs`), records them, and strips what it added, so the client gets the response it
 asked for. Spans are built after the last byte went to the client and written in background
-batches. The hot path is a bare ASGI app: no framework routing, orjson, one pooled aiohttp
-session.
+batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
+pooled aiohttp session.
 
 `POST …/v1/agentgrad/flush` returns once every call answered so far is in the store: the
-runner calls it on each proxied LLM's route before it closes an attempt.
+runner calls it on each proxied LLM's route before it closes an attempt (the flush barrier).
 
 Standalone: `agentgrad gateway`, or `ServerThread(Gateway(store, backends))`. On a store
 server: `routes=[*store_routes, *gateway.routes()]` or `Mount("/gateway", gateway)`; mounted
@@ -24,115 +25,55 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 
-from agentgrad import llm_spans
-from agentgrad.backends import (
+from agentgrad import semconv as sc
+from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
     Added,
     Backend,
     GatewayError,
     Upstream,
-    parse_backend,
     post_with_retries,
 )
-from agentgrad.llm_spans import CHAT, TEXT_COMPLETION
-from agentgrad.serving import bearer_ok, expected_authorization
-from agentgrad.store import NotFoundError, Store
-from agentgrad.tracer import SpanSink
-from agentgrad.types import ATTEMPT_ID_ATTR, ROLLOUT_ID_ATTR, Span, SpanStatus
-
-__all__ = ["ATTEMPT_HEADER", "ROLLOUT_HEADER", "Backend", "Gateway", "GatewayError", "flush_gateways", "parse_backend"]
+from agentgrad.gateway.checks import answer_problem, request_problem
+from agentgrad.guard import bearer_ok, expected_authorization
+from agentgrad.semconv import CHAT, TEXT_COMPLETION
+from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
 
-ROLLOUT_HEADER = "x-agentgrad-rollout-id"
-ATTEMPT_HEADER = "x-agentgrad-attempt-id"
 MAX_BODY_BYTES = 32 * 2**20
 """Larger request bodies get a 413."""
 MAX_UPSTREAM_CONNECTIONS = 1024
-FLUSH_SECONDS = 10.0
-SPAN_LINGER_SECONDS = 0.005
-"""How long the span writer waits to gather a batch: one store write per few calls, not one per call."""
 
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
-    r"/v1/(?P<endpoint>chat/completions|completions|models|agentgrad/flush)/?"
+    r"(?:/agents/(?P<agent>[^/]+))?"
+    r"/v1/(?P<endpoint>chat/completions|completions|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
 _OPERATIONS = {"chat/completions": CHAT, "completions": TEXT_COMPLETION}
-_ROLLOUT_KEY, _ATTEMPT_KEY = ROLLOUT_HEADER.encode(), ATTEMPT_HEADER.encode()
-_VERSION_KEY = llm_spans.MODEL_VERSION_HEADER.encode()
+_ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = sc.ROLLOUT_HEADER.encode(), sc.ATTEMPT_HEADER.encode(), sc.AGENT_HEADER.encode()
+_VERSION_KEY = sc.VERSION_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried; the openai client obeys this
-
-
-@dataclass
-class _Call:
-    """One proxied call, from the request to its span."""
-
-    operation: str
-    request: dict[str, Any]
-    upstream: Upstream | None
-    rollout_id: str | None
-    attempt_id: str | None
-    traceparent: bytes | None
-    started: float = field(default_factory=time.perf_counter)
-    start_time: float = field(default_factory=time.time)
-    first_token: float | None = None
-
-
-class _GatewaySink(SpanSink):
-    """Batches gateway spans; a span naming an unknown rollout or attempt is kept outside any rollout."""
-
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(store, loop)
-        self._warned: set[tuple[str | None, str | None]] = set()
-
-    async def _drain(self) -> None:
-        await asyncio.sleep(SPAN_LINGER_SECONDS)
-        await super()._drain()
-
-    async def write(self, batch: list[Span]) -> None:
-        try:
-            await self.store.add_spans(batch)
-            return
-        except NotFoundError:
-            pass
-        except Exception:
-            log.exception("gateway could not write %d span(s) to the store", len(batch))
-            return
-        for span in batch:  # one bad route must not cost the other spans of its batch
-            try:
-                await self.store.add_span(span)
-            except NotFoundError as exc:
-                if (span.rollout_id, span.attempt_id) not in self._warned:
-                    self._warned.add((span.rollout_id, span.attempt_id))
-                    log.warning(
-                        "calls routed to %s/%s are recorded outside any rollout: %s",
-                        span.rollout_id,
-                        span.attempt_id,
-                        exc,
-                    )
-                span.attributes.update({ROLLOUT_ID_ATTR: span.rollout_id, ATTEMPT_ID_ATTR: span.attempt_id})
-                await super().write([span.model_copy(update={"rollout_id": None, "attempt_id": None})])
-            except Exception:
-                log.exception("gateway could not write span %r to the store", span.name)
 
 
 class Gateway:
     """An ASGI app proxying OpenAI-compatible calls to `backends` (model name → upstream) and recording them.
 
     `default` serves models missing from the table; without it they get a 404 naming the known
-    ones. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
+    ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
+    weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
     """
 
     def __init__(
@@ -145,8 +86,9 @@ class Gateway:
         max_retries: int = MAX_RETRIES,
         retry_backoff_s: float = RETRY_BACKOFF_SECONDS,
         close_store: bool = False,
+        routers: Mapping[str, Any] | None = None,
     ) -> None:
-        if not backends and default is None:
+        if not backends and default is None and not routers:
             raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
         self.store = store
         self._upstreams = {
@@ -162,24 +104,26 @@ class Gateway:
         self.max_retries = max_retries
         self.retry_backoff_s = retry_backoff_s
         self._close_store = close_store
+        self._routers = dict(routers or {})
         self._models_body = orjson.dumps(
             {
                 "object": "list",
                 "data": [
                     {"id": n, "object": "model", "created": 0, "owned_by": u.backend.system}
                     for n, u in self._upstreams.items()
-                ],
+                ]
+                + [{"id": n, "object": "model", "created": 0, "owned_by": r.system} for n, r in self._routers.items()],
             }
         )
         self._session: Any = None
-        self._sink: _GatewaySink | None = None
+        self._sink: GatewaySink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recording = 0
         self._recorded = asyncio.Event()
 
     @property
     def models(self) -> list[str]:
-        return list(self._upstreams)
+        return [*self._upstreams, *self._routers]
 
     def routes(self) -> list[Any]:
         """Starlette routes serving the gateway at the root of a host app (a store server)."""
@@ -187,7 +131,9 @@ class Gateway:
 
         return [
             Route("/v1/{path:path}", self),
+            Route("/agents/{agent}/v1/{path:path}", self),
             Route("/rollouts/{rollout_id}/attempts/{attempt_id}/v1/{path:path}", self),
+            Route("/rollouts/{rollout_id}/attempts/{attempt_id}/agents/{agent}/v1/{path:path}", self),
         ]
 
     # ------------------------------------------------------------------ lifecycle
@@ -199,7 +145,7 @@ class Gateway:
         import aiohttp
 
         self._loop = asyncio.get_running_loop()
-        self._sink = _GatewaySink(self.store, self._loop)
+        self._sink = GatewaySink(self.store, self._loop)
         self._recorded = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=MAX_UPSTREAM_CONNECTIONS, keepalive_timeout=60),
@@ -243,27 +189,28 @@ class Gateway:
         root = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
+        headers = dict(scope["headers"])
+        if not bearer_ok(headers.get(b"authorization"), self._auth):  # before routing: no route is told to strangers
+            message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
+            return await _reject(send, 401, message, "invalid_api_key")
         match = _ROUTE.fullmatch(path)
         if match is None:
             return await _reject(
                 send,
                 404,
                 f"no gateway route {path!r}; use /v1/chat/completions, /v1/completions or /v1/models, "
-                "optionally under /rollouts/{rollout_id}/attempts/{attempt_id}",
+                "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
-        headers = dict(scope["headers"])
-        if not bearer_ok(headers, self._auth):  # constant-time comparison
-            message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
-            return await _reject(send, 401, message, "invalid_api_key")
         endpoint, method = match["endpoint"], scope["method"]
         expected = "GET" if endpoint == "models" else "POST"
         if method != expected:
-            return await _reject(send, 405, f"{path} takes {expected}, not {method}", "method_not_allowed")
+            error = GatewayError(405, f"{path} takes {expected}, not {method}", "invalid_request_error", "method_not_allowed")
+            return await _send_error(send, error, extra=[(b"allow", expected.encode())])
         await self.start()
         if endpoint == "models":
             await _send_json(send, 200, self._models_body)
-        elif endpoint == "agentgrad/flush":
+        elif endpoint == sc.FLUSH_ENDPOINT:
             await self.flush()
             await _send_json(send, 200, b'{"flushed":true}')
         else:
@@ -286,11 +233,16 @@ class Gateway:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
         if (rollout is None) != (attempt is None):
-            return await _reject(send, 400, f"send both {ROLLOUT_HEADER} and {ATTEMPT_HEADER}, or neither")
+            return await _reject(send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither")
         if rollout is not None:
             rollout_id, attempt_id = rollout.decode("latin-1"), attempt.decode("latin-1")  # type: ignore[union-attr]
         else:
             rollout_id, attempt_id = match["rollout"], match["attempt"]
+        named = headers.get(_AGENT_KEY)  # the header wins over the route, like the attempt's
+        if named is not None:
+            agent: str | None = named.decode("utf-8", "replace")
+        else:
+            agent = unquote(match["agent"]) if match["agent"] else None
         try:
             body = await _read_body(receive)
         except ConnectionError:
@@ -304,50 +256,63 @@ class Gateway:
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
             return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
         model = request["model"]
-        upstream = self._upstreams.get(model) or self._default
-        call = _Call(
-            operation, request, upstream, rollout_id, attempt_id, headers.get(b"traceparent"), started, start_time
-        )
-        if upstream is None:
-            await self._fail(
-                send,
-                call,
-                GatewayError(
-                    404,
-                    f"model {model!r} is not served by this gateway; known models: {sorted(self._upstreams)}",
-                    "invalid_request_error",
-                    "model_not_found",
-                ),
-            )
-            return
-        outgoing, added = upstream.prepare(request, operation)
+        router = self._routers.get(model)
+        lease = await router.acquire(rollout_id) if router is not None else None  # a replica, held through a sync
+        upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
         try:
-            response, retries = await post_with_retries(
-                self._session,
-                upstream,
-                operation,
-                outgoing,
-                max_retries=self.max_retries,
-                backoff_s=self.retry_backoff_s,
+            call = Call(
+                operation, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
+                started, start_time,
             )
-        except GatewayError as error:
-            await self._fail(send, call, error)
-            return
-        try:
-            version = response.headers.get(llm_spans.MODEL_VERSION_HEADER)
-            if response.status >= 400:
-                error = GatewayError.from_response(upstream, response.status, await response.read())
-                error.retries = retries
+            if upstream is None:
+                await self._fail(
+                    send,
+                    call,
+                    GatewayError(
+                        404,
+                        f"model {model!r} is not served by this gateway; known models: {sorted(self._upstreams)}",
+                        "invalid_request_error",
+                        "model_not_found",
+                    ),
+                )
+                return
+            problem = request_problem(operation, request)
+            if problem is not None:
+                return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
+            try:
+                outgoing, added = upstream.prepare(request, operation)
+            except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
+                return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
+            try:
+                response, retries = await post_with_retries(
+                    self._session,
+                    upstream,
+                    operation,
+                    outgoing,
+                    max_retries=self.max_retries,
+                    backoff_s=self.retry_backoff_s,
+                )
+            except GatewayError as error:
                 await self._fail(send, call, error)
-            elif request.get("stream") and response.content_type == "text/event-stream":
-                await self._relay_stream(send, call, response, added, version, retries)
-            else:
-                await self._relay(send, call, await response.read(), added, version, retries)
+                return
+            try:
+                version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
+                if response.status >= 400:
+                    error = GatewayError.from_response(upstream, response.status, await response.read())
+                    error.retries = retries
+                    await self._fail(send, call, error)
+                elif request.get("stream") and response.content_type == "text/event-stream":
+                    await self._relay_stream(send, call, response, added, version, retries)
+                else:
+                    await self._relay(send, call, await response.read(), added, version, retries)
+            finally:
+                response.release()
         finally:
-            response.release()
+            if lease is not None:
+                router.release(lease)
 
     async def _relay(
-        self, send: Any, call: _Call, payload: bytes, added: Added, version: str | None, retries: int
+        self, send: Any, call: Call, payload: bytes, added: Added, version: str | None, retries: int
     ) -> None:
         try:
             answer = orjson.loads(payload)
@@ -367,7 +332,12 @@ class Gateway:
                 ),
             )
             return
-        response_attributes = llm_spans.response_attributes(call.operation, answer, version)  # before stripping
+        problem = answer_problem(call.operation, answer)
+        if problem is not None:
+            message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
+            error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
+            return await self._fail(send, call, error)
+        answered = response_attributes(call.operation, answer, version)  # before stripping
         if added:
             added.strip(answer)
             payload = orjson.dumps(answer)
@@ -375,16 +345,16 @@ class Gateway:
         try:
             await _send_json(send, 200, payload, version)
         finally:
-            self._record(call, response_attributes, None, retries)
+            self._record(call, answered, None, retries)
 
     async def _relay_stream(
-        self, send: Any, call: _Call, response: Any, added: Added, version: str | None, retries: int
+        self, send: Any, call: Call, response: Any, added: Added, version: str | None, retries: int
     ) -> None:
         import aiohttp
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler = llm_spans.StreamAssembler(call.operation)
+        assembler = StreamAssembler(call.operation)
         error: GatewayError | None = None
         pending = b""
         try:
@@ -396,19 +366,22 @@ class Gateway:
                 out = b"".join([_relay_event(event, assembler, added, call) for event in events])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, _BadChunk) as exc:
             name = call.upstream.name if call.upstream else "?"
-            message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
-            error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
+            if isinstance(exc, _BadChunk):
+                message, code = f"upstream {name!r} sent a malformed stream chunk: {exc}", "bad_upstream_response"
+            else:
+                message, code = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}", "stream_interrupted"
+            error = GatewayError(502, message, "upstream_error", code, retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
-        response_attributes = llm_spans.response_attributes(call.operation, assembler.result(), version)
+        answered = response_attributes(call.operation, assembler.result(), version)
         self._recording += 1
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            self._record(call, response_attributes, error, retries)
+            self._record(call, answered, error, retries)
 
-    async def _fail(self, send: Any, call: _Call, error: GatewayError) -> None:
+    async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
         self._recording += 1
         try:
             await _send_error(send, error, extra=[_NO_CLIENT_RETRY])
@@ -416,42 +389,11 @@ class Gateway:
             self._record(call, {}, error, error.retries)
 
     def _record(
-        self, call: _Call, response_attributes: dict[str, Any], error: GatewayError | None, retries: int
+        self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int
     ) -> None:
         """Build the call's span and queue it for the store (after the client got its answer)."""
         try:
-            elapsed = time.perf_counter() - call.started
-            system = call.upstream.backend.system if call.upstream else "openai"
-            attributes = llm_spans.request_attributes(call.operation, call.request, system)
-            if call.upstream is not None:
-                attributes["server.address"], attributes["server.port"] = call.upstream.address, call.upstream.port
-            attributes.update(response_attributes)
-            attributes[llm_spans.LATENCY_MS] = round(elapsed * 1000, 3)
-            if call.first_token is not None:
-                attributes[llm_spans.TIME_TO_FIRST_TOKEN_MS] = round((call.first_token - call.started) * 1000, 3)
-            if retries:
-                attributes["agentgrad.llm.retries"] = retries
-            status = SpanStatus(code="OK")
-            if error is not None:
-                attributes["error.type"] = error.code or str(error.status)
-                attributes["http.response.status_code"] = error.status
-                status = SpanStatus(code="ERROR", description=error.message)
-            trace_id, parent_id = _parse_traceparent(call.traceparent)
-            span = Span.model_construct(  # every field is built here, of the right type: no validation pass
-                rollout_id=call.rollout_id,
-                attempt_id=call.attempt_id,
-                sequence_id=0,
-                trace_id=trace_id or f"{random.getrandbits(128):032x}",
-                span_id=f"{random.getrandbits(64):016x}",
-                parent_id=parent_id,
-                name=f"{call.operation} {call.request.get('model')}",
-                start_time=call.start_time,
-                end_time=call.start_time + elapsed,
-                attributes=attributes,
-                events=[],
-                status=status,
-            )
-            self._sink.put(span)  # type: ignore[union-attr]
+            self._sink.put(call_span(call, answered, error, retries))  # type: ignore[union-attr]
         except Exception:
             log.exception("could not record a call to %s", call.request.get("model"))
         finally:
@@ -460,7 +402,11 @@ class Gateway:
                 self._recorded.set()
 
 
-def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Added, call: _Call) -> bytes:
+class _BadChunk(ValueError):
+    """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
+
+
+def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: Call) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
     if not event.startswith(b"data:"):
         return event + b"\n\n" if event else b""
@@ -473,6 +419,9 @@ def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Adde
         return event + b"\n\n"
     if not isinstance(chunk, dict):
         return event + b"\n\n"
+    problem = answer_problem(call.operation, chunk, chunk=True)
+    if problem is not None:
+        raise _BadChunk(problem)
     if call.first_token is None and chunk.get("choices"):
         call.first_token = time.perf_counter()
     assembler.add(chunk)
@@ -481,16 +430,6 @@ def _relay_event(event: bytes, assembler: llm_spans.StreamAssembler, added: Adde
     if not added.strip(chunk):
         return b""
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-def _parse_traceparent(value: bytes | None) -> tuple[str | None, str | None]:
-    """W3C `traceparent` (00-<trace id>-<parent span id>-<flags>): nests the call under the agent's span."""
-    if value is None:
-        return None, None
-    parts = value.decode("latin-1").split("-")
-    if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
-        return parts[1], parts[2]
-    return None, None
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -525,21 +464,3 @@ async def _send_error(send: Any, error: GatewayError, extra: Iterable[tuple[byte
 async def _reject(send: Any, status: int, message: str, code: str | None = None) -> None:
     """Refuse a request the gateway cannot make sense of (it never reaches an upstream)."""
     await _send_error(send, GatewayError(status, message, "invalid_request_error", code))
-
-
-# ----------------------------------------------------------------------------- runner side
-
-
-async def flush_gateways(base_urls: Iterable[str], client: Any) -> None:
-    """Ask the gateways at these routes (`…/v1`) to store every call answered so far.
-
-    The runner calls this before it closes an attempt, so an algorithm that reads the spans of
-    a finished rollout finds its last model call too. `client` is an `httpx.AsyncClient`.
-    """
-    for url in sorted({base.rstrip("/") + "/agentgrad/flush" for base in base_urls}):
-        try:
-            response = await client.post(url, timeout=FLUSH_SECONDS)
-            if response.status_code != 200:
-                log.warning("gateway flush at %s answered %d: %s", url, response.status_code, response.text[:200])
-        except Exception as exc:
-            log.warning("could not flush the gateway at %s: %s", url, exc)

@@ -1,0 +1,135 @@
+"""The policy served by vLLM: the trainer's HF model here, its rollouts sampled by vLLM servers.
+
+Same surface as `LocalPolicy` (start/stop, `llm()`, `model`, save/load), plus `sync()` after
+each update: generation is held (the gateway's `ReplicaPool` drains calls in flight and holds
+new ones, and each server is paused with `/pause?mode=wait`), the weights travel by the chosen
+transport (`agentgrad.engine.weight_sync`), the prefix cache is reset, and generation resumes
+on the new version. Every span the gateway records names the version that produced it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from agentgrad.algorithms.policy import LocalPolicy
+from agentgrad.gateway.upstreams import Backend
+from agentgrad.engine import Engine
+from agentgrad.engine.model import resolve_model
+from agentgrad.engine.vllm import VLLMServer, attach_servers, report_capabilities, start_servers
+from agentgrad.engine.weight_sync import LORA_NAME, WeightTransport, make_transport
+from agentgrad.gateway.replicas import ReplicaPool
+from agentgrad.serving import ServerThread
+from agentgrad.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class VLLMPolicy(LocalPolicy):
+    """`replicas` vLLM servers of `model` started on loopback, or the servers at `urls`.
+
+    `transport` is `auto` (LoRA adapters with `lora_rank > 0`, NCCL on GPUs, files otherwise),
+    `file`, `lora` or `nccl`. `vllm_args` are passed to every started server.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        engine: Engine | None = None,
+        model: str | None = None,
+        *,
+        replicas: int = 1,
+        urls: Sequence[str] = (),
+        transport: str = "auto",
+        vllm_args: Sequence[str] = (),
+        lora_rank: int = 0,
+        lora_alpha: int = 16,
+        lora_targets: list[str] | str = "all-linear",
+    ) -> None:
+        if replicas < 1 and not urls:
+            raise ValueError(f"replicas must be at least 1, got {replicas}")
+        # the trainer's copy samples nothing: fp32 only, no bf16 sampling copy
+        engine = engine or Engine(model, sampling_dtype=torch.float32)
+        super().__init__(store, engine, model, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets)
+        self.model_path = resolve_model(model)
+        self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
+        self.servers: list[VLLMServer] = []
+        self.pool: ReplicaPool | None = None
+        self.transport: WeightTransport | None = None
+        self.capabilities = ""
+        self.last_sync_seconds = 0.0
+        self._client = httpx.Client(timeout=300.0)
+
+    def start(self) -> None:
+        from agentgrad.gateway import Gateway
+
+        try:
+            if self.urls:
+                self.servers = attach_servers(self.urls)
+            else:
+                self.servers = start_servers(self.model_path, self.engine.name, self.replicas, lora_rank=self.lora_rank,
+                                             extra_args=self.vllm_args)
+            urls = [s.url for s in self.servers]
+            self.transport = make_transport(self.transport_kind, urls, lora=self.lora_rank > 0)
+            self.capabilities = report_capabilities(self.servers, self.transport.name)
+            log.info(self.capabilities)
+            missing = sorted({r for s in self.servers for r in s.missing(self.transport.name)})
+            if missing:
+                raise RuntimeError(f"the vLLM servers lack {', '.join(missing)}, which weight transport "
+                                   f"{self.transport.name!r} needs; {self.capabilities}")
+            served = LORA_NAME if self.lora_rank > 0 else None
+            backends = [Backend(url=s.api_url, system="vllm", model=served) for s in self.servers]
+            self.pool = ReplicaPool(self.engine.name, backends, version=self.engine.version)
+            self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
+            gateway = ServerThread(Gateway(self.store, routers={self.engine.name: self.pool})).start()
+            self._servers.append(gateway)
+            self.gateway_url = gateway.url
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        super().stop()
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        for server in self.servers:
+            server.stop()
+        self.servers = []
+
+    def sync(self) -> float:
+        """Serve the trainer's current weights (`engine.version`) from the next call on; returns the seconds taken."""
+        if self.pool is None or self.transport is None:
+            raise RuntimeError("start the vLLM policy before syncing its weights")
+        began = time.perf_counter()
+        version = self.engine.version
+        with self.pool.exclusive():
+            for server in self.servers:
+                self._post(server, "/pause", params={"mode": "wait"})
+            try:
+                self.transport.push(self.model, version)
+                if self.transport.name != "lora":  # an adapter has its own cache entries
+                    for server in self.servers:
+                        self._post(server, "/reset_prefix_cache")
+            finally:
+                for server in self.servers:
+                    self._post(server, "/resume")
+            self.pool.version = version
+        self.last_sync_seconds = time.perf_counter() - began
+        return self.last_sync_seconds
+
+    def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        state = super().load(directory, optimizer)
+        self.sync()
+        return state
+
+    def _post(self, server: VLLMServer, route: str, **kwargs: Any) -> None:
+        response = self._client.post(server.url + route, **kwargs)
+        if response.status_code != 200:
+            raise RuntimeError(f"vLLM at {server.url}: POST {route} answered {response.status_code}: {response.text[:300]}")

@@ -1,0 +1,203 @@
+"""The `ray` strategy: the system laid out on a Ray cluster; Ray schedules, restarts and places.
+
+- Store server, gateway and the algorithm (with the engine serving rollouts) on the driver (the head).
+- Runners: `n_runners` Ray actors per node, restarted by Ray when they die. A restarted runner
+  first gives up the attempts its dead predecessor left running (same worker id), so their
+  rollouts are requeued at once; a runner whose node vanished stops heartbeating and its
+  attempts are given up after `UNRESPONSIVE_SECONDS` (`RAY_ROLLOUT_CONFIG`).
+- Training group (`train_processes > 1`): that many Ray actors running the FSDP2 update
+  (`RayGroup`), one GPU each where the cluster has GPUs, else one CPU.
+
+`ray.init()` joins the cluster at `RAY_ADDRESS`, or starts a local one bound to loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from agentgrad.litagent import LitAgent
+from agentgrad.runner import Hook
+from agentgrad.strategies import UNRESPONSIVE_SECONDS, Layout, release_attempts
+from agentgrad.types import AttemptStatus, RolloutConfig
+
+log = logging.getLogger(__name__)
+
+RAY_ROLLOUT_CONFIG = RolloutConfig(unresponsive_seconds=UNRESPONSIVE_SECONDS, max_attempts=3,
+                                   retry_on=[AttemptStatus.UNRESPONSIVE])
+"""Rollouts queued without a retry policy: a lost runner's attempt is retried up to twice more."""
+
+
+def connect() -> bool:
+    """Join `RAY_ADDRESS`'s cluster, or start a local one on loopback; True when the cluster is this machine only."""
+    import ray
+
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        else:
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    return all(n["NodeManagerAddress"] in ("127.0.0.1", "localhost") for n in nodes) or len(nodes) == 1
+
+
+class RunnerActor:
+    """A `Runner` in a Ray actor, on its own event loop thread; `ping` answers while it works."""
+
+    def __init__(self, url: str, token: str, agent: LitAgent, worker_id: str, concurrency: int, hooks: Sequence[Hook]) -> None:
+        self.worker_id = worker_id
+        self._loop = asyncio.new_event_loop()
+        self._runner: Any = None
+        self._thread = threading.Thread(target=self._loop.run_until_complete,
+                                        args=(self._main(url, token, agent, concurrency, hooks),), daemon=True)
+        self._thread.start()
+
+    async def _main(self, url: str, token: str, agent: LitAgent, concurrency: int, hooks: Sequence[Hook]) -> None:
+        from agentgrad.runner import Runner
+        from agentgrad.store.client import StoreClient
+
+        store = StoreClient(url, token)
+        try:
+            # this process is new: an attempt still running under this worker id was its dead predecessor's
+            released = await release_attempts(store, {self.worker_id}, "runner actor died and was restarted")
+            if released:
+                log.warning("%s restarted: %d attempt(s) of its predecessor go back to the queue", self.worker_id, released)
+            self._runner = Runner(agent, store, worker_id=self.worker_id, hooks=hooks, concurrency=concurrency)
+            await self._runner.run()
+        finally:
+            await store.close()
+
+    def ping(self) -> str:
+        return self.worker_id
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._loop.call_soon_threadsafe(self._runner.stop)
+        self._thread.join(10)
+
+
+def start_runners(url: str, token: str, agent: LitAgent, per_node: int, concurrency: int, hooks: Sequence[Hook]) -> list[Any]:
+    """`per_node` runner actors on every alive node, named by their worker id, restarted whenever they die."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(RunnerActor)
+    actors = []
+    nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: n["NodeID"])
+    for node_index, node in enumerate(nodes):
+        for i in range(per_node):
+            worker_id = f"runner-{node_index}-{i}"
+            actors.append(remote.options(
+                name=worker_id, max_restarts=-1, num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
+            ).remote(url, token, agent, worker_id, concurrency, list(hooks)))
+    ray.get([a.ping.remote() for a in actors])  # all constructed
+    return actors
+
+
+# ----------------------------------------------------------------------------- the training group
+
+
+class TrainingRank:
+    """One rank of the training group in a Ray actor: a `ShardedPolicy` driven by `call`."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.sharded: Any = None
+
+    def address(self) -> tuple[str, int]:
+        import ray
+
+        from agentgrad.distributed.group import free_port
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def setup(self, master: tuple[str, int], make_model: Any, options: dict[str, Any]) -> None:
+        from agentgrad.distributed.fsdp import ShardedPolicy
+        from agentgrad.distributed.group import init_from_env
+
+        os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")  # Ray gives each actor its own GPU
+        init_from_env()
+        self.sharded = ShardedPolicy(make_model(), **options)
+
+    def call(self, method: str, args: tuple[Any, ...]) -> Any:
+        result = getattr(self.sharded, method)(*args)
+        return result if self.rank == 0 else None
+
+
+class RayGroup:
+    """`world_size` `TrainingRank` actors spread over the cluster; a `TrainingGroup`."""
+
+    def __init__(self, world_size: int, config: Any, state: dict[str, Any], **policy_options: Any) -> None:
+        import ray
+
+        from agentgrad.distributed.group import FromConfig
+
+        gpus = ray.cluster_resources().get("GPU", 0) >= world_size
+        remote = ray.remote(num_gpus=1, num_cpus=0)(TrainingRank) if gpus else ray.remote(num_cpus=1)(TrainingRank)
+        self.world_size = world_size
+        self.actors = [remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)]
+        master = ray.get(self.actors[0].address.remote())
+        ray.get([a.setup.remote(master, FromConfig(config, state if r == 0 else None), policy_options)
+                 for r, a in enumerate(self.actors)])
+
+    def call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        return ray.get([a.call.remote(method, args) for a in self.actors])[0]
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+
+
+# ----------------------------------------------------------------------------- the strategy
+
+
+async def run_with_ray(trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Any:
+    """Serve the store from the driver, start the runner actors, run the algorithm, stop them."""
+    import ray
+
+    from agentgrad.store.server import store_server
+
+    local = await asyncio.to_thread(connect)
+    token = secrets.token_urlsafe(16)
+    server = await asyncio.to_thread(store_server(trainer.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start)
+    url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
+    algorithm = trainer.algorithm
+    default_config, default_launcher = algorithm.rollout_config, getattr(algorithm, "training_launcher", None)
+    algorithm.rollout_config = default_config or RAY_ROLLOUT_CONFIG
+    if hasattr(algorithm, "training_launcher"):
+        algorithm.training_launcher = RayGroup  # type: ignore[attr-defined]
+    actors: list[Any] = []
+    try:
+        actors = await asyncio.to_thread(start_runners, url, token, agent, trainer.n_runners, trainer.runner_concurrency,
+                                         trainer.hooks)
+        log.info("store served at %s to %d runner actors", url, len(actors))
+        return await algorithm.run(train_data, val_data)
+    finally:
+        algorithm.rollout_config = default_config
+        if hasattr(algorithm, "training_launcher"):
+            algorithm.training_launcher = default_launcher  # type: ignore[attr-defined]
+        await asyncio.to_thread(_stop_runners, actors)
+        await asyncio.to_thread(server.stop)
+
+
+def _stop_runners(actors: list[Any]) -> None:
+    import ray
+
+    stops = [a.stop.remote() for a in actors]
+    ray.wait(stops, num_returns=len(stops), timeout=15)
+    for actor in actors:
+        ray.kill(actor, no_restart=True)

@@ -1,0 +1,79 @@
+"""Routing by environment: agents that build `OpenAI()` with no arguments call the attempt's gateway route.
+
+`GatewayEnvHook` points `OPENAI_BASE_URL` / `OPENAI_API_KEY` at the attempt's gateway route
+while each attempt runs, for agents that build `OpenAI()` (or LangChain's `ChatOpenAI()`) with
+no arguments, and for any program they start. Environment variables are per process: this is
+for runner processes that run one attempt at a time; overlapping attempts fall back to
+`instrument_openai()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from agentgrad.instrument import instrument_openai
+from agentgrad.runner import Hook
+from agentgrad.semconv import gateway_route
+
+log = logging.getLogger(__name__)
+
+
+class GatewayEnvHook(Hook):
+    """Sets `OPENAI_BASE_URL` to `{gateway}/rollouts/{rollout}/attempts/{attempt}/v1` and
+    `OPENAI_API_KEY` to `api_key` while each attempt runs, and restores them after.
+
+    `gateway_url` is the gateway's base URL as agents would use it (`http://127.0.0.1:8090/v1`,
+    or with the prefix it is mounted under). When attempts overlap in one process (a runner
+    with `concurrency > 1`, or several runners in threads) one variable cannot name them all:
+    it then holds the un-routed gateway URL and `instrument_openai()` routes each call by its
+    context instead.
+    """
+
+    _active: dict[str, str] = {}  # attempt id -> route, for every attempt running in this process
+    _saved: dict[str, str | None] = {}
+    _class_lock = threading.Lock()
+
+    def __init__(self, gateway_url: str, api_key: str = "agentgrad") -> None:
+        base = gateway_url.rstrip("/")
+        self.root = base[: -len("/v1")] if base.endswith("/v1") else base
+        self.api_key = api_key
+
+    def route(self, rollout_id: str, attempt_id: str) -> str:
+        return gateway_route(self.root, rollout_id, attempt_id)
+
+    def on_trace_start(self, *, agent: Any, runner: Any, rollout: Any) -> None:
+        cls = GatewayEnvHook
+        with cls._class_lock:
+            if not cls._active:
+                cls._saved = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+            cls._active[rollout.attempt.attempt_id] = self.route(rollout.rollout_id, rollout.attempt.attempt_id)
+            self._apply()
+
+    async def on_trace_end(self, *, agent: Any, runner: Any, rollout: Any) -> None:
+        cls = GatewayEnvHook
+        with cls._class_lock:
+            cls._active.pop(rollout.attempt.attempt_id, None)
+            if cls._active:
+                self._apply()
+            else:
+                for name, value in cls._saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+        # the gateway writes spans in the background: have this attempt's in before the runner closes it
+        await runner.flush_gateways([self.route(rollout.rollout_id, rollout.attempt.attempt_id)])
+
+    def _apply(self) -> None:
+        active = GatewayEnvHook._active
+        if len(active) == 1:
+            os.environ["OPENAI_BASE_URL"] = next(iter(active.values()))
+        else:
+            if os.environ.get("OPENAI_BASE_URL") != f"{self.root}/v1":
+                log.info("%d attempts share this process: routing their openai calls by context", len(active))
+            os.environ["OPENAI_BASE_URL"] = f"{self.root}/v1"
+            instrument_openai()
+        os.environ["OPENAI_API_KEY"] = self.api_key

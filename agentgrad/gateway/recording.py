@@ -1,0 +1,298 @@
+"""Recording spans: OpenAI requests and responses as OpenTelemetry GenAI attributes, written in batches.
+
+The gateway builds one span per call after the last byte went to the client, and the sink
+writes them to the store in background batches. Attribute names and the layout of token ids
+and logprobs are `agentgrad.semconv`'s; `semconv.recorded_choices` reads them back. Messages
+keep the OpenAI shape (role, content, tool_calls), so they replay straight into a chat template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agentgrad import semconv as sc
+from agentgrad.semconv import CHAT
+from agentgrad.store import NotFoundError, Store
+from agentgrad.tracer import SpanSink
+from agentgrad.types import Span, SpanStatus
+
+if TYPE_CHECKING:
+    from agentgrad.gateway.upstreams import GatewayError, Upstream
+
+log = logging.getLogger(__name__)
+
+SPAN_LINGER_SECONDS = 0.005
+"""How long the span writer waits to gather a batch: one store write per few calls, not one per call."""
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, default=repr).decode()
+
+
+def request_attributes(operation: str, request: dict[str, Any], system: str) -> dict[str, Any]:
+    """What the client asked for (its own request, before the gateway added anything)."""
+    attributes: dict[str, Any] = {
+        sc.GEN_AI_OPERATION: operation,
+        sc.GEN_AI_SYSTEM: system,
+        sc.GEN_AI_REQUEST_MODEL: request.get("model"),
+        sc.LLM_STREAM: bool(request.get("stream")),
+    }
+    for key, name in sc.GEN_AI_REQUEST_PARAMS.items():
+        value = request.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            attributes[name] = value
+    stop = request.get("stop")
+    if stop:
+        attributes[sc.GEN_AI_REQUEST_STOP] = [stop] if isinstance(stop, str) else list(stop)
+    if operation == CHAT:
+        attributes[sc.GEN_AI_INPUT_MESSAGES] = _json(request.get("messages"))
+        if request.get("tools"):
+            attributes[sc.GEN_AI_TOOL_DEFINITIONS] = _json(request["tools"])
+    else:
+        prompt = request.get("prompt")
+        attributes[sc.LLM_PROMPT] = prompt if isinstance(prompt, str) else _json(prompt)
+    return attributes
+
+
+def _logprobs(operation: str, logprobs: Any) -> list[float] | None:
+    if not isinstance(logprobs, dict):
+        return None
+    if operation == CHAT:
+        content = logprobs.get("content")
+        return None if content is None else [entry.get("logprob") for entry in content]
+    values = logprobs.get("token_logprobs")
+    return None if values is None else list(values)
+
+
+def response_attributes(operation: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
+    """What the upstream answered, in the layout `agentgrad.semconv` describes."""
+    attributes: dict[str, Any] = {}
+    if response.get("id") is not None:
+        attributes[sc.GEN_AI_RESPONSE_ID] = response["id"]
+    if response.get("model") is not None:
+        attributes[sc.GEN_AI_RESPONSE_MODEL] = response["model"]
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        if usage.get("prompt_tokens") is not None:
+            attributes[sc.GEN_AI_INPUT_TOKENS] = usage["prompt_tokens"]
+        if usage.get("completion_tokens") is not None:
+            attributes[sc.GEN_AI_OUTPUT_TOKENS] = usage["completion_tokens"]
+    version = sc.model_version(version_header, response.get("system_fingerprint"))
+    if version is not None:
+        attributes[sc.WEIGHTS_VERSION] = version
+
+    choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
+    attributes[sc.CHOICE_COUNT] = len(choices)
+    attributes[sc.GEN_AI_FINISH_REASONS] = [c.get("finish_reason") or "" for c in choices]
+    if operation == CHAT:
+        messages = [c.get("message") or {} for c in choices]
+    else:
+        messages = [{"role": "assistant", "content": c.get("text")} for c in choices]
+    attributes[sc.GEN_AI_OUTPUT_MESSAGES] = _json(messages)
+
+    prompt_ids = response.get("prompt_token_ids")
+    if prompt_ids is None and choices:
+        prompt_ids = choices[0].get("prompt_token_ids")
+    if prompt_ids is not None:
+        attributes[sc.PROMPT_TOKEN_IDS] = prompt_ids
+    for i, choice in enumerate(choices):
+        prefix = sc.choice_prefix(i)
+        if choice.get("token_ids") is not None:
+            attributes[prefix + "response_token_ids"] = choice["token_ids"]
+        logprobs = _logprobs(operation, choice.get("logprobs"))
+        if logprobs is not None:
+            attributes[prefix + "response_logprobs"] = logprobs
+        own_prompt = choice.get("prompt_token_ids")
+        if i > 0 and own_prompt is not None and own_prompt != prompt_ids:
+            attributes[prefix + "prompt_token_ids"] = own_prompt
+    return attributes
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+class StreamAssembler:
+    """Rebuilds the non-streaming response from SSE chunks: content, tool calls, token ids, logprobs."""
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        self.response: dict[str, Any] = {}
+        self._choices: dict[int, dict[str, Any]] = {}
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        for key in ("id", "model", "created", "system_fingerprint", "usage", "prompt_token_ids"):
+            if chunk.get(key) is not None:
+                self.response[key] = chunk[key]
+        for delta_choice in chunk.get("choices") or ():
+            index = delta_choice.get("index", 0)
+            choice = self._choices.get(index)
+            if choice is None:
+                choice = self._choices[index] = {"index": index, "finish_reason": None}
+                if self.operation == CHAT:
+                    choice["message"] = {"role": "assistant", "content": None}
+                else:
+                    choice["text"] = ""
+            if delta_choice.get("finish_reason") is not None:
+                choice["finish_reason"] = delta_choice["finish_reason"]
+            for key in ("token_ids",):
+                if delta_choice.get(key) is not None:
+                    choice.setdefault(key, []).extend(delta_choice[key])
+            if delta_choice.get("prompt_token_ids") is not None:
+                choice["prompt_token_ids"] = delta_choice["prompt_token_ids"]
+            self._add_logprobs(choice, delta_choice.get("logprobs"))
+            if self.operation == CHAT:
+                self._add_delta(choice["message"], delta_choice.get("delta") or {})
+            elif delta_choice.get("text"):
+                choice["text"] += delta_choice["text"]
+
+    def _add_logprobs(self, choice: dict[str, Any], logprobs: Any) -> None:
+        if not isinstance(logprobs, dict):
+            return
+        merged = choice.setdefault("logprobs", {})
+        for key, value in logprobs.items():
+            if isinstance(value, list):
+                merged.setdefault(key, []).extend(value)
+
+    @staticmethod
+    def _add_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
+        for key, value in delta.items():
+            if value is None:
+                continue
+            if key == "role":
+                message["role"] = value
+            elif key == "tool_calls":
+                calls = message.setdefault("tool_calls", [])
+                for part in value:
+                    index = part.get("index", len(calls))
+                    while len(calls) <= index:
+                        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                    call = calls[index]
+                    if part.get("id"):
+                        call["id"] = part["id"]
+                    if part.get("type"):
+                        call["type"] = part["type"]
+                    function = part.get("function") or {}
+                    call["function"]["name"] += function.get("name") or ""
+                    call["function"]["arguments"] += function.get("arguments") or ""
+            elif isinstance(value, str):  # content, reasoning_content, refusal
+                message[key] = (message.get(key) or "") + value
+
+    def result(self) -> dict[str, Any]:
+        return {**self.response, "choices": [self._choices[i] for i in sorted(self._choices)]}
+
+
+
+# ----------------------------------------------------------------------------- the span of a call
+
+
+@dataclass
+class Call:
+    """One proxied call, from the request to its span."""
+
+    operation: str
+    request: dict[str, Any]
+    upstream: Upstream | None
+    rollout_id: str | None
+    attempt_id: str | None
+    agent: str | None
+    traceparent: bytes | None
+    started: float = field(default_factory=time.perf_counter)
+    start_time: float = field(default_factory=time.time)
+    first_token: float | None = None
+
+
+def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayError | None, retries: int) -> Span:
+    """The span recording `call`: the client's request, the upstream's answer (or the error), timings."""
+    elapsed = time.perf_counter() - call.started
+    system = call.upstream.backend.system if call.upstream else "openai"
+    try:
+        attributes = request_attributes(call.operation, call.request, system)
+    except Exception as exc:  # a request the record cannot hold is still recorded, without its body
+        attributes = {sc.GEN_AI_OPERATION: call.operation, sc.GEN_AI_SYSTEM: system,
+                      sc.GEN_AI_REQUEST_MODEL: str(call.request.get("model")),
+                      sc.UNRECORDED_REQUEST: f"{type(exc).__name__}: {exc}"}
+    if call.agent:
+        attributes[sc.AGENT_NAME] = call.agent
+    if call.upstream is not None:
+        attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port
+    attributes.update(response_attributes)
+    attributes[sc.LATENCY_MS] = round(elapsed * 1000, 3)
+    if call.first_token is not None:
+        attributes[sc.TIME_TO_FIRST_TOKEN_MS] = round((call.first_token - call.started) * 1000, 3)
+    if retries:
+        attributes[sc.RETRIES] = retries
+    status = SpanStatus(code="OK")
+    if error is not None:
+        attributes[sc.ERROR_TYPE] = error.code or str(error.status)
+        attributes[sc.HTTP_STATUS] = error.status
+        status = SpanStatus(code="ERROR", description=error.message)
+    trace_id, parent_id = parse_traceparent(call.traceparent)
+    return Span.model_construct(  # every field is built here, of the right type: no validation pass
+        rollout_id=call.rollout_id,
+        attempt_id=call.attempt_id,
+        sequence_id=0,
+        trace_id=trace_id or f"{random.getrandbits(128):032x}",
+        span_id=f"{random.getrandbits(64):016x}",
+        parent_id=parent_id,
+        name=f"{call.operation} {call.request.get('model')}",
+        start_time=call.start_time,
+        end_time=call.start_time + elapsed,
+        attributes=attributes,
+        events=[],
+        status=status,
+    )
+
+
+def parse_traceparent(value: bytes | None) -> tuple[str | None, str | None]:
+    """W3C `traceparent` (00-<trace id>-<parent span id>-<flags>): nests the call under the agent's span."""
+    if value is None:
+        return None, None
+    parts = value.decode("latin-1").split("-")
+    if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
+        return parts[1], parts[2]
+    return None, None
+
+
+class GatewaySink(SpanSink):
+    """Batches gateway spans; a span naming an unknown rollout or attempt is kept outside any rollout."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(store, loop)
+        self._warned: set[tuple[str | None, str | None]] = set()
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(SPAN_LINGER_SECONDS)
+        await super()._drain()
+
+    async def write(self, batch: list[Span]) -> None:
+        try:
+            await self.store.add_spans(batch)
+            return
+        except NotFoundError:
+            pass
+        except Exception:
+            log.exception("gateway could not write %d span(s) to the store", len(batch))
+            return
+        for span in batch:  # one bad route must not cost the other spans of its batch
+            try:
+                await self.store.add_span(span)
+            except NotFoundError as exc:
+                if (span.rollout_id, span.attempt_id) not in self._warned:
+                    self._warned.add((span.rollout_id, span.attempt_id))
+                    log.warning(
+                        "calls routed to %s/%s are recorded outside any rollout: %s",
+                        span.rollout_id,
+                        span.attempt_id,
+                        exc,
+                    )
+                span.attributes.update({sc.ROLLOUT_ID: span.rollout_id, sc.ATTEMPT_ID: span.attempt_id})
+                await super().write([span.model_copy(update={"rollout_id": None, "attempt_id": None})])
+            except Exception:
+                log.exception("gateway could not write span %r to the store", span.name)

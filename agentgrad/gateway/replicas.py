@@ -1,0 +1,121 @@
+"""Replicas of one model behind the gateway: which one serves a call, and which weights version.
+
+`ReplicaPool` is a gateway router (`Gateway(store, routers={model: pool})`): each call takes a
+`Lease` (a replica and the weights version it runs) and gives it back when its last byte is
+relayed. A rollout's calls stick to one replica, so its prefix cache is reused across turns;
+new rollouts go to the replica with the fewest calls in flight.
+
+`pool.exclusive()` (from a thread that is not the gateway's) holds new calls, waits for the
+calls in flight to finish, and lets the caller swap the weights before it reopens: every
+call runs on one version from its first token to its last, and its span names that version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from agentgrad.gateway.upstreams import Backend, Upstream
+
+MAX_STICKY_ROLLOUTS = 100_000
+"""Rollouts remembered for stickiness; the oldest are forgotten first."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    upstream: Upstream
+    version: int
+    replica: int
+
+
+class ReplicaPool:
+    """`backends` are the replicas of one model; `version` the weights version they serve now."""
+
+    def __init__(self, name: str, backends: Sequence[Backend], version: int = 0) -> None:
+        if not backends:
+            raise ValueError(f"replica pool {name!r} needs at least one backend")
+        self.name = name
+        self.upstreams = [Upstream.of(f"{name}#{i}", b) for i, b in enumerate(backends)]
+        self.system = backends[0].system
+        self.version = version
+        self.in_flight = [0] * len(backends)
+        self._sticky: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._open.set()
+        self._drained = threading.Condition(self._lock)
+        self._waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    @property
+    def open(self) -> bool:
+        """False while a weight swap holds new calls."""
+        return self._open.is_set()
+
+    # ------------------------------------------------------------------ gateway side (its event loop)
+
+    async def acquire(self, rollout_id: str | None) -> Lease:
+        """A replica for this call (the rollout's own, or the least loaded), once the pool is open."""
+        while True:
+            with self._lock:
+                if self._open.is_set():
+                    replica = self._choose(rollout_id)
+                    self.in_flight[replica] += 1
+                    return Lease(self.upstreams[replica], self.version, replica)
+                future = asyncio.get_running_loop().create_future()
+                self._waiting.append((asyncio.get_running_loop(), future))
+            await future
+
+    def release(self, lease: Lease) -> None:
+        with self._lock:
+            self.in_flight[lease.replica] -= 1
+            if not any(self.in_flight):
+                self._drained.notify_all()
+
+    def _choose(self, rollout_id: str | None) -> int:
+        if rollout_id is not None and rollout_id in self._sticky:
+            self._sticky.move_to_end(rollout_id)
+            return self._sticky[rollout_id]
+        counts = [0] * len(self.upstreams)
+        for replica in self._sticky.values():
+            counts[replica] += 1
+        replica = min(range(len(self.upstreams)), key=lambda i: (self.in_flight[i], counts[i], i))
+        if rollout_id is not None:
+            self._sticky[rollout_id] = replica
+            if len(self._sticky) > MAX_STICKY_ROLLOUTS:
+                self._sticky.popitem(last=False)
+        return replica
+
+    # ------------------------------------------------------------------ trainer side (any other thread)
+
+    @contextmanager
+    def exclusive(self, timeout_s: float = 600.0) -> Iterator[None]:
+        """Hold new calls and wait for those in flight; set `self.version` inside, before it reopens."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._open.clear()
+            while any(self.in_flight):
+                if not self._drained.wait(max(deadline - time.monotonic(), 0)):
+                    self._reopen()
+                    raise TimeoutError(f"{sum(self.in_flight)} call(s) to {self.name!r} still in flight after "
+                                       f"{timeout_s:g} s; the weights were not changed")
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reopen()
+
+    def _reopen(self) -> None:
+        self._open.set()
+        waiting, self._waiting = self._waiting, []
+        for loop, future in waiting:
+            loop.call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

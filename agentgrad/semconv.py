@@ -1,0 +1,250 @@
+"""Every span, attribute, header and route name agentgrad writes or reads, and the readers that interpret them.
+
+Two components that must agree on a name import it from here, so it cannot drift. LLM calls
+use the OpenTelemetry GenAI semantic conventions (`gen_ai.*`) as they are; what is ours lives
+under `agentgrad.`. Every attribute value is an OTel-legal value (a primitive or a list of
+primitives), so structured values (messages, tool definitions, objects) are JSON strings.
+
+Layout of the token attributes of an LLM-call span:
+- `agentgrad.llm.prompt_token_ids`, `.response_token_ids`, `.response_logprobs`: choice 0,
+  the only one when n=1.
+- For n>1, choice i ≥ 1 lives under `agentgrad.llm.choices.{i}.response_token_ids` and
+  `.response_logprobs` (and `.prompt_token_ids` when its prompt differs from choice 0's: a
+  completions call with a list of prompts). `agentgrad.llm.n` says how many choices there are.
+- A value the upstream did not return is absent (never an empty list standing for "unknown").
+
+The dashboard (`dashboard/static/dashboard.js`) cannot import this module: it spells the names
+it reads, and `tests/test_semconv.py` checks that each of them is defined here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+# ----------------------------------------------------------------------------- span names
+
+ROLLOUT_SPAN = "agentgrad.rollout"
+"""The runner's span around one attempt of the agent."""
+REWARD_SPAN = "agentgrad.reward"
+MESSAGE_SPAN = "agentgrad.message"
+OBJECT_SPAN = "agentgrad.object"
+EXCEPTION_SPAN = "agentgrad.exception"
+ANNOTATION_SPAN = "agentgrad.annotation"
+
+# ----------------------------------------------------------------------------- our attributes
+
+ROLLOUT_ID = "agentgrad.rollout_id"
+"""On a span from outside the runner (OTLP, or a gateway call to an unknown route): the rollout it belongs to."""
+ATTEMPT_ID = "agentgrad.attempt_id"
+AGENT_NAME = "agentgrad.agent.name"
+"""The agent that made a model call (`with ag.agent("writer")`), or that ran the rollout (the rollout span)."""
+
+REWARD = "agentgrad.reward"
+"""The reward a reward span reports; with dimensions, `agentgrad.reward.{dimension}` each."""
+REWARD_PRIMARY = "agentgrad.reward.primary"
+"""Which dimension `agentgrad.reward` is."""
+MESSAGE_BODY = "agentgrad.message.body"
+OBJECT_JSON = "agentgrad.object.json"
+ANNOTATION_PREFIX = "agentgrad.annotation."
+OPERATION_NAME = "agentgrad.operation.name"
+OPERATION_INPUT = "agentgrad.operation.input"
+OPERATION_OUTPUT = "agentgrad.operation.output"
+
+LLM_PREFIX = "agentgrad.llm."
+PROMPT_TOKEN_IDS = "agentgrad.llm.prompt_token_ids"
+RESPONSE_TOKEN_IDS = "agentgrad.llm.response_token_ids"
+RESPONSE_LOGPROBS = "agentgrad.llm.response_logprobs"
+CHOICE_COUNT = "agentgrad.llm.n"
+CHOICE_PREFIX = "agentgrad.llm.choices."
+LLM_PROMPT = "agentgrad.llm.prompt"
+"""The prompt of a text-completion call (a string, or JSON for a list of prompts)."""
+LLM_STREAM = "agentgrad.llm.stream"
+LATENCY_MS = "agentgrad.llm.latency_ms"
+TIME_TO_FIRST_TOKEN_MS = "agentgrad.llm.time_to_first_token_ms"
+RETRIES = "agentgrad.llm.retries"
+UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
+"""Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
+WEIGHTS_VERSION = "agentgrad.llm.weights_version"
+"""The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
+
+# ----------------------------------------------------------------------------- OpenTelemetry names
+
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_SYSTEM = "gen_ai.system"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_REQUEST_STOP = "gen_ai.request.stop_sequences"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_REQUEST_PARAMS = {
+    "temperature": GEN_AI_REQUEST_TEMPERATURE,
+    "top_p": "gen_ai.request.top_p",
+    "top_k": "gen_ai.request.top_k",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "n": "gen_ai.request.choice.count",
+    "seed": "gen_ai.request.seed",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+}
+"""OpenAI request field → GenAI attribute; recorded when the client set it."""
+CHAT = "chat"
+TEXT_COMPLETION = "text_completion"
+"""Values of `gen_ai.operation.name` for the two kinds of model call."""
+
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+ERROR_TYPE = "error.type"
+HTTP_STATUS = "http.response.status_code"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+EXCEPTION_STACKTRACE = "exception.stacktrace"
+
+# ----------------------------------------------------------------------------- HTTP headers and routes
+
+ROLLOUT_HEADER = "x-agentgrad-rollout-id"
+ATTEMPT_HEADER = "x-agentgrad-attempt-id"
+AGENT_HEADER = "x-agentgrad-agent"
+"""Names the agent making a model call; wins over the `/agents/{name}` route segment."""
+VERSION_HEADER = "x-agentgrad-model-version"
+"""Sent by the engine with every answer: the weights version that produced it."""
+WEIGHTS_FINGERPRINT = "agentgrad-weights-v{version}"
+"""The engine's `system_fingerprint`, for clients that drop response headers."""
+FLUSH_ENDPOINT = "agentgrad/flush"
+"""`POST {gateway route}/agentgrad/flush` returns once every call answered so far is in the store."""
+
+_FINGERPRINT = re.compile(re.escape(WEIGHTS_FINGERPRINT).replace(r"\{version\}", r"(\d+)"))
+
+
+def gateway_route(base_url: str, rollout_id: str | None = None, attempt_id: str | None = None,
+                  agent: str | None = None) -> str:
+    """The gateway base URL (`…/v1`) that records calls into one attempt, as one named agent.
+
+    `http://gw/v1` → `http://gw/rollouts/{r}/attempts/{a}/agents/{name}/v1`; each part is optional.
+    """
+    base = base_url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    if rollout_id is not None and attempt_id is not None:
+        base += f"/rollouts/{rollout_id}/attempts/{attempt_id}"
+    if agent:
+        base += f"/agents/{quote(agent, safe='')}"
+    return base + "/v1"
+
+
+def weights_fingerprint(version: int) -> str:
+    return WEIGHTS_FINGERPRINT.format(version=version)
+
+
+def model_version(header: str | None, fingerprint: Any) -> int | None:
+    """The weights version that served a call: the engine's header, else its system fingerprint."""
+    if header is not None and header.strip().isdigit():
+        return int(header)
+    if isinstance(fingerprint, str):
+        match = _FINGERPRINT.fullmatch(fingerprint)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+# ----------------------------------------------------------------------------- readers
+
+
+class _HasAttributes(Protocol):
+    attributes: dict[str, Any]
+
+
+def choice_prefix(index: int) -> str:
+    """Where choice `index`'s token attributes live (`agentgrad.llm.` for choice 0)."""
+    return LLM_PREFIX if index == 0 else f"{CHOICE_PREFIX}{index}."
+
+
+def is_llm_call(span: _HasAttributes) -> bool:
+    return span.attributes.get(GEN_AI_OPERATION) in (CHAT, TEXT_COMPLETION)
+
+
+def agent_name(span: _HasAttributes) -> str | None:
+    """The name of the agent that made this call, if it named itself."""
+    name = span.attributes.get(AGENT_NAME)
+    return str(name) if name else None
+
+
+def weights_version(span: _HasAttributes) -> int | None:
+    """The weights version that served this call, where the upstream said."""
+    value = span.attributes.get(WEIGHTS_VERSION)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def reward(span: _HasAttributes) -> float | None:
+    """The reward this span reports, or None."""
+    value = span.attributes.get(REWARD)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def json_list(value: Any) -> list[dict[str, Any]]:
+    """A JSON-string attribute holding a list (messages), parsed; [] when absent or malformed."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return []
+    return list(value) if isinstance(value, list) else []
+
+
+def input_messages(span: _HasAttributes) -> list[dict[str, Any]]:
+    return json_list(span.attributes.get(GEN_AI_INPUT_MESSAGES))
+
+
+def output_messages(span: _HasAttributes) -> list[dict[str, Any]]:
+    return json_list(span.attributes.get(GEN_AI_OUTPUT_MESSAGES))
+
+
+def temperature(span: _HasAttributes) -> float:
+    """The sampling temperature the call asked for (1.0, the OpenAI default, when unset)."""
+    value = span.attributes.get(GEN_AI_REQUEST_TEMPERATURE)
+    return 1.0 if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class RecordedChoice:
+    """One sampled choice of a recorded call: what adapters turn into a training triplet."""
+
+    index: int
+    prompt_token_ids: list[int] | None
+    response_token_ids: list[int] | None
+    response_logprobs: list[float] | None
+    finish_reason: str | None
+    message: dict[str, Any] | None
+
+
+def recorded_choices(span: _HasAttributes) -> list[RecordedChoice]:
+    """Every choice of an LLM-call span, with its token ids and logprobs where they were returned."""
+    attributes = span.attributes
+    count = attributes.get(CHOICE_COUNT, 1 if RESPONSE_TOKEN_IDS in attributes else 0)
+    reasons = attributes.get(GEN_AI_FINISH_REASONS) or []
+    messages = output_messages(span)
+    prompt = attributes.get(PROMPT_TOKEN_IDS)
+    choices = []
+    for i in range(count):
+        prefix = choice_prefix(i)
+        choices.append(
+            RecordedChoice(
+                index=i,
+                prompt_token_ids=attributes.get(prefix + "prompt_token_ids", prompt),
+                response_token_ids=attributes.get(prefix + "response_token_ids"),
+                response_logprobs=attributes.get(prefix + "response_logprobs"),
+                finish_reason=(reasons[i] or None) if i < len(reasons) else None,
+                message=messages[i] if i < len(messages) else None,
+            )
+        )
+    return choices

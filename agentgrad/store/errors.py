@@ -1,0 +1,18 @@
+"""The errors every store raises on bad input, whatever the backend; the message says what was wrong."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error a store raises on bad input (HTTP 400)."""
+
+
+class NotFoundError(StoreError, KeyError):
+    """An unknown rollout, attempt or resources id (HTTP 404)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidTransitionError(StoreError, ValueError):
+    """A status change the state machine does not allow (HTTP 409)."""

@@ -1,0 +1,152 @@
+"""The SQLite file's layout: tables and indexes, the rows ↔ models mapping, and the checkpoint thread."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+from agentgrad.types import Attempt, Rollout, RolloutConfig
+
+BUSY_TIMEOUT_MS = 30_000
+"""How long a writer waits for another process's transaction before giving up."""
+
+CHECKPOINT_SECONDS = 0.5
+"""How often a background thread copies the WAL into the database file. Checkpoints fsync; done by
+the writer that crosses SQLite's threshold, they stall it (and a server's event loop) for tens of ms."""
+
+CACHE_KIB = 64 * 1024
+"""Page cache per connection (SQLite's default is 2 MiB): a 100k-rollout queue's indexes stay in memory,
+so a dequeue costs the same at 100k queued as at 1k."""
+
+CHECKPOINT_PAGES = 4000
+"""WAL size (4 KiB pages) at which a writer checkpoints itself, should the background thread fall behind."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rollouts (
+    rollout_id TEXT PRIMARY KEY,
+    input TEXT NOT NULL,
+    mode TEXT,
+    resources_id TEXT,
+    status TEXT NOT NULL,
+    config TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    reward REAL,
+    num_attempts INTEGER NOT NULL DEFAULT 0,
+    latest_attempt_id TEXT,
+    enqueue_time REAL NOT NULL,
+    start_time REAL,
+    end_time REAL,
+    queue_position REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rollouts_waiting ON rollouts(queue_position) WHERE status IN ('queuing', 'requeuing');
+CREATE INDEX IF NOT EXISTS rollouts_by_status ON rollouts(status, enqueue_time);
+CREATE INDEX IF NOT EXISTS rollouts_by_time ON rollouts(enqueue_time);
+CREATE TABLE IF NOT EXISTS attempts (
+    attempt_id TEXT PRIMARY KEY,
+    rollout_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL,
+    worker_id TEXT,
+    status TEXT NOT NULL,
+    start_time REAL NOT NULL,
+    end_time REAL,
+    last_heartbeat_time REAL NOT NULL,
+    reward REAL,
+    error TEXT,
+    timeout_seconds REAL,
+    unresponsive_seconds REAL
+);
+CREATE INDEX IF NOT EXISTS attempts_by_rollout ON attempts(rollout_id, sequence);
+CREATE INDEX IF NOT EXISTS attempts_running ON attempts(start_time) WHERE status = 'running';
+CREATE TABLE IF NOT EXISTS spans (
+    rollout_key TEXT NOT NULL,
+    sequence_id INTEGER NOT NULL,
+    attempt_id TEXT,
+    body TEXT NOT NULL,
+    span_id TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS spans_in_order ON spans(rollout_key, sequence_id);
+CREATE TABLE IF NOT EXISTS resources (
+    version INTEGER PRIMARY KEY,
+    resources_id TEXT NOT NULL UNIQUE,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS metrics (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL NOT NULL,
+    time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_by_name ON metrics(name, step);
+CREATE TABLE IF NOT EXISTS replies (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    time REAL NOT NULL,
+    status INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+"""
+"""`replies` holds the answer of each mutating HTTP call by its idempotency key, committed with the change;
+ids grow with time, so old answers are pruned from the front without an index on time."""
+
+UNATTACHED = ""
+"""`rollout_key` of spans recorded outside any rollout."""
+
+ROLLOUT_COLUMNS = (
+    "rollout_id, input, mode, resources_id, status, config, metadata, reward, num_attempts, "
+    "latest_attempt_id, enqueue_time, start_time, end_time"
+)
+ATTEMPT_COLUMNS = (
+    "rollout_id, attempt_id, sequence, worker_id, status, start_time, end_time, last_heartbeat_time, reward, error"
+)
+
+
+def rollout_of(row: sqlite3.Row) -> Rollout:
+    return Rollout(
+        rollout_id=row[0],
+        input=json.loads(row[1]),
+        mode=row[2],
+        resources_id=row[3],
+        status=row[4],
+        config=RolloutConfig.model_validate_json(row[5]),
+        metadata=json.loads(row[6]),
+        reward=row[7],
+        num_attempts=row[8],
+        latest_attempt_id=row[9],
+        enqueue_time=row[10],
+        start_time=row[11],
+        end_time=row[12],
+    )
+
+
+def attempt_of(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        rollout_id=row[0],
+        attempt_id=row[1],
+        sequence=row[2],
+        worker_id=row[3],
+        status=row[4],
+        start_time=row[5],
+        end_time=row[6],
+        last_heartbeat_time=row[7],
+        reward=row[8],
+        error=row[9],
+    )
+
+
+def checkpoint_until(path: Path, stop: threading.Event) -> None:
+    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        while not stop.wait(CHECKPOINT_SECONDS):
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:  # the file went away, or is busy: the writers' own checkpoints still run
+                pass
+    finally:
+        conn.close()
+
+

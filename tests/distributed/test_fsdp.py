@@ -1,0 +1,142 @@
+"""FSDP2 over real processes (gloo on CPU): N ranks compute exactly the update of one process."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from agentgrad.adapters import Trajectory
+from agentgrad.algorithms.grpo import GRPOConfig, grpo_update, sharded_grpo_step
+from agentgrad.algorithms.sft import sft_update, sharded_sft_step
+from agentgrad.distributed.fsdp import split_by_tokens
+from agentgrad.distributed.group import SpawnedGroup
+
+CONFIG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True)
+GRPO_CFG = GRPOConfig(micro_batch_size=2, learning_rate=1e-3, max_grad_norm=0.05, updates_per_step=2)
+OPTIONS = {"learning_rate": GRPO_CFG.learning_rate, "weight_decay": 0.01}
+
+
+def tiny_model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(copy.deepcopy(CONFIG))
+
+
+def trajectory(prompt: list[int], response: list[int], seed: int) -> Trajectory:
+    generator = torch.Generator().manual_seed(seed)
+    old = (-2.0 - torch.rand(len(response), generator=generator)).tolist()  # off-policy: some ratios clip
+    return Trajectory(token_ids=prompt + response, loss_mask=[0] * len(prompt) + [1] * len(response),
+                      logprobs=[0.0] * len(prompt) + old, prompt_length=len(prompt))
+
+
+def step_batch(lengths: list[int]) -> list[tuple[Trajectory, float]]:
+    prompt = list(range(1, 13))
+    return [(trajectory(prompt, [(7 * i + j) % 60 + 2 for j in range(n)], i), (-1.0) ** i * (0.5 + 0.1 * i))
+            for i, n in enumerate(lengths)]
+
+
+def assert_same_weights(sharded: dict[str, torch.Tensor], local: torch.nn.Module, start: dict[str, torch.Tensor]) -> None:
+    moved = 0.0
+    for name, value in local.state_dict().items():
+        if name not in sharded:
+            assert name == "lm_head.weight"  # tied to the embeddings
+            continue
+        assert torch.linalg.norm(sharded[name] - value) <= 1e-5 * torch.linalg.norm(value), name
+        # elementwise: Adam divides by sqrt(v), so a weight whose gradient is ~0 may move by float noise
+        assert float((sharded[name] - value).abs().max()) < 1e-2 * OPTIONS["learning_rate"], name  # 1% of a step
+        moved = max(moved, float((value - start[name]).abs().max()))
+    assert moved > 1e-4  # the update did change the weights, well past the tolerance
+
+
+def test_split_by_tokens_balances_tokens_not_counts_and_keeps_each_share_in_order() -> None:
+    assert split_by_tokens([100, 10, 10, 10, 10, 10], 2) == [[0], [1, 2, 3, 4, 5]]
+    assert split_by_tokens([5, 5, 5, 5], 2) == [[0, 2], [1, 3]]
+    assert split_by_tokens([3], 2) == [[0], []]
+
+
+def test_two_training_processes_and_one_end_with_the_parameters_of_a_plain_update() -> None:
+    batch = step_batch([6, 9, 4, 7, 5, 8, 3, 6])
+    cfg = replace(GRPO_CFG, kl_coef=0.05)  # the frozen reference is sharded too
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
+    stats = [grpo_update(model, optimizer, batch, cfg, 0, tiny_model().requires_grad_(False))]
+    start = tiny_model().state_dict()
+    for world_size in (2, 1):
+        group = SpawnedGroup(world_size, CONFIG, start, kl_reference=True, **OPTIONS)
+        try:
+            sharded_stats = group.call("run", sharded_grpo_step, batch, cfg, 0)
+            weights = group.call("full_state_dict")
+        finally:
+            group.close()
+        assert_same_weights(weights, model, start)
+        assert sharded_stats["loss"] == pytest.approx(stats[0]["loss"], rel=1e-5)
+        assert sharded_stats["grad_norm"] == pytest.approx(stats[0]["grad_norm"], rel=1e-5)
+        assert sharded_stats["clip_fraction"] == pytest.approx(stats[0]["clip_fraction"], rel=1e-6)
+        assert sharded_stats["kl"] == pytest.approx(stats[0]["kl"], rel=1e-5)
+
+
+def test_an_uneven_split_with_an_idle_rank_still_gives_the_single_process_update() -> None:
+    # rank 0 takes the one long sequence; rank 1 three short ones in two micro-batches, so rank 0
+    # runs an idle pass; then a step of one trajectory leaves rank 1 nothing at all
+    uneven, single = step_batch([40, 5, 4, 6]), step_batch([9])
+    assert split_by_tokens([len(t.token_ids) for t, _ in uneven], 2) == [[0], [1, 2, 3]]
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
+    grpo_update(model, optimizer, uneven, GRPO_CFG)
+    grpo_update(model, optimizer, single, GRPO_CFG)
+    start = tiny_model().state_dict()
+    group = SpawnedGroup(2, CONFIG, start, **OPTIONS)
+    try:
+        group.call("run", sharded_grpo_step, uneven, GRPO_CFG, 0)
+        group.call("run", sharded_grpo_step, single, GRPO_CFG, 0)
+        weights = group.call("full_state_dict")
+    finally:
+        group.close()
+    assert_same_weights(weights, model, start)
+
+
+def test_a_checkpoint_saved_by_two_ranks_loads_into_one_and_the_next_update_matches(tmp_path: Path) -> None:
+    first, second = step_batch([6, 9, 4, 7]), step_batch([5, 8, 3, 6, 10])
+    start = tiny_model().state_dict()
+    two = SpawnedGroup(2, CONFIG, start, **OPTIONS)
+    try:
+        two.call("run", sharded_grpo_step, first, GRPO_CFG, 0)
+        two.call("save", tmp_path / "step-1", {"step": 1})
+        two.call("run", sharded_grpo_step, second, GRPO_CFG, 0)
+        continued = two.call("full_state_dict")
+    finally:
+        two.close()
+    assert (tmp_path / "step-1" / "model.safetensors").exists()  # the Hugging Face export
+    assert LlamaForCausalLM.from_pretrained(tmp_path / "step-1").config.hidden_size == CONFIG.hidden_size
+    one = SpawnedGroup(1, CONFIG, tiny_model().state_dict(), **OPTIONS)
+    try:
+        one.call("load", tmp_path / "step-1")
+        one.call("run", sharded_grpo_step, second, GRPO_CFG, 0)
+        resumed = one.call("full_state_dict")
+    finally:
+        one.close()
+    model = LlamaForCausalLM(copy.deepcopy(CONFIG))
+    model.load_state_dict(continued, strict=False)
+    model.tie_weights()
+    assert_same_weights(resumed, model, start)
+
+
+def test_the_sft_step_over_two_ranks_is_the_single_process_step() -> None:
+    data = [t for t, _ in step_batch([6, 30, 4, 7, 5])]
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
+    loss = sft_update(model, optimizer, data, 0.05)
+    start = tiny_model().state_dict()
+    group = SpawnedGroup(2, CONFIG, start, **OPTIONS)
+    try:
+        sharded_loss = group.call("run", sharded_sft_step, data, 0.05, 0)
+        weights = group.call("full_state_dict")
+    finally:
+        group.close()
+    assert sharded_loss == pytest.approx(loss, rel=1e-5)
+    assert_same_weights(weights, model, start)

@@ -1,0 +1,105 @@
+"""The rest of the chat API, honestly: parameters honoured or refused by name; bad requests fail alone."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from agentgrad.engine import Engine
+from agentgrad.engine.server import create_engine_app
+from agentgrad.guard import Guard
+from agentgrad.serving import ServerThread
+
+pytestmark = pytest.mark.model
+
+ASK = [{"role": "user", "content": "Name three fruits."}]
+
+
+@pytest.mark.parametrize("name, value", [("reasoning_effort", "low"), ("functions", [{"name": "f"}]), ("frobnicate", 1),
+                                         ("store", True), ("modalities", ["audio"])])
+def test_a_parameter_the_engine_cannot_honour_gets_a_400_naming_it(engine: Engine, api: openai.OpenAI, name: str, value: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.chat.completions.create(model=engine.name, messages=ASK, max_tokens=2, extra_body={name: value})
+    assert name in caught.value.message and (caught.value.body or {}).get("param", "").startswith(name)  # type: ignore[union-attr]
+
+
+def test_harmless_bookkeeping_parameters_are_accepted(engine: Engine, api: openai.OpenAI) -> None:
+    reply = api.chat.completions.create(model=engine.name, messages=ASK, max_tokens=2, user="u1", metadata={"k": "v"}, store=False,
+                                        parallel_tool_calls=True, tools=[], extra_body={"prompt_cache_key": "x"})
+    assert reply.choices[0].message.content is not None
+
+
+def test_top_logprobs_lists_alternatives_from_the_sampled_distribution(engine: Engine, api: openai.OpenAI) -> None:
+    reply = api.chat.completions.create(model=engine.name, messages=ASK, max_tokens=6, temperature=0, logprobs=True, top_logprobs=5)
+    for token in reply.choices[0].logprobs.content or []:  # type: ignore[union-attr]
+        assert len(token.top_logprobs) == 5
+        assert token.top_logprobs[0].token == token.token and token.top_logprobs[0].logprob == token.logprob  # greedy: the top one
+        assert [t.logprob for t in token.top_logprobs] == sorted((t.logprob for t in token.top_logprobs), reverse=True)
+
+
+def test_penalties_and_logit_bias_change_what_is_sampled(engine: Engine, api: openai.OpenAI) -> None:
+    count = [{"role": "user", "content": "Write the word 'yes' ten times."}]
+    plain = api.chat.completions.create(model=engine.name, messages=count, max_tokens=20, temperature=0,
+                                        extra_body={"return_token_ids": True})
+    ids = (plain.choices[0].model_extra or {})["token_ids"]
+    assert len(set(ids)) < len(ids)  # it repeats itself
+    penalized = api.chat.completions.create(model=engine.name, messages=count, max_tokens=20, temperature=0, frequency_penalty=2.0,
+                                            presence_penalty=2.0, extra_body={"return_token_ids": True})
+    pids = (penalized.choices[0].model_extra or {})["token_ids"]
+    assert pids != ids and len(set(pids)) == len(pids)  # no token twice
+    forced = engine.tokenizer.encode(" banana")[0]
+    biased = api.chat.completions.create(model=engine.name, messages=ASK, max_tokens=1, temperature=0, logit_bias={str(forced): 100},
+                                         extra_body={"return_token_ids": True})
+    assert (biased.choices[0].model_extra or {})["token_ids"] == [forced]
+
+
+def test_a_bad_request_among_8_concurrent_valid_ones_fails_alone(engine: Engine, engine_url: str) -> None:
+    chat = {"model": engine.name, "max_tokens": 8, "temperature": 0}
+    bad = [
+        ("completions", {"model": engine.name, "prompt": [1, 2, engine.vocab_size + 5], "max_tokens": 4}),
+        ("completions", {"model": engine.name, "prompt": [1, -3], "max_tokens": 4}),
+        ("chat/completions", {**chat, "messages": ASK, "seed": 2**64}),
+        ("chat/completions", {**chat, "messages": [{"content": "no role"}]}),
+        ("chat/completions", {**chat, "messages": [{"role": "user", "content": 5}]}),
+        ("chat/completions", {**chat, "messages": ASK, "metadata": "DEEP"}),  # nested 1,000 levels, below
+    ]
+    good = [("chat/completions", {**chat, "messages": [{"role": "user", "content": f"What is {i} + {i}?"}]}) for i in range(8)]
+    with httpx.Client(base_url=engine_url + "/v1", timeout=300) as http, concurrent.futures.ThreadPoolExecutor(14) as pool:
+        futures = [pool.submit(http.post, path, content=json.dumps(body).replace('"DEEP"', "[" * 1_000 + "]" * 1_000))
+                   for path, body in good[:4] + bad + good[4:]]
+        answers = [f.result() for f in futures]
+    valid, invalid = answers[:4] + answers[-4:], answers[4:-4]
+    assert [a.status_code for a in valid] == [200] * 8 and all(a.json()["choices"][0]["message"]["content"] for a in valid)
+    for answer, (_, body) in zip(invalid, bad):
+        assert 400 <= answer.status_code < 500, (body, answer.text[:200])
+        assert answer.json()["error"]["message"]
+
+
+def test_generation_stops_when_the_client_disconnects(engine: Engine, engine_url: str) -> None:
+    long_string = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "string", "minLength": 2000}}}
+    body = {"model": engine.name, "messages": ASK, "max_tokens": 2000, "stream": True, "response_format": long_string}
+    before_cancelled, before_tokens = engine.stats["cancelled"], engine.stats["generated_tokens"]
+    with httpx.Client(timeout=60) as http, http.stream("POST", engine_url + "/v1/chat/completions", json=body) as response:
+        for _, _line in zip(range(6), response.iter_lines()):  # the role chunk and the first tokens
+            pass
+        assert engine.stats["generated_tokens"] > before_tokens
+    deadline = time.monotonic() + 30
+    while engine.stats["cancelled"] == before_cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.stats["cancelled"] == before_cancelled + 1
+    generated = engine.stats["generated_tokens"]
+    reply = httpx.post(engine_url + "/v1/chat/completions", json={"model": engine.name, "messages": ASK, "max_tokens": 1}, timeout=60)
+    assert reply.status_code == 200 and engine.stats["generated_tokens"] - generated < 50  # nothing else kept going
+
+
+def test_health_needs_the_token_where_one_is_set_and_reports_nothing_sensitive(engine: Engine) -> None:
+    with ServerThread(Guard(create_engine_app(engine), token="s3cret")) as server:
+        assert httpx.get(server.url + "/health").status_code == 401
+        answer = httpx.get(server.url + "/health", headers={"authorization": "Bearer s3cret"})
+    assert answer.status_code == 200 and set(answer.json()) == {"status", "version"}

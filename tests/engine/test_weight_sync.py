@@ -1,0 +1,93 @@
+"""Weight transports and the vLLM start-up checks, in the parts that need neither vLLM nor CUDA."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentgrad.algorithms.grpo import GRPOConfig, tis_weights
+from agentgrad.algorithms.engines import check_engine_config
+from agentgrad.engine.vllm import ROUTES, VLLMServer, report_capabilities, serve_command
+from agentgrad.engine.weight_sync import FileTransport, NCCLTransport, hf_state_dict, make_transport, nccl_init_info, nccl_update_info
+
+
+class Tied(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(4, 3)
+        self.head = torch.nn.Linear(3, 4, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_the_file_transport_writes_hf_names_once_per_tied_tensor_and_keeps_only_the_newest_version(tmp_path: Path) -> None:
+    transport = FileTransport([], directory=tmp_path)
+    model = Tied()
+    transport.write(model, 1)
+    folder = transport.write(model, 2)
+    assert [p.name for p in transport.root.iterdir()] == ["v2"]
+    weights = load_file(folder / "model.safetensors")
+    assert list(weights) == ["embed.weight"] and torch.equal(weights["embed.weight"], model.embed.weight)
+    transport.close()
+    assert not transport.root.exists()
+
+
+def test_nccl_payloads_follow_vllms_init_and_update_schemas() -> None:
+    weights = hf_state_dict(torch.nn.Linear(3, 2).to(torch.bfloat16))
+    assert nccl_update_info(weights) == {"names": ["weight", "bias"], "dtype_names": ["bfloat16", "bfloat16"],
+                                         "shapes": [[2, 3], [2]]}
+    init = nccl_init_info(b"\x01" * 128, world_size=3)
+    assert base64.b64decode(init["nccl_unique_id_b64"]) == b"\x01" * 128
+    assert init | {"nccl_unique_id_b64": None} == {"nccl_unique_id_b64": None, "rank_offset": 1, "world_size": 3,
+                                                   "packed": False}
+
+
+def test_the_nccl_transport_without_cuda_says_to_use_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU machine, wherever this runs
+    with pytest.raises(RuntimeError, match="transport='file'"):
+        NCCLTransport(["http://127.0.0.1:1"])
+
+
+def test_transport_choice_follows_lora_and_rejects_mismatches() -> None:
+    assert make_transport("auto", [], lora=False).name == ("nccl" if torch.cuda.is_available() else "file")
+    with pytest.raises(ValueError, match="needs lora_rank"):
+        make_transport("lora", [], lora=False)
+    with pytest.raises(ValueError, match="use transport='lora'"):
+        make_transport("file", [], lora=True)
+    with pytest.raises(ValueError, match="unknown weight transport"):
+        make_transport("carrier-pigeon", [], lora=False)
+
+
+def test_the_capability_line_names_each_missing_route() -> None:
+    full = VLLMServer("http://127.0.0.1:1", routes=frozenset(r for routes in ROUTES.values() for r in routes))
+    assert report_capabilities([full], "file") == "vLLM weight transports (file chosen): file: ok; lora: ok; nccl: ok"
+    plain = VLLMServer("http://127.0.0.1:1", routes=frozenset({"/v1/chat/completions", "/v1/load_lora_adapter",
+                                                                "/v1/unload_lora_adapter"}))
+    line = report_capabilities([plain], "lora")
+    assert "file: missing /collective_rpc, /pause, /reset_prefix_cache, /resume" in line and "lora: ok" in line
+    assert line.endswith("(start vLLM with VLLM_SERVER_DEV_MODE=1)")
+
+
+def test_servers_listen_on_loopback_with_the_sampled_distributions_logprobs() -> None:
+    command = serve_command(Path("py"), "/m", "policy", 8123, lora_rank=12)
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
+    assert command[command.index("--max-lora-rank") + 1] == "16"
+
+
+def test_truncated_importance_weights_cap_the_ratio_and_are_off_by_default() -> None:
+    trainer, sampler = torch.log(torch.tensor([0.5, 0.9, 0.1])), torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    weights, truncated = tis_weights(trainer, sampler, cap=2.0)
+    assert torch.allclose(weights, torch.tensor([1.0, 2.0, 0.5])) and truncated.tolist() == [0.0, 1.0, 0.0]
+    weights, truncated = tis_weights(trainer, sampler, cap=None)
+    assert weights.tolist() == [1.0, 1.0, 1.0] and truncated.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_engine_settings_are_checked() -> None:
+    for bad, message in ((dict(engine="sglang"), "engine must be"), (dict(tis_cap=0.5), "tis_cap must be at least 1"),
+                         (dict(engine="vllm", vllm_replicas=0), "vllm_replicas"), (dict(vllm_transport="x"), "vllm_transport")):
+        with pytest.raises(ValueError, match=message):
+            check_engine_config(GRPOConfig(**bad))

@@ -1,0 +1,49 @@
+"""Helpers every test file shares: waiting on a condition, a free port, a store server's health,
+and a clock the test moves (the store fixtures build every backend with it: tests/store/conftest.py)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll `condition` until it returns something true (and return that), or fail saying `what` never came."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    """Whether a store server answers its health check at `url`."""
+    try:
+        return httpx.get(url + "/api/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class ManualClock:
+    """A clock that stands still until the test moves it: `store = MemoryStore(clock=clock); clock.advance(31)`."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -1,0 +1,66 @@
+"""The replica pool behind the gateway: sticky rollouts, load spreading, and exclusive weight swaps."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from agentgrad.gateway.upstreams import Backend
+from agentgrad.gateway.replicas import ReplicaPool
+
+
+def pool(n: int = 2) -> ReplicaPool:
+    return ReplicaPool("policy", [Backend(f"http://127.0.0.1:{9000 + i}/v1", system="vllm") for i in range(n)])
+
+
+async def test_a_rollouts_calls_stick_to_one_replica_and_new_rollouts_go_to_the_least_loaded() -> None:
+    replicas = pool(2)
+    first = await replicas.acquire("r1")
+    second = await replicas.acquire("r2")  # r1's replica is busy: r2 goes to the other
+    assert {first.replica, second.replica} == {0, 1}
+    replicas.release(first)
+    again = await replicas.acquire("r1")
+    assert again.replica == first.replica and again.upstream.backend.url.endswith(f"{9000 + first.replica}/v1")
+    replicas.release(again)
+    replicas.release(second)
+    spread = [await replicas.acquire(None) for _ in range(4)]
+    assert sorted(lease.replica for lease in spread) == [0, 0, 1, 1]
+
+
+async def test_an_exclusive_swap_waits_for_calls_in_flight_and_holds_new_ones_until_it_sets_the_version() -> None:
+    replicas = pool(1)
+    in_flight = await replicas.acquire("r1")
+    assert in_flight.version == 0
+    entered, leave = threading.Event(), threading.Event()
+
+    def swap() -> None:
+        with replicas.exclusive():
+            entered.set()
+            leave.wait(10)
+            replicas.version = 1
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    await asyncio.sleep(0.05)
+    assert not entered.is_set()  # a call is still running on version 0
+    replicas.release(in_flight)
+    assert await asyncio.to_thread(entered.wait, 10)
+    held = asyncio.ensure_future(replicas.acquire("r2"))
+    await asyncio.sleep(0.05)
+    assert not held.done()  # new calls wait while the weights change
+    leave.set()
+    lease = await asyncio.wait_for(held, 10)
+    assert lease.version == 1
+    swapper.join(10)
+
+
+def test_an_exclusive_swap_that_cannot_drain_gives_up_and_leaves_the_pool_open() -> None:
+    replicas = pool(1)
+    stuck = asyncio.run(replicas.acquire(None))
+    with pytest.raises(TimeoutError, match="still in flight"):
+        with replicas.exclusive(timeout_s=0.05):
+            pass
+    replicas.release(stuck)
+    assert asyncio.run(replicas.acquire(None)).version == 0

@@ -1,0 +1,160 @@
+"""vLLM as the policy engine, on a real vLLM server from .venv-vllm (one per test session).
+
+Each test attaches its own `VLLMPolicy` (trainer weights, gateway, transport) to the shared
+server; attaching syncs the policy's weights into it first, so tests do not see each other's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+import agentgrad as ag
+from agentgrad import semconv
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.vllm_policy import VLLMPolicy
+from agentgrad.engine.model import resolve_model
+from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.engine.vllm import VLLMServer, attach_servers, start_servers
+from agentgrad.store import MemoryStore, SqliteStore
+from examples.calc_agent import build_messages, make_splits
+from tests.test_training_e2e import close_enough
+
+pytestmark = [pytest.mark.vllm, pytest.mark.model]
+
+NAME = "smollm2-135m"
+LOGPROB_MEAN_TOLERANCE = 0.05
+"""Mean |vLLM - trainer| per sampled token: vLLM samples in bf16, the trainer scores in fp32."""
+LOGPROB_MAX_TOLERANCE = 0.5
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    """One server for the session (start-up: ~100 s on a CPU); `AGENTGRAD_TEST_VLLM_URL` reuses a running one."""
+    if os.environ.get("AGENTGRAD_TEST_VLLM_URL"):
+        (server,) = attach_servers([os.environ["AGENTGRAD_TEST_VLLM_URL"]])
+    else:
+        (server,) = start_servers(resolve_model(None), NAME, log_dir=tmp_path_factory.mktemp("vllm"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def policy(vllm_server: VLLMServer) -> Iterator[VLLMPolicy]:
+    with VLLMPolicy(MemoryStore(), urls=[vllm_server.url]) as policy:
+        yield policy
+
+
+def chat(policy: VLLMPolicy, question: str, **params: Any) -> httpx.Response:
+    body = {"model": NAME, "messages": build_messages(question), "return_token_ids": True, "logprobs": True, **params}
+    response = httpx.post(f"{policy.gateway_url}/v1/chat/completions", json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def test_logprobs_vllm_samples_with_match_the_trainers_forward_pass(policy: VLLMPolicy) -> None:
+    diffs: list[torch.Tensor] = []
+    for question in ("What is 17 + 25?", "What is 9 * 8?", "What is 100 - 37?"):
+        answer = chat(policy, question, temperature=0.7, max_tokens=24).json()
+        choice = answer["choices"][0]
+        prompt, response = answer["prompt_token_ids"], choice["token_ids"]
+        sampled = torch.tensor([entry["logprob"] for entry in choice["logprobs"]["content"]])
+        with torch.no_grad():
+            (trainer,) = sequence_logprobs(policy.model, [ScoredSequence(prompt + response, len(prompt))], 0.7,
+                                           policy.engine.tokenizer.pad_token_id)
+        diffs.append((trainer - sampled).abs())
+    every = torch.cat(diffs)
+    assert every.mean() < LOGPROB_MEAN_TOLERANCE and every.max() < LOGPROB_MAX_TOLERANCE, (every.mean(), every.max())
+
+
+def test_after_an_update_and_a_sync_responses_name_the_new_version_and_follow_the_new_weights(policy: VLLMPolicy) -> None:
+    before = chat(policy, "What is 2 + 2?", temperature=0.0, max_tokens=8)
+    old_version = int(before.headers[semconv.VERSION_HEADER])
+    prompt = before.json()["prompt_token_ids"]
+    target = policy.engine.tokenizer.encode(" banana")[0]
+    assert before.json()["choices"][0]["token_ids"][0] != target
+    # a deliberately large update: raise the logit of a rare token 10 above the trainer's best at the answer's start
+    with policy.engine.training() as model, torch.no_grad():
+        head = model.get_output_embeddings()
+        seen: list[torch.Tensor] = []
+        hook = head.register_forward_hook(lambda module, args, out: seen.append(args[0][0, -1]))
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+        hook.remove()
+        hidden = seen[0]
+        head.weight[target] += (logits.max() - logits[target] + 10.0) * hidden / hidden.square().sum()
+        trainer_greedy = int(model(input_ids=torch.tensor([prompt])).logits[0, -1].argmax())
+    version = policy.engine.publish()
+    policy.sync()
+    after = chat(policy, "What is 2 + 2?", temperature=0.0, max_tokens=8)
+    assert int(after.headers[semconv.VERSION_HEADER]) == version > old_version
+    assert trainer_greedy == target
+    assert after.json()["choices"][0]["token_ids"][0] == target
+
+
+async def test_a_sync_while_16_requests_are_in_flight_loses_none_and_mixes_no_versions(policy: VLLMPolicy) -> None:
+    store = policy.store
+    rollouts = [await store.start_rollout(i) for i in range(16)]
+    old_version = policy.engine.version
+
+    async def call(rollout: Any, client: httpx.AsyncClient) -> httpx.Response:
+        route = f"{policy.gateway_url}/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}/v1"
+        body = {"model": NAME, "messages": build_messages("Count from one to twenty."), "max_tokens": 48,
+                "temperature": 1.0}
+        return await client.post(route + "/chat/completions", json=body, timeout=300)
+
+    async with httpx.AsyncClient() as client:
+        calls = [asyncio.ensure_future(call(r, client)) for r in rollouts]
+        while not any(policy.pool.in_flight):  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+        with torch.no_grad(), policy.engine.training() as model:
+            for p in model.parameters():
+                p.mul_(1.001)
+        policy.engine.publish()
+        sync = asyncio.ensure_future(asyncio.to_thread(policy.sync))
+        while policy.pool.open:  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+        late = [asyncio.ensure_future(call(r, client)) for r in rollouts[:4]]  # arrive during the sync
+        await sync
+        responses = await asyncio.gather(*calls, *late)
+    assert [r.status_code for r in responses] == [200] * 20
+    versions = [int(r.headers[semconv.VERSION_HEADER]) for r in responses]
+    assert set(versions[:16]) <= {old_version, policy.engine.version}
+    assert versions[16:] == [policy.engine.version] * 4
+    httpx.post(f"{policy.gateway_url}/v1/agentgrad/flush", timeout=60)
+    spans = [s for r in rollouts for s in await store.query_spans(r.rollout_id)]
+    assert len(spans) == 20
+    assert sorted(s.attributes[semconv.WEIGHTS_VERSION] for s in spans) == sorted(versions)
+
+
+def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_path: Path,
+                                                                          vllm_server: VLLMServer) -> None:
+    train, val = make_splits(n_train=40, n_val=4, seed=7)
+    checkpoints = tmp_path / "checkpoints"
+    config = dict(prompts_per_step=2, group_size=4, max_tokens=16, val_every=0, checkpoint_dir=str(checkpoints),
+                  checkpoint_every=1, learning_rate=1e-5, success_threshold=0.99, engine="vllm",
+                  vllm_urls=[vllm_server.url], tis_cap=2.0)
+    store = SqliteStore(tmp_path / "run.db")
+    result = ag.Trainer(GRPO(GRPOConfig(steps=1, **config)), n_runners=1, runner_concurrency=8,
+                        store=store).fit(close_enough, train, val)
+    assert [h["step"] for h in result.history] == [1]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1"]
+
+    async def metric(name: str) -> list[Any]:
+        return await store.query_metrics(name)
+
+    for name in ("train/reward_mean", "train/logprob_diff", "train/tis_truncated", "perf/sync_seconds"):
+        assert [m.step for m in asyncio.run(metric(name))] == [1], name
+    # step 1 samples and scores the same weights; later steps add the fp32 updates bf16 serving rounds away
+    assert 0 <= asyncio.run(metric("train/logprob_diff"))[0].value < LOGPROB_MEAN_TOLERANCE
+    resumed = ag.Trainer(GRPO(GRPOConfig(steps=2, **config)), n_runners=1, runner_concurrency=8,
+                         store=store).fit(close_enough, train, val)
+    assert [h["step"] for h in resumed.history] == [1, 2]  # step 1 restored from the checkpoint, step 2 run
+    assert (checkpoints / "step-2").is_dir()
+    assert len(asyncio.run(store.query_rollouts(mode="train"))) == 2 * 2 * 4
