@@ -46,7 +46,7 @@ def load_calc_example() -> ModuleType:
 
 async def tool_call_rates(store: Any) -> dict[int, float]:
     """Per validation step, the share of held-out rollouts that called the calculator (made a second model call)."""
-    from agentgrad.llm_spans import is_llm_call
+    from agentgrad.semconv import is_llm_call
 
     called: dict[int, list[bool]] = {}
     for rollout in await store.query_rollouts(mode="val"):

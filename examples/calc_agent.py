@@ -1,9 +1,10 @@
 """The calculator agent that `agentgrad demo` trains: plain Python with the `openai` client.
 
 It answers arithmetic problems in the format `Answer: <number>` and is rewarded 1 for the exact
-number. It may call a calculator tool: a reply containing `calculate: <expression>` gets the
-result back as the next user turn (`Result: N`), for up to `MAX_TURNS` model calls. Nothing in
-it knows about training except the `@ag.rollout` decorator and the `llm` resource it is handed.
+number. In the tool task it may call a calculator function (OpenAI function calling,
+`tools=[CALCULATE_TOOL]`): each call the engine returns is executed and its result sent back as a
+`tool` message, for up to `MAX_TURNS` model calls. Nothing in it knows about training except
+the `@ag.rollout` decorator and the `llm` resource it is handed.
 
 Two tasks (`task["demo"]`):
 - `tool` (the demo): three-digit additions, which SmolLM2-135M gets right ~4% of the time in its
@@ -13,10 +14,10 @@ Two tasks (`task["demo"]`):
   example last it calls the tool before any training; with none it almost never samples a call.)
 - `plain`: two-digit additions with no tool in the history: training improves mental arithmetic.
 
-The tool is the text protocol, not OpenAI function calling: the engine's built-in tool-call
-format (`<tool_call>{...}</tool_call>`) is not sampled by this model in the middle position
-(`benchmarks/tool_format_probe.py`); the framework examples in `examples/frameworks/` show
-function calling instead.
+The engine shows SmolLM2 its tools and writes its calls in the pythonic format
+(`[calculate(expression="123 + 456")]`, `agentgrad/engine/tools.py`), the one format this model
+samples in the demonstration's middle position (`benchmarks/tool_format_probe.py`); Hermes
+`<tool_call>` blocks it never samples there.
 
 The data is generated from a seed: `make_splits()` gives disjoint train and validation sets.
 """
@@ -24,32 +25,36 @@ The data is generated from a seed: `make_splits()` gives disjoint train and vali
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import random
 import re
 from typing import Any
 
-from openai import OpenAI
+from openai import NOT_GIVEN, OpenAI
 
 import agentgrad as ag
 
-SYSTEM_PROMPT = (
-    "Solve the problem and give the final result on the last line as 'Answer: <number>'. "
-    "If you need to, you can write 'calculate: <expression>' to use a calculator."
-)
+SYSTEM_PROMPT = "Solve the problem and give the final result on the last line as 'Answer: <number>'."
+TOOL_SYSTEM_PROMPT = SYSTEM_PROMPT + " If you need to, you can call the calculate tool."
+CALCULATE_TOOL = {"type": "function", "function": {
+    "name": "calculate", "description": "Evaluate an arithmetic expression such as '123 + 456' and return the result.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+"""`calculate` as an OpenAI function tool."""
 EXAMPLES = [("What is 23 + 14?", "Answer: 37"), ("What is 8 + 51?", "Answer: 59")]
 """`plain`: two solved problems shown as earlier turns: they teach the answer format, not the arithmetic."""
-TOOL_EXAMPLES: list[dict[str, str]] = [
+TOOL_EXAMPLES: list[dict[str, Any]] = [
     {"role": "user", "content": "What is 23 + 14?"}, {"role": "assistant", "content": "Answer: 37"},
-    {"role": "user", "content": "What is 123 + 456?"}, {"role": "assistant", "content": "calculate: 123 + 456"},
-    {"role": "user", "content": "Result: 579"}, {"role": "assistant", "content": "Answer: 579"},
+    {"role": "user", "content": "What is 123 + 456?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "123 + 456"}'}}]},
+    {"role": "tool", "tool_call_id": "call_0", "content": "579"}, {"role": "assistant", "content": "Answer: 579"},
     {"role": "user", "content": "What is 8 + 51?"}, {"role": "assistant", "content": "Answer: 59"},
 ]
 """`tool`: the tool demonstrated in the middle, direct answers around it."""
 DEMOS = ("tool", "plain")
 MAX_TURNS = 3
 ANSWER = re.compile(r"Answer:\s*(-?\d+)")
-CALCULATE = re.compile(r"calculate:\s*([-+*/() \d.]+)", re.IGNORECASE)
 
 WORD_PROBLEMS = [
     "{name} has {a} marbles and finds {b} more. How many marbles does {name} have now?",
@@ -116,10 +121,10 @@ def calculate(expression: str) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def build_messages(question: str, demo: str = "plain") -> list[dict[str, str]]:
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+def build_messages(question: str, demo: str = "plain") -> list[dict[str, Any]]:
     if demo == "tool":
-        return messages + TOOL_EXAMPLES + [{"role": "user", "content": question}]
+        return [{"role": "system", "content": TOOL_SYSTEM_PROMPT}, *TOOL_EXAMPLES, {"role": "user", "content": question}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
     for user, assistant in EXAMPLES:
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
     return messages + [{"role": "user", "content": question}]
@@ -141,17 +146,29 @@ def client_for(llm: ag.LLM) -> OpenAI:
     return _clients[llm.api_key].with_options(base_url=llm.base_url)
 
 
+def run_tool(name: str, arguments: str) -> str:
+    """What a tool call returns: the calculator's result, or an error the model can read."""
+    try:
+        expression = json.loads(arguments).get("expression", "")
+    except (json.JSONDecodeError, AttributeError):
+        return "error: the arguments are not a JSON object"
+    return calculate(str(expression)) if name == "calculate" else f"error: there is no tool {name!r}"
+
+
 @ag.rollout
 def calc_agent(task: dict[str, Any], llm: ag.LLM) -> float:
     client = client_for(llm)
-    messages = build_messages(task["question"], task.get("demo", "plain"))
+    demo = task.get("demo", "plain")
+    messages = build_messages(task["question"], demo)
+    tools: Any = [CALCULATE_TOOL] if demo == "tool" else NOT_GIVEN
     reply = ""
-    for turn in range(MAX_TURNS):
-        response = client.chat.completions.create(model=llm.model, messages=messages, **llm.sampling_parameters)
-        reply = response.choices[0].message.content or ""
-        messages.append({"role": "assistant", "content": reply})
-        tool = CALCULATE.search(reply)
-        if tool is None or parse_answer(reply) is not None or turn == MAX_TURNS - 1:
+    for _ in range(MAX_TURNS):
+        response = client.chat.completions.create(model=llm.model, messages=messages, tools=tools, **llm.sampling_parameters)
+        message = response.choices[0].message
+        reply = message.content or ""
+        if not message.tool_calls:
             break
-        messages.append({"role": "user", "content": f"Result: {calculate(tool.group(1))}"})
+        messages.append(message.model_dump(include={"role", "content", "tool_calls"}))
+        for call in message.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": run_tool(call.function.name, call.function.arguments)})
     return 1.0 if parse_answer(reply) == task["answer"] else 0.0

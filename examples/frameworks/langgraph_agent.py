@@ -12,6 +12,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 
 from examples.frameworks import tasks
+from examples.frameworks.langchain_agent import EXAMPLE  # the worked exchange as LangChain messages (few-shot)
 
 calculate = tool(tasks.calculate)
 
@@ -19,5 +20,5 @@ calculate = tool(tasks.calculate)
 def solve(question: str, *, model: str, base_url: str | None = None, api_key: str | None = None, **settings: Any) -> str:
     agent = create_react_agent(ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings), [calculate],
                                prompt=tasks.INSTRUCTIONS)
-    state = agent.invoke({"messages": [{"role": "user", "content": question}]}, {"recursion_limit": 8})
+    state = agent.invoke({"messages": [*EXAMPLE, {"role": "user", "content": question}]}, {"recursion_limit": 8})
     return str(state["messages"][-1].content)

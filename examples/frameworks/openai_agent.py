@@ -12,17 +12,25 @@ from typing import Any
 
 from openai import OpenAI
 
+from examples.frameworks import tasks
 from examples.frameworks.tasks import CALCULATE_SCHEMA, INSTRUCTIONS, calculate
 
 TOOLS = [CALCULATE_SCHEMA]
 FUNCTIONS = {"calculate": calculate}
 MAX_TURNS = 4
+EXAMPLE: list[Any] = [  # a worked exchange as earlier turns (few-shot)
+    {"role": "user", "content": tasks.EXAMPLE_QUESTION},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_example", "type": "function", "function": {
+        "name": "calculate", "arguments": json.dumps({"expression": tasks.EXAMPLE_EXPRESSION})}}]},
+    {"role": "tool", "tool_call_id": "call_example", "content": tasks.EXAMPLE_RESULT},
+    {"role": "assistant", "content": tasks.EXAMPLE_ANSWER},
+]
 
 
 def solve(question: str, model: str = "gpt-4o-mini", **settings: Any) -> str:
     """Ask; run every tool call the model makes and send the results back; stop at a plain reply."""
     client = OpenAI()
-    messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": question}]
+    messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, *EXAMPLE, {"role": "user", "content": question}]
     for _ in range(MAX_TURNS):
         response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, **settings)
         message = response.choices[0].message

@@ -6,11 +6,21 @@ from `OPENAI_BASE_URL` / `OPENAI_API_KEY` unless one is given with `set_default_
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from agents import Agent, ModelSettings, Runner, function_tool
 
 from examples.frameworks import tasks
 
 calculate = function_tool(tasks.calculate)
+EXAMPLE: list[Any] = [  # a worked exchange as earlier input items (few-shot)
+    {"role": "user", "content": tasks.EXAMPLE_QUESTION},
+    {"type": "function_call", "call_id": "call_example", "name": "calculate",
+     "arguments": json.dumps({"expression": tasks.EXAMPLE_EXPRESSION})},
+    {"type": "function_call_output", "call_id": "call_example", "output": tasks.EXAMPLE_RESULT},
+    {"role": "assistant", "content": tasks.EXAMPLE_ANSWER},
+]
 
 
 def build_agent(model: str, settings: ModelSettings | None = None) -> Agent:
@@ -19,5 +29,5 @@ def build_agent(model: str, settings: ModelSettings | None = None) -> Agent:
 
 
 async def solve(question: str, model: str = "gpt-4o-mini", settings: ModelSettings | None = None) -> str:
-    result = await Runner.run(build_agent(model, settings), question, max_turns=4)
+    result = await Runner.run(build_agent(model, settings), [*EXAMPLE, {"role": "user", "content": question}], max_turns=4)
     return str(result.final_output)

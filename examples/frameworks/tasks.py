@@ -48,6 +48,12 @@ CALCULATE_SCHEMA = {
 
 INSTRUCTIONS = "You are a calculator assistant. Use the calculate tool, then reply with 'Answer: <number>'."
 
+EXAMPLE_QUESTION, EXAMPLE_EXPRESSION, EXAMPLE_RESULT, EXAMPLE_ANSWER = "What is 123 + 456?", "123 + 456", "579", "Answer: 579"
+"""One worked exchange (question, the tool's argument and result, the answer) that each agent puts before
+the question as earlier turns, in its framework's own message types: few-shot prompting with tool
+calls. SmolLM2-135M copies the last exchange it was shown: with this one it calls the tool (greedy);
+with instructions alone it never does, in any tool-call format (`benchmarks/tool_format_probe.py`)."""
+
 
 def make_tasks(n: int = 8, seed: int = 0) -> list[dict[str, Any]]:
     """`n` three-digit addition problems, the same for the same seed."""
