@@ -4,14 +4,24 @@ GRPO can only reinforce what the model sometimes does: the demo needs a history 
 greedy decoding rarely calls the calculator and sampling sometimes does. This probe renders the
 demo's history (a tool demonstration in the middle, direct answers around it) in two formats:
 
-- `function`: the engine's built-in tool-call format (`tools=[calculate]`, the assistant's call
-  as `tool_calls`, the result as a `tool` message), i.e. what `agentgrad engine serve` renders;
-- `text`: the calc agent's text protocol, `calculate: <expression>` and a user turn `Result: N`.
+- `function`: the engine's built-in tool-call format for this model (`tools=[calculate]`, the
+  assistant's call as `tool_calls`, the result as a `tool` message), i.e. what `agentgrad engine
+  serve` renders: for SmolLM2 the pythonic format (`agentgrad/engine/tools.py`);
+- `text`: the text protocol `calculate: <expression>` and a user turn `Result: N`.
 
 For each it prints the greedy and the sampled (temperature 1) call rates and accuracies on
-three-digit additions.
+three-digit additions; a call counts when the engine's parser reads it as one.
 
     python benchmarks/tool_format_probe.py --problems 64 --samples 4
+
+Measured here (teacher-forced probability that the reply starts with the call, SmolLM2-135M,
+demo history, a loaded 2-core machine): pythonic `[calculate(expression="` ~0.10 (greedy
+answers directly), text `calculate:` 0.13 (greedy answers directly); Hermes
+`<tool_call>\\n{"name": "calculate"` and SmolLM2's model-card `<tool_call>[{"name": "calculate"`
+< 0.001 (it writes `<tool_response>` instead: 0/160 sampled calls with Hermes). With the tool
+demonstration *last* (system, one worked exchange, the question) pythonic calls are greedy
+(4/4); with instructions alone no format is ever called (P < 0.001 for pythonic, JSON, Hermes
+and the model-card list; the model starts "To ...").
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import time
 
 from agentgrad.engine import Engine
 from agentgrad.engine.params import SamplingParams
+from agentgrad.engine.tools import functions, parse_reply
 
 SYSTEM = ("Solve the problem and give the final result on the last line as 'Answer: <number>'. "
           "If you need to, you can write 'calculate: <expression>' to use a calculator.")
@@ -48,7 +59,9 @@ def history(fmt: str, question: str) -> list[dict]:
 
 
 def called(fmt: str, text: str) -> bool:
-    return "<tool_call>" in text if fmt == "function" else re.search(r"calculate:", text, re.I) is not None
+    if fmt == "function":
+        return bool(parse_reply(text, functions([TOOL])).tool_calls)
+    return re.search(r"calculate:", text, re.I) is not None
 
 
 def main() -> None:
