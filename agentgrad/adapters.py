@@ -190,9 +190,30 @@ def to_trajectories(
     return [t for t in trajectories if t.response_length > 0]
 
 
+def chat_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A recorded message as a chat-template message: role and content, and its tool calls or the call it answers.
+
+    Clients send back fields of their own (`refusal`, `audio`, `function_call`: None); keeping only these
+    makes the reply recorded for one call equal the same message re-sent in the next call's history.
+    """
+    out: dict[str, Any] = {"role": message.get("role", "assistant"), "content": message.get("content") or ""}
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {"id": call.get("id"), "type": call.get("type") or "function",
+             "function": {"name": (call.get("function") or {}).get("name"),
+                          "arguments": (call.get("function") or {}).get("arguments") or ""}}
+            for call in calls
+        ]
+    for key in ("tool_call_id", "name"):
+        if message.get(key) is not None:
+            out[key] = message[key]
+    return out
+
+
 def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list[dict[str, Any]]]:
-    """Each conversation as chat messages: a call's input messages plus its reply; a call whose
-    input extends the previous conversation replaces it."""
+    """Each conversation as chat messages (tool calls and tool results kept): a call's input messages plus its
+    reply; a call whose input extends the previous conversation replaces it."""
     chats: list[list[dict[str, Any]]] = []
     pattern = re.compile(agent_match) if agent_match else None
     for span in sorted(spans, key=_order):
@@ -200,11 +221,11 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
-        messages = sc.input_messages(span)
+        messages = [chat_message(m) for m in sc.input_messages(span) if isinstance(m, dict)]
         outputs = sc.output_messages(span)
         if not outputs:
             continue
-        chat = messages + [{"role": outputs[0].get("role", "assistant"), "content": outputs[0].get("content") or ""}]
+        chat = messages + [chat_message(outputs[0])]
         if chats and messages[: len(chats[-1])] == chats[-1]:
             chats[-1] = chat
         else:

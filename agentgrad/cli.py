@@ -224,8 +224,9 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="MODEL=URL[,OPTION=VALUE...]",
                         help="gateway: serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR "
-                             "(API key from that variable), model=NAME (upstream's name), system=NAME, "
-                             "token_ids=false, logprobs=false")
+                             "(API key from that variable), model=NAME (upstream's name: the engine answers only to "
+                             "its own, smollm2-135m by default), system=NAME (agentgrad or vllm: asked for token ids "
+                             "and logprobs; others get the request as sent), token_ids=BOOL, logprobs=BOOL")
     parser.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="gateway: upstream for any other model")
 
 

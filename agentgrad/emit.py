@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import traceback
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -37,6 +38,7 @@ def emit_reward(value: float | Mapping[str, float], primary: str | None = None) 
     """Report a reward: a number, or named dimensions of which `primary` is the reward trained on.
 
     The last reward of an attempt becomes the rollout's final reward unless the agent returns one.
+    NaN and infinities are a ValueError here, in the agent (the store would refuse them later).
     """
     if isinstance(value, Mapping):
         if primary is None:
@@ -52,6 +54,9 @@ def emit_reward(value: float | Mapping[str, float], primary: str | None = None) 
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"a reward is a number or a mapping of numbers, not {type(value).__name__}")
         attributes = {sc.REWARD: float(value)}
+    bad = {k: v for k, v in attributes.items() if isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        raise ValueError(f"a reward must be a finite number, got {bad}")
     _emit(sc.REWARD_SPAN, attributes)
 
 

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import importlib
 import inspect
+import math
 import pickle
 import typing
 from collections.abc import Callable
@@ -55,6 +56,11 @@ def as_reward(result: Any, agent_name: str) -> float | None:
             f"agent {agent_name!r} returned {type(result).__name__}; return a float reward, "
             "or None and report rewards with agentgrad.emit_reward"
         )
+    if not math.isfinite(result):
+        raise AgentError(
+            f"agent {agent_name!r} returned the reward {result}, which is not finite; "
+            "return a finite float (or None when there is no reward)"
+        )
     return float(result)
 
 
@@ -84,6 +90,14 @@ class FunctionAgent(LitAgent):
     def name(self) -> str:
         return self.function.__qualname__
 
+    @property
+    def llm_parameter(self) -> str | None:
+        """The name of the parameter that asks for an `LLM` (annotated so, without a default), if any."""
+        for name, annotation, has_default in self._params:
+            if isinstance(annotation, type) and issubclass(annotation, LLM) and not has_default:
+                return name
+        return None
+
     def __reduce__(self) -> tuple[Any, tuple[str, str]]:
         """Pickled by module and name, so runner processes get the agent: `@rollout` replaced the
         function in its module by this object, which pickling the function by reference trips on."""
@@ -111,9 +125,11 @@ class FunctionAgent(LitAgent):
             elif isinstance(annotation, type) and issubclass(annotation, RESOURCE_CLASSES):
                 matches = [r for r in resources.values() if isinstance(r, annotation)]
                 if len(matches) != 1:
+                    hint = (f"give one: Trainer(resources={{{name!r}: ag.{annotation.__name__}(...)}})" if not matches
+                            else "name the parameter after one of them")
                     raise AgentError(
                         f"agent {self.name} asks for {name}: {annotation.__name__}, but the resources hold "
-                        f"{len(matches)} of that type ({sorted(resources)}); name the parameter after one of them"
+                        f"{len(matches)} of that type ({sorted(resources)}); {hint}"
                     )
                 arguments[name] = matches[0]
             elif not has_default:

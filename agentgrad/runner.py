@@ -198,6 +198,16 @@ class Runner:
             except Exception as exc:
                 log.warning("could not flush the gateway at %s: %s", url, exc)
 
+    async def _fail_refused(self, rollout_id: str, attempt_id: str, refusal: StoreError) -> None:
+        """The store refused the attempt's result: fail the attempt with the reason rather than leave it running
+        (to end `unresponsive` much later). If the attempt already ended (timed out meanwhile), say so."""
+        try:
+            await self.store.update_attempt(rollout_id, attempt_id, status=AttemptStatus.FAILED,
+                                            error=f"the store refused the attempt's result: {refusal}")
+            log.warning("rollout %s: attempt %s failed: the store refused its result: %s", rollout_id, attempt_id, refusal)
+        except StoreError as exc:  # the store gave the attempt up (timeout, no heartbeat) meanwhile
+            log.warning("rollout %s: result of attempt %s not recorded: %s (%s)", rollout_id, attempt_id, refusal, exc)
+
     async def run_rollout(self, item: AttemptedRollout) -> None:
         """Run the agent on one claimed rollout and close its attempt."""
         rollout_id, attempt_id = item.rollout_id, item.attempt.attempt_id
@@ -230,8 +240,8 @@ class Runner:
             await self.sink.flush()
             try:
                 await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)
-            except StoreError as exc:  # the store gave the attempt up (timeout, no heartbeat) meanwhile
-                log.warning("rollout %s: result of attempt %s not recorded: %s", rollout_id, attempt_id, exc)
+            except StoreError as exc:
+                await self._fail_refused(rollout_id, attempt_id, exc)
             self.completed += 1
             await self._call_hooks("on_rollout_end", rollout=await self.store.get_rollout(rollout_id))
         finally:

@@ -70,6 +70,17 @@ UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
 """Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
 WEIGHTS_VERSION = "agentgrad.llm.weights_version"
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
+LLM_API = "agentgrad.llm.api"
+"""Which OpenAI API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API` or `RESPONSES_API` (a Responses
+call is a `chat` operation too; its input items and output are recorded as chat messages)."""
+CHAT_COMPLETIONS_API = "chat.completions"
+COMPLETIONS_API = "completions"
+RESPONSES_API = "responses"
+TOKEN_IDS_ABSENT = "agentgrad.llm.token_ids_absent"
+"""On a call recorded without token ids, why: `TOKEN_IDS_NOT_REQUESTED` (the upstream cannot return them, so
+the gateway sent the client's request as it was) or `TOKEN_IDS_NOT_RETURNED` (asked for, not in the answer)."""
+TOKEN_IDS_NOT_REQUESTED = "not_requested"
+TOKEN_IDS_NOT_RETURNED = "not_returned"
 
 # ----------------------------------------------------------------------------- OpenTelemetry names
 
@@ -92,6 +103,7 @@ GEN_AI_REQUEST_PARAMS = {
     "top_k": "gen_ai.request.top_k",
     "max_tokens": "gen_ai.request.max_tokens",
     "max_completion_tokens": "gen_ai.request.max_tokens",
+    "max_output_tokens": "gen_ai.request.max_tokens",
     "n": "gen_ai.request.choice.count",
     "seed": "gen_ai.request.seed",
     "frequency_penalty": "gen_ai.request.frequency_penalty",

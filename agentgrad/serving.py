@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 import threading
 import time
 from typing import Any
@@ -134,3 +135,10 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a server whose address must be known before it starts."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])

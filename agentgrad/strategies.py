@@ -2,10 +2,9 @@
 their own processes; and `run_workers`, the body of any runner process (`agentgrad runner` too).
 
 A runner process that dies is reported, and the attempts it was running are marked
-`unresponsive` at once, so its rollouts go back to the queue under their retry policy. Rollouts
-the algorithm queues without a retry policy of their own get `PROCESS_ROLLOUT_CONFIG`: a runner
-that stops sending heartbeats for `UNRESPONSIVE_SECONDS` (hung, or on another machine that
-vanished) loses its attempts, which are retried up to twice more.
+`unresponsive` at once, so its rollouts go back to the queue under their retry policy. A runner
+that stops sending heartbeats (hung, or on another machine that vanished) loses its attempts
+after `RolloutConfig.unresponsive_seconds`, and by default they run again (`max_attempts_if_lost`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentgrad.litagent import LitAgent
 from agentgrad.runner import Hook, Runner
 from agentgrad.store import Store, open_store
-from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus
+from agentgrad.types import AttemptStatus, RolloutStatus
 
 if TYPE_CHECKING:
     from agentgrad.algorithms.base import Algorithm
@@ -43,14 +42,6 @@ class Layout(Protocol):
 
 log = logging.getLogger(__name__)
 
-UNRESPONSIVE_SECONDS = 30.0
-"""Silence after which a runner's attempt is given up: 15 missed heartbeats (sent every 2 s)."""
-
-PROCESS_ROLLOUT_CONFIG = RolloutConfig(
-    unresponsive_seconds=UNRESPONSIVE_SECONDS, max_attempts=3, retry_on=[AttemptStatus.UNRESPONSIVE]
-)
-"""Only a lost runner is retried: an agent that fails fails its rollout, as with threads."""
-
 STOP_SECONDS = 10.0
 """Grace for runner processes to finish the rollouts in flight once asked to stop; then they are killed."""
 
@@ -59,9 +50,13 @@ WATCH_SECONDS = 0.2
 
 
 async def run_with_processes(
-    trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
+    trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None,
+    gateway: str | None = None,
 ) -> Any:
-    """Serve the trainer's store, start `n_runners` runner processes, run the algorithm, stop them all."""
+    """Serve the trainer's store, start `n_runners` runner processes, run the algorithm, stop them all.
+
+    With `gateway` (`…/v1`), the runners' no-argument `OpenAI()` calls it, routed to each attempt.
+    """
     from agentgrad.store.client import StoreClient
     from agentgrad.store.server import store_server
 
@@ -78,21 +73,18 @@ async def run_with_processes(
     processes = [
         context.Process(
             target=run_workers,
-            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks),
+            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway),
             name=f"runner-{i}",  # also its worker id
         )
         for i in range(trainer.n_runners)
     ]
     algorithm = trainer.algorithm
-    default_config = algorithm.rollout_config
-    algorithm.rollout_config = default_config or PROCESS_ROLLOUT_CONFIG
     try:
         for process in processes:
             process.start()
         log.info("store served at %s to %d runner processes", url, len(processes))
         return await _run_watching(trainer.store, algorithm.run(train_data, val_data), processes)
     finally:
-        algorithm.rollout_config = default_config
         await asyncio.to_thread(stop_processes, processes)
         if server is not None:
             await asyncio.to_thread(server.stop)
@@ -178,13 +170,24 @@ def run_workers(
     worker_ids: Sequence[str],
     concurrency: int = 1,
     hooks: Sequence[Hook] = (),
+    gateway: str | None = None,
 ) -> None:
     """Run one `Runner` per worker id on the store at `store` (URL or path) until told to stop.
+
+    With `gateway` (`…/v1`), agents that build `OpenAI()` with no arguments call it, each attempt
+    on its own route (`GatewayEnvHook`; the process inherits the un-routed URL for clients built
+    at import).
 
     SIGTERM or Ctrl+C: take no new rollouts and return once those in flight end; a second one
     quits at once. In a process the strategy started, the parent's death stops it as well.
     """
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {worker_ids[0]} %(levelname)s %(message)s")
+    if gateway:
+        from agentgrad.gateway.env import GatewayEnvHook
+        from agentgrad.instrument import instrument_openai
+
+        instrument_openai()  # clients built at import call the inherited un-routed URL: their headers route them
+        hooks = [*hooks, GatewayEnvHook(gateway)]
     asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks))
 
 

@@ -7,6 +7,11 @@ Strategies:
 - `ray`: the store and gateway on the driver, N runner actors per node of a Ray cluster, the
   training group (`train_processes > 1`) as Ray actors (`agentgrad.distributed.ray_cluster`).
 Under torchrun, ranks past 0 only join rank 0's updates (`agentgrad.distributed`).
+An algorithm that serves the model it trains (GRPO, SFT) does so through a gateway at
+`trainer.gateway_url`, fixed when the trainer is built; while it runs, the runners' no-argument
+`OpenAI()` calls it (`OPENAI_BASE_URL`, `OPENAI_API_KEY`): in threads each call names its
+attempt in headers (`instrument_openai`), in runner processes the variables name the attempt's
+route too (`GatewayEnvHook`).
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 from agentgrad.algorithms.base import Algorithm, Evaluation
 from agentgrad.algorithms.baseline import Baseline
-from agentgrad.litagent import LitAgent, as_agent
+from agentgrad.litagent import FunctionAgent, LitAgent, as_agent
 from agentgrad.runner import Hook, Runner
+from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
 from agentgrad.strategies import run_with_processes
-from agentgrad.types import NamedResources
+from agentgrad.types import LLM, NamedResources
 
 R = TypeVar("R")
 Strategy = Literal["threads", "processes", "ray"]
@@ -48,7 +54,9 @@ class Trainer(Generic[R]):
     or a Baseline's `{split: Evaluation}`): `Trainer` is generic over it.
     `store` is a `Store`, a SQLite path, `"memory"`, or None for a new SQLite file under
     `.agentgrad/`. `resources` are published before the algorithm starts (the LLM endpoint and
-    prompt of an agent that is only evaluated, say).
+    prompt of an agent that is only evaluated, say). `gateway_port` is where the gateway of the
+    model being trained listens on loopback (default: a port free when the trainer is built);
+    `gateway_url` says it, before `fit` starts.
     """
 
     @overload
@@ -62,6 +70,7 @@ class Trainer(Generic[R]):
         hooks: Sequence[Hook] = (),
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
+        gateway_port: int | None = None,
     ) -> None: ...
 
     @overload
@@ -75,6 +84,7 @@ class Trainer(Generic[R]):
         hooks: Sequence[Hook] = (),
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
+        gateway_port: int | None = None,
     ) -> None: ...
 
     def __init__(
@@ -87,6 +97,7 @@ class Trainer(Generic[R]):
         hooks: Sequence[Hook] = (),
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
+        gateway_port: int | None = None,
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be at least 1, got {n_runners}")
@@ -99,6 +110,8 @@ class Trainer(Generic[R]):
         self.hooks = list(hooks)
         self.resources = resources
         self.runner_concurrency = runner_concurrency
+        self.gateway_port = free_port() if gateway_port is None else gateway_port
+        self._local_llm = False
 
     def fit(
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
@@ -106,13 +119,23 @@ class Trainer(Generic[R]):
         """Run the algorithm to the end with runners executing `agent`; returns what the algorithm returns."""
         return asyncio.run(self.fit_async(agent, train_data, val_data))
 
+    @property
+    def gateway_url(self) -> str:
+        """The base URL (`…/v1`) of the gateway serving the model being trained, from when `fit` starts it."""
+        return f"http://127.0.0.1:{self.gateway_port}/v1"
+
     def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> dict[str, Evaluation]:
-        """A quick smoke pass: run `data` once through the agent with a Baseline, no training."""
+        """A quick smoke pass: run `data` once through the agent with a Baseline, no training.
+
+        An agent that asks for an `ag.LLM` none of the resources provides gets the local model
+        (the one GRPO would train), served at `gateway_url`.
+        """
         algorithm, self.algorithm = self.algorithm, Baseline()  # type: ignore[assignment]
+        self._local_llm = True
         try:
             return self.fit(agent, data, None)  # type: ignore[return-value]
         finally:
-            self.algorithm = algorithm
+            self.algorithm, self._local_llm = algorithm, False
 
     async def fit_async(
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
@@ -125,15 +148,58 @@ class Trainer(Generic[R]):
                                    "has no sharded update to join: run it without torchrun, or use GRPO")
             return await asyncio.to_thread(follow)
         self.algorithm.store = self.store
+        self.algorithm.gateway_port = self.gateway_port
         if self.resources:
             await self.store.add_resources(self.resources)
+        policy = await self._local_policy(agent) if self._local_llm else None
+        gateway = self.gateway_url if self.algorithm.serves_gateway or policy is not None else None
+        try:
+            if gateway is None:
+                return await self._run(agent, train_data, val_data, None)
+            from agentgrad.gateway.env import openai_environment
+
+            self.algorithm.console.print(f"gateway of the model being trained: {gateway} (the runners' OPENAI_BASE_URL)",
+                                         highlight=False, markup=False)
+            with openai_environment(gateway):
+                return await self._run(agent, train_data, val_data, gateway)
+        finally:
+            if policy is not None:
+                await asyncio.to_thread(policy.stop)
+
+    async def _run(self, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None,
+                   gateway: str | None) -> R:
         if self.strategy == "processes":
-            return await run_with_processes(self, agent, train_data, val_data)  # type: ignore[no-any-return]
+            return await run_with_processes(self, agent, train_data, val_data, gateway=gateway)  # type: ignore[no-any-return]
         if self.strategy == "ray":
             from agentgrad.distributed.ray_cluster import run_with_ray  # Ray is an optional extra
 
             return await run_with_ray(self, agent, train_data, val_data)  # type: ignore[no-any-return]
         return await self._run_with_threads(agent, train_data, val_data)
+
+    async def _local_policy(self, agent: LitAgent) -> Any:
+        """For `dev`: the local model behind the trainer's gateway, published under the name of the agent's
+        `ag.LLM` parameter, when it has one that no resource fills; None otherwise."""
+        name = agent.llm_parameter if isinstance(agent, FunctionAgent) else None
+        if name is None:
+            return None
+        latest = await self.store.get_latest_resources()
+        given = {**(latest.resources if latest else {}), **(self.resources or {})}
+        if any(isinstance(r, LLM) for r in given.values()):
+            return None
+        try:
+            from agentgrad.algorithms.policy import LocalPolicy
+        except ImportError as exc:
+            self.algorithm.console.print(
+                f"agent {agent.name} asks for {name}: ag.LLM and no resource gives one ({exc}): pass "
+                f"Trainer(resources={{{name!r}: ag.LLM(base_url=..., model=...)}}), or install 'agentgrad[train]' "
+                "for the local model", highlight=False, markup=False)
+            return None
+        self.algorithm.console.print(f"agent {agent.name} asks for {name}: ag.LLM and no resource gives one: "
+                                     "serving the local model", highlight=False, markup=False)
+        policy = LocalPolicy(self.store, gateway_port=self.gateway_port)
+        await asyncio.to_thread(policy.start)
+        await self.store.add_resources({**given, name: policy.llm()})
+        return policy
 
     async def _run_with_threads(
         self, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None

@@ -5,8 +5,12 @@ tools. It takes its endpoint from `OPENAI_BASE_URL` / `OPENAI_API_KEY`, as any `
 code does; `GatewayEnvHook` points those at the gateway route of the attempt being run, so
 every call it makes is recorded, with token ids and logprobs, in the right rollout.
 
-    agentgrad gateway --store run.db --backend policy=http://127.0.0.1:8000/v1 &
+    agentgrad engine serve &        # the local model on :8000; it answers to its own name, smollm2-135m
+    agentgrad gateway --store run.db --backend policy=http://127.0.0.1:8000/v1,model=smollm2-135m,system=agentgrad &
     python examples/langchain_agent.py --gateway http://127.0.0.1:8090/v1 --store run.db
+
+`model=` renames the agent's model (`policy`) to the engine's; `system=agentgrad` has the gateway
+ask the engine for token ids and logprobs (an upstream of another system gets the request as sent).
 """
 
 from __future__ import annotations

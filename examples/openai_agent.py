@@ -5,6 +5,8 @@ Nothing in `answer` knows about agentgrad. Two lines of configuration route it: 
 rollout and attempt of the context it runs in, so concurrent rollouts never mix their calls.
 
     OPENAI_BASE_URL=http://127.0.0.1:8090/v1 python examples/openai_agent.py --store run.db
+
+with the engine and the gateway started as in `examples/langchain_agent.py`.
 """
 
 from __future__ import annotations

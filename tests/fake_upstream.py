@@ -3,8 +3,11 @@
 Token ids are the UTF-8 bytes of the text, so a test can decode what was recorded. Logprobs
 are a function of the byte. Like vLLM, token ids and logprobs are only returned when asked for.
 It answers `echo: <last user message>`; with tools and a user message last, it calls the first
-tool with the integers found in the message
-(as `a` and `b`, or as `expression: "a + b"` for a tool that takes an expression); after a tool result it answers `Answer: <result>`.
+tool with the integers found in the message (as `a` and `b`, or as `expression: "a + b"` for a
+tool that takes an expression); after a tool result it answers `Answer: <result>`.
+`/v1/responses` answers the same way in the Responses API's shape, with token ids (in the body,
+as the agentgrad engine gives them) when asked. `strict=True` refuses any argument OpenAI's own
+API does not know, with OpenAI's message (`Unrecognized request argument supplied: ...`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 VERSION = 7
+OPENAI_ARGUMENTS = {
+    "chat": {"model", "messages", "temperature", "top_p", "n", "stream", "stream_options", "stop", "max_tokens",
+             "max_completion_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+             "user", "seed", "tools", "tool_choice", "parallel_tool_calls", "response_format"},
+    "completions": {"model", "prompt", "temperature", "top_p", "n", "stream", "stream_options", "stop", "max_tokens",
+                    "logprobs", "echo", "seed", "user"},
+    "responses": {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature",
+                  "top_p", "max_output_tokens", "top_logprobs", "include", "text", "stream", "store", "metadata",
+                  "user", "truncation", "reasoning", "previous_response_id"},
+}
+"""What OpenAI's API accepts on each endpoint (enough of it for the tests): a strict upstream refuses the rest."""
 
 
 def logprob(byte: int) -> float:
@@ -36,8 +50,9 @@ def render(messages: list[dict[str, Any]]) -> str:
 class FakeUpstream:
     """The app plus what a test steers and inspects: queued failures, received requests, a stream gate."""
 
-    def __init__(self, api_key: str | None = None, chunk_chars: int = 4) -> None:
+    def __init__(self, api_key: str | None = None, chunk_chars: int = 4, strict: bool = False) -> None:
         self.api_key = api_key
+        self.strict = strict
         self.chunk_chars = chunk_chars
         self.failures: deque[tuple[int, dict[str, str]]] = deque()
         self.requests: list[dict[str, Any]] = []
@@ -47,10 +62,12 @@ class FakeUpstream:
         self.echo_key_in_errors = False  # failures quote the Authorization header, as careless upstreams do
         self.answers: deque[Any] = deque()  # raw JSON bodies to answer the next chat calls with, as they are
         self.bad_chunk: str | None = None  # a `data:` payload sent after the first chunk of the next stream
+        self.drop_token_ids = False  # answer as an upstream that ignores `return_token_ids` does
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/responses", self.responses, methods=["POST"]),
             ]
         )
 
@@ -59,7 +76,9 @@ class FakeUpstream:
 
     async def _check(self, request: Request) -> tuple[dict[str, Any], Response | None]:
         body = await request.json()
-        self.requests.append(body)
+        self.requests.append(dict(body))
+        if self.drop_token_ids:
+            body.pop("return_token_ids", None)
         self.headers.append(dict(request.headers))
         if self.api_key and request.headers.get("authorization") != f"Bearer {self.api_key}":
             return body, JSONResponse(
@@ -72,6 +91,13 @@ class FakeUpstream:
                 },
                 status_code=401,
             )
+        path = request.url.path
+        known = OPENAI_ARGUMENTS["chat" if path.endswith("chat/completions") else path.rsplit("/", 1)[-1]]
+        unknown = sorted(set(body) - known)
+        if self.strict and unknown:
+            error = {"message": f"Unrecognized request argument supplied: {', '.join(unknown)}",
+                     "type": "invalid_request_error", "param": None, "code": None}
+            return body, JSONResponse({"error": error}, status_code=400)
         if self.failures:
             status, headers = self.failures.popleft()
             error = {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}
@@ -299,3 +325,78 @@ class FakeUpstream:
             },
             headers={"x-agentgrad-model-version": str(VERSION)},
         )
+
+    # ------------------------------------------------------------------ responses
+
+    def _response_reply(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+        """(chat messages of the input, the text the model "wrote", the output items)."""
+        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        messages = [{"role": "system", "content": body["instructions"]}] if body.get("instructions") else []
+        for item in items:
+            if item.get("type") == "function_call_output":
+                messages.append({"role": "tool", "content": item["output"]})
+            elif item.get("type") == "function_call":
+                messages.append({"role": "assistant", "content": item["arguments"]})
+            else:
+                content = item["content"]
+                text = content if isinstance(content, str) else "".join(p["text"] for p in content)
+                messages.append({"role": item["role"], "content": text})
+        last = messages[-1]
+        if body.get("tools") and last["role"] == "user":
+            numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
+            if "expression" in (body["tools"][0].get("parameters") or {}).get("properties", {}):
+                arguments = json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"})  # a calculator tool
+            else:
+                arguments = json.dumps({"a": numbers[0], "b": numbers[1]})
+            call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": body["tools"][0]["name"],
+                    "arguments": arguments, "status": "completed"}
+            return messages, arguments, [call]
+        text = f"Answer: {last['content']}" if last["role"] == "tool" else f"echo: {last['content']}"
+        message = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                   "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        return messages, text, [message]
+
+    def _response_body(self, body: dict[str, Any], messages: list[dict[str, Any]], written: str,
+                       output: list[dict[str, Any]]) -> dict[str, Any]:
+        prompt_ids, ids = list(render(messages).encode()), list(written.encode())
+        answer: dict[str, Any] = {
+            "id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": body["model"],
+            "output": output, "system_fingerprint": f"agentgrad-weights-v{VERSION}",
+            "usage": {"input_tokens": len(prompt_ids), "output_tokens": len(ids), "total_tokens": 0},
+        }
+        if body.get("return_token_ids"):
+            answer.update(prompt_token_ids=prompt_ids, token_ids=ids, token_logprobs=[logprob(b) for b in ids])
+        return answer
+
+    async def responses(self, request: Request) -> Response:
+        body, failure = await self._check(request)
+        if failure is not None:
+            return failure
+        messages, written, output = self._response_reply(body)
+        answer = self._response_body(body, messages, written, output)
+        headers = {"x-agentgrad-model-version": str(VERSION)}
+        if not body.get("stream"):
+            return JSONResponse(answer, headers=headers)
+
+        async def events() -> Any:
+            sequence = iter(range(1000))
+
+            def event(kind: str, **fields: Any) -> str:
+                return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(sequence), **fields})}\n\n"
+
+            started = {k: v for k, v in answer.items() if k not in ("prompt_token_ids", "token_ids", "token_logprobs")}
+            yield event("response.created", response={**started, "status": "in_progress", "output": []})
+            item = output[0]
+            yield event("response.output_item.added", output_index=0, item={**item, "status": "in_progress"})
+            if item["type"] == "message":
+                for k in range(0, len(written), self.chunk_chars):
+                    yield event("response.output_text.delta", item_id=item["id"], output_index=0, content_index=0,
+                                delta=written[k : k + self.chunk_chars])
+                    if self.break_stream_after is not None and k // self.chunk_chars == self.break_stream_after:
+                        raise ConnectionAbortedError("fake upstream drops the stream")
+            else:
+                yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=0, delta=written)
+            yield event("response.output_item.done", output_index=0, item=item)
+            yield event("response.completed", response=answer)
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)

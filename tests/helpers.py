@@ -3,12 +3,13 @@ and a clock the test moves (the store fixtures build every backend with it: test
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+
+from agentgrad.serving import free_port  # noqa: F401  (tests take it from here)
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -20,12 +21,6 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -
         time.sleep(0.05)
     raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
 
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def healthy(url: str) -> bool:

@@ -43,3 +43,17 @@ def bare_openai(task: dict) -> float:
 
     reply = OpenAI().chat.completions.create(model="policy", messages=[{"role": "user", "content": task["q"]}])
     return 1.0 if reply.choices[0].message.content else 0.0
+
+
+@ag.rollout
+def unchanged_calc(task: dict) -> float:
+    """A calc agent written for OpenAI, unchanged: `OpenAI()` with no arguments, a hosted model's name."""
+    from openai import OpenAI
+
+    messages = [{"role": "system", "content": "Reply with 'Answer: <number>'."},
+                {"role": "user", "content": "What is 23 + 14?"}, {"role": "assistant", "content": "Answer: 37"},
+                {"role": "user", "content": task["question"]}]
+    reply = OpenAI().chat.completions.create(model="gpt-4o-mini", messages=messages, max_tokens=8, temperature=1.0)
+    text = reply.choices[0].message.content or ""
+    digits = "".join(c for c in text if c.isdigit())
+    return 1.0 / (1.0 + abs(int(digits) - task["answer"])) if digits else 0.0

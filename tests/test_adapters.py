@@ -115,3 +115,23 @@ def test_chats_extend_while_the_conversation_continues() -> None:
         second + [{"role": "assistant", "content": "a2"}],
         [{"role": "user", "content": "other"}, {"role": "assistant", "content": "a3"}],
     ]
+
+
+def test_chats_keep_tool_calls_and_tool_results_across_the_calls_of_a_tool_conversation() -> None:
+    tool_call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    question = [{"role": "system", "content": "use tools"}, {"role": "user", "content": "1+2?"}]
+    asked = call(1, [1], [2], messages=question, **{
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": None, "tool_calls": [tool_call]}])})
+    resent = {"role": "assistant", "content": None, "refusal": None, "function_call": None, "audio": None,
+              "tool_calls": [{**tool_call, "index": 0}]}  # what the openai client sends back in its history
+    history = question + [resent, {"role": "tool", "tool_call_id": "call_1", "content": "3"}]
+    answered = call(2, [1, 2, 7], [8], messages=history, **{
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": "Answer: 3"}])})
+    (chat,) = to_chats([asked, answered])
+    assert chat == question + [
+        {"role": "assistant", "content": "", "tool_calls": [tool_call]},
+        {"role": "tool", "content": "3", "tool_call_id": "call_1"},
+        {"role": "assistant", "content": "Answer: 3"},
+    ]
+    (first,) = to_chats([asked])
+    assert first[-1]["tool_calls"] == [tool_call]  # a conversation that ends in a call keeps it

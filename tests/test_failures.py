@@ -46,9 +46,9 @@ def test_a_batch_where_every_rollout_failed_says_so_and_names_the_command_that_l
     tmp_path: Path, console: io.StringIO
 ) -> None:
     store = SqliteStore(tmp_path / "run.db")
-    results = ag.Trainer(store=store).dev(needs_llm, [{"n": n} for n in range(4)])
+    results = ag.Trainer(store=store).fit(needs_llm, [{"n": n} for n in range(4)])  # dev() would serve the local model
     assert results["train"].succeeded == 0
     printed = console.getvalue()
     assert "every one of the 4 train rollouts failed:" in printed
-    assert "4× AgentError:" in printed and "LLM" in printed
+    assert "4× AgentError:" in printed and "give one: Trainer(resources={'llm': ag.LLM(...)})" in printed
     assert f"agentgrad rollouts ls --store {tmp_path / 'run.db'} --status failed" in printed

@@ -21,7 +21,7 @@ from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import LLM, Span
 from tests.conftest import UPSTREAM_KEY, Served, Upstream
-from tests.fake_upstream import VERSION, logprob, render
+from tests.fake_upstream import VERSION, FakeUpstream, logprob, render
 
 CLIENT_KEY = "sk-agent-side-key-5678"
 
@@ -379,7 +379,9 @@ async def test_mounted_on_a_host_app_at_the_root_or_under_a_prefix(upstream: Ups
 def test_backend_specs_from_the_command_line() -> None:
     name, backend = parse_backend("gpt=https://api.openai.com/v1,key_env=OPENAI_API_KEY,token_ids=false,system=openai")
     assert name == "gpt" and backend.url == "https://api.openai.com/v1" and backend.api_key_env == "OPENAI_API_KEY"
-    assert backend.token_ids is False and backend.logprobs is True
+    assert backend.token_ids is False and backend.logprobs is None and not backend.asks_logprobs  # by system
+    assert parse_backend("p=http://h:8000/v1,system=agentgrad")[1].asks_token_ids
+    assert parse_backend("p=http://h:8000/v1,token_ids=true")[1].asks_token_ids
     with pytest.raises(ValueError, match="unknown option 'colour'"):
         parse_backend("m=http://h/v1,colour=red")
     with pytest.raises(ValueError, match="expected NAME=URL"):
@@ -455,3 +457,56 @@ async def test_the_env_hook_also_has_the_gateway_spans_stored_before_the_attempt
         await Runner(agent, store, hooks=[GatewayEnvHook(server.url + "/v1")], max_rollouts=1).run()
         assert (await store.get_rollout(queued.rollout_id)).reward == 1.0
         assert len([s for s in await store.query_spans(queued.rollout_id) if is_llm_call(s)]) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+async def test_a_strict_hosted_api_gets_exactly_the_request_the_client_sent_and_the_span_says_ids_are_absent(
+    stream: bool,
+) -> None:
+    strict = FakeUpstream(api_key=UPSTREAM_KEY, strict=True)
+    store = MemoryStore()
+    with ServerThread(strict.app) as up:
+        gateway = Gateway(store, {"gpt": Backend(up.url + "/v1", api_key=UPSTREAM_KEY)})  # system "openai"
+        with ServerThread(gateway) as server:
+            oai = client(server.url + "/v1")
+            messages = [{"role": "user", "content": "hi"}]
+            if stream:
+                text = "".join(c.choices[0].delta.content or "" for c in oai.chat.completions.create(
+                    model="gpt", messages=messages, stream=True) if c.choices)  # type: ignore[arg-type]
+                reply = oai.responses.create(model="gpt", input="hi", stream=True)
+                assert [e.type for e in reply][-1] == "response.completed"
+            else:
+                text = oai.chat.completions.create(model="gpt", messages=messages).choices[0].message.content or ""  # type: ignore[arg-type]
+                assert oai.responses.create(model="gpt", input="hi").output_text == "echo: hi"
+            assert text == "echo: hi"
+            sent = {"model": "gpt", "messages": messages, **({"stream": True} if stream else {})}
+            assert strict.requests[0] == sent
+            assert strict.requests[1] == {"model": "gpt", "input": "hi", **({"stream": True} if stream else {})}
+            await gateway.flush()
+    spans = [s for s in await store.query_spans(None) if is_llm_call(s)]
+    assert len(spans) == 2 and all(s.status.code == "OK" for s in spans)
+    for span in spans:
+        assert span.attributes["agentgrad.llm.token_ids_absent"] == "not_requested"
+        assert "agentgrad.llm.response_token_ids" not in span.attributes
+
+
+def test_the_strict_fake_refuses_what_openai_refuses_so_asking_it_for_token_ids_would_fail(upstream: Upstream) -> None:
+    strict = FakeUpstream(strict=True)
+    with ServerThread(strict.app) as up:
+        with pytest.raises(openai.BadRequestError, match="Unrecognized request argument supplied: return_token_ids"):
+            client(up.url + "/v1").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}], extra_body={"return_token_ids": True})
+
+
+async def test_an_upstream_asked_for_token_ids_that_returns_none_is_recorded_as_not_returned(
+    upstream: Upstream,
+) -> None:
+    store = MemoryStore()
+    gateway = Gateway(store, {"m": Backend(upstream.url, api_key=UPSTREAM_KEY, token_ids=True)}, retry_backoff_s=0.001)
+    with ServerThread(gateway) as server:
+        upstream.fake.drop_token_ids = True
+        client(server.url + "/v1").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        await gateway.flush()
+    (span,) = [s for s in await store.query_spans(None) if is_llm_call(s)]
+    assert upstream.fake.requests[-1]["return_token_ids"] is True
+    assert span.attributes["agentgrad.llm.token_ids_absent"] == "not_returned"

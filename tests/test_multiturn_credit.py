@@ -18,7 +18,7 @@ from agentgrad.store import MemoryStore
 from agentgrad.types import Rollout, RolloutStatus, Span
 
 SYSTEM = [1, 2, 3]
-TOOL_RESULT = [90, 91]  # "Result: 579" as the next user turn: not written by the model
+TOOL_RESULT = [90, 91]  # the tool turn holding "579": not written by the model
 
 
 def call(rollout: Rollout, attempt_id: str, t: float, prompt: list[int], response: list[int]) -> Span:

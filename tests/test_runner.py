@@ -115,6 +115,39 @@ async def test_a_non_numeric_return_is_a_failed_attempt_that_says_what_to_return
     assert attempt.status is AttemptStatus.FAILED and "return a float reward" in (attempt.error or "")
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+async def test_a_reward_that_is_not_finite_fails_the_attempt_at_once_saying_so(value: float) -> None:
+    store = ag.MemoryStore()
+    returned, emitted = await store.enqueue_rollouts([{"input": "t"}, {"input": "t"}])
+
+    def agent(task: str, rollout: ag.Rollout) -> float | None:
+        if rollout.rollout_id == emitted.rollout_id:
+            ag.emit_reward(value)
+            return None
+        return value
+
+    await Runner(agent, store, max_rollouts=2, concurrency=2).run()
+    for queued, says in ((returned, "which is not finite"), (emitted, "a reward must be a finite number")):
+        (attempt,) = await store.query_attempts(queued.rollout_id)
+        assert attempt.status is AttemptStatus.FAILED and says in (attempt.error or "")  # not left to go unresponsive
+        assert (await store.get_rollout(queued.rollout_id)).status is RolloutStatus.FAILED
+
+
+async def test_a_result_the_store_refuses_fails_the_attempt_with_the_store_s_reason() -> None:
+    class Refusing(ag.MemoryStore):
+        async def update_attempt(self, rollout_id, attempt_id, **changes):  # type: ignore[no-untyped-def]
+            if changes.get("status") is AttemptStatus.SUCCEEDED:
+                raise ag.StoreError("reward refused for a reason of the store's")
+            return await super().update_attempt(rollout_id, attempt_id, **changes)
+
+    store = Refusing()
+    queued = await store.enqueue_rollout("t")
+    await Runner(lambda task: 1.0, store, max_rollouts=1).run()
+    (attempt,) = await store.query_attempts(queued.rollout_id)
+    assert attempt.status is AttemptStatus.FAILED
+    assert attempt.error == "the store refused the attempt's result: reward refused for a reason of the store's"
+
+
 def test_stop_lets_the_rollouts_in_flight_finish_then_reports_the_worker_stopped() -> None:
     store = ag.MemoryStore()
     started = threading.Event()

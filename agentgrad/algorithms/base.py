@@ -93,6 +93,10 @@ class Algorithm(Generic[R]):
     """What `run_rollouts` found wrong in its latest batch."""
     rollout_config: RolloutConfig | None = None
     """Retry policy of rollouts queued without one; the `processes` strategy sets a heartbeat rule here."""
+    serves_gateway: bool = False
+    """Whether `run` serves the model it trains through a gateway on `gateway_port` (GRPO, SFT)."""
+    gateway_port: int = 0
+    """Where that gateway listens on loopback: the trainer sets it (`Trainer(gateway_port=...)`)."""
 
     @property
     def store(self) -> Store:

@@ -27,9 +27,11 @@ def check_engine_config(cfg: Any) -> None:
         raise ValueError(f"tis_cap must be at least 1 (it caps p_trainer/p_sampler; typical: 2), or None, got {cap}")
 
 
-def make_policy(cfg: Any, store: Store, engine: Engine | None, model: str | None) -> LocalPolicy:
+def make_policy(cfg: Any, store: Store, engine: Engine | None, model: str | None, *, gateway_port: int = 0) -> LocalPolicy:
     """The policy `cfg.engine` names: the built-in engine, or vLLM servers synced after each update."""
     if cfg.engine == "vllm":
         return VLLMPolicy(store, engine, model, replicas=cfg.vllm_replicas, urls=cfg.vllm_urls,
-                          transport=cfg.vllm_transport, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16))
-    return LocalPolicy(store, engine, model, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16))
+                          transport=cfg.vllm_transport, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16),
+                          gateway_port=gateway_port)
+    return LocalPolicy(store, engine, model, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16),
+                       gateway_port=gateway_port)

@@ -131,6 +131,8 @@ class GRPOResult:
 class GRPO(Algorithm["GRPOResult"]):
     """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
+    serves_gateway = True
+
     def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
@@ -148,7 +150,7 @@ class GRPO(Algorithm["GRPOResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("GRPO needs training tasks")
-        policy = make_policy(cfg, self.store, self.engine, self.model_name)
+        policy = make_policy(cfg, self.store, self.engine, self.model_name, gateway_port=self.gateway_port)
         self.policy = policy
         try:
             with policy:

@@ -27,8 +27,11 @@ TRAINER_STATE = "trainer_state.pt"
 class LocalPolicy:
     """`engine` (or a new one loading `model`), with an engine server and a gateway on loopback.
 
-    With `lora_rank > 0` only low-rank adapters are trained (peft); the engine then samples
-    from the adapted model directly.
+    The gateway listens on `gateway_port` (the trainer's, known before `fit` starts, so agents that
+    build `OpenAI()` with no arguments can be pointed at it; 0: any free port) and serves the policy
+    under every model name, so an agent needs no change of model name either. With
+    `lora_rank > 0` only low-rank adapters are trained (peft); the engine then samples from the
+    adapted model directly.
     """
 
     def __init__(
@@ -40,8 +43,10 @@ class LocalPolicy:
         lora_rank: int = 0,
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
+        gateway_port: int = 0,
     ) -> None:
         self.store = store
+        self.gateway_port = gateway_port
         self.engine = engine or Engine(model)
         self.lora_rank = lora_rank
         if lora_rank > 0:
@@ -64,9 +69,18 @@ class LocalPolicy:
 
         engine_server = ServerThread(create_engine_app(self.engine)).start()
         self._servers.append(engine_server)
-        gateway = ServerThread(Gateway(self.store, {self.engine.name: Backend(url=engine_server.url + "/v1")})).start()
-        self._servers.append(gateway)
-        self.gateway_url = gateway.url
+        backend = Backend(url=engine_server.url + "/v1", model=self.engine.name, system="agentgrad")
+        self.serve_gateway(Gateway(self.store, {self.engine.name: backend}, default=backend))
+
+    def serve_gateway(self, gateway: Any) -> None:
+        """Serve `gateway` on loopback at `gateway_port`: what agents call."""
+        try:
+            server = ServerThread(gateway, port=self.gateway_port).start()
+        except RuntimeError as exc:
+            raise RuntimeError(f"the policy's gateway cannot listen on 127.0.0.1:{self.gateway_port} ({exc}); "
+                               "give the Trainer another gateway_port (0: any free port)") from None
+        self._servers.append(server)
+        self.gateway_url = server.url
 
     def stop(self) -> None:
         for server in reversed(self._servers):

@@ -68,6 +68,8 @@ class SFTResult:
 class SFT(Algorithm["SFTResult"]):
     """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
 
+    serves_gateway = True
+
     def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
         self.config = with_overrides(config or SFTConfig(), overrides, "SFT")
@@ -79,7 +81,7 @@ class SFT(Algorithm["SFTResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("SFT needs training tasks")
-        with make_policy(cfg, self.store, self.engine, self.model_name) as policy:
+        with make_policy(cfg, self.store, self.engine, self.model_name, gateway_port=self.gateway_port) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:

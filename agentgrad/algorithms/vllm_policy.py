@@ -25,7 +25,6 @@ from agentgrad.engine.model import resolve_model
 from agentgrad.engine.vllm import VLLMServer, attach_servers, report_capabilities, start_servers
 from agentgrad.engine.weight_sync import LORA_NAME, WeightTransport, make_transport
 from agentgrad.gateway.replicas import ReplicaPool
-from agentgrad.serving import ServerThread
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -51,12 +50,14 @@ class VLLMPolicy(LocalPolicy):
         lora_rank: int = 0,
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
+        gateway_port: int = 0,
     ) -> None:
         if replicas < 1 and not urls:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
         # the trainer's copy samples nothing: fp32 only, no bf16 sampling copy
         engine = engine or Engine(model, sampling_dtype=torch.float32)
-        super().__init__(store, engine, model, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets)
+        super().__init__(store, engine, model, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
+                         gateway_port=gateway_port)
         self.model_path = resolve_model(model)
         self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
         self.servers: list[VLLMServer] = []
@@ -84,12 +85,10 @@ class VLLMPolicy(LocalPolicy):
                 raise RuntimeError(f"the vLLM servers lack {', '.join(missing)}, which weight transport "
                                    f"{self.transport.name!r} needs; {self.capabilities}")
             served = LORA_NAME if self.lora_rank > 0 else None
-            backends = [Backend(url=s.api_url, system="vllm", model=served) for s in self.servers]
+            backends = [Backend(url=s.api_url, system="vllm", model=served or self.engine.name) for s in self.servers]
             self.pool = ReplicaPool(self.engine.name, backends, version=self.engine.version)
             self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
-            gateway = ServerThread(Gateway(self.store, routers={self.engine.name: self.pool})).start()
-            self._servers.append(gateway)
-            self.gateway_url = gateway.url
+            self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool))
         except BaseException:
             self.stop()
             raise

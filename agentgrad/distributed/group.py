@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from agentgrad.distributed.fsdp import ShardedPolicy, backend_for, rank_device
+from agentgrad.serving import free_port
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +78,6 @@ def init_from_env() -> None:
     if not dist.is_initialized():
         dist.init_process_group(backend_for(rank_device()))
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:

@@ -4,7 +4,7 @@
 - Runners: `n_runners` Ray actors per node, restarted by Ray when they die. A restarted runner
   first gives up the attempts its dead predecessor left running (same worker id), so their
   rollouts are requeued at once; a runner whose node vanished stops heartbeating and its
-  attempts are given up after `UNRESPONSIVE_SECONDS` (`RAY_ROLLOUT_CONFIG`).
+  attempts are given up after `RolloutConfig.unresponsive_seconds` and run again.
 - Training group (`train_processes > 1`): that many Ray actors running the FSDP2 update
   (`RayGroup`), one GPU each where the cluster has GPUs, else one CPU.
 
@@ -23,14 +23,9 @@ from typing import Any
 
 from agentgrad.litagent import LitAgent
 from agentgrad.runner import Hook
-from agentgrad.strategies import UNRESPONSIVE_SECONDS, Layout, release_attempts
-from agentgrad.types import AttemptStatus, RolloutConfig
+from agentgrad.strategies import Layout, release_attempts
 
 log = logging.getLogger(__name__)
-
-RAY_ROLLOUT_CONFIG = RolloutConfig(unresponsive_seconds=UNRESPONSIVE_SECONDS, max_attempts=3,
-                                   retry_on=[AttemptStatus.UNRESPONSIVE])
-"""Rollouts queued without a retry policy: a lost runner's attempt is retried up to twice more."""
 
 
 def connect() -> bool:
@@ -176,8 +171,7 @@ async def run_with_ray(trainer: Layout, agent: LitAgent, train_data: Sequence[An
     server = await asyncio.to_thread(store_server(trainer.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start)
     url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
     algorithm = trainer.algorithm
-    default_config, default_launcher = algorithm.rollout_config, getattr(algorithm, "training_launcher", None)
-    algorithm.rollout_config = default_config or RAY_ROLLOUT_CONFIG
+    default_launcher = getattr(algorithm, "training_launcher", None)
     if hasattr(algorithm, "training_launcher"):
         algorithm.training_launcher = RayGroup  # type: ignore[attr-defined]
     actors: list[Any] = []
@@ -187,7 +181,6 @@ async def run_with_ray(trainer: Layout, agent: LitAgent, train_data: Sequence[An
         log.info("store served at %s to %d runner actors", url, len(actors))
         return await algorithm.run(train_data, val_data)
     finally:
-        algorithm.rollout_config = default_config
         if hasattr(algorithm, "training_launcher"):
             algorithm.training_launcher = default_launcher  # type: ignore[attr-defined]
         await asyncio.to_thread(_stop_runners, actors)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from agentgrad.serving import free_port
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,6 @@ def default_vllm_python() -> Path:
         return Path(os.environ[VLLM_PYTHON_ENV])
     return Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_command(python: Path, model: str, name: str, port: int, *, lora_rank: int = 0,

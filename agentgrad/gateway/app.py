@@ -1,15 +1,16 @@
 """The gateway's front end: an OpenAI-compatible ASGI app that routes each call and records it.
 
-Agents call `/v1/chat/completions`, `/v1/completions` or `/v1/models`, under
+Agents call `/v1/chat/completions`, `/v1/responses`, `/v1/completions` or `/v1/models`, under
 `/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) and/or
 `/agents/{name}` (the agent making the call), or at the root with the
 `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` / `x-agentgrad-agent` headers. The
 headers win when both are given: they are set per call, the path only when the client was
 built. Calls with neither are recorded outside any rollout.
 
-The gateway asks the upstream for token ids and logprobs (vLLM's `return_token_ids`,
-`logprobs`), records them, and strips what it added, so the client gets the response it
-asked for. Spans are built after the last byte went to the client and written in background
+The gateway asks an upstream that can give them (the engine, vLLM) for token ids and logprobs
+(vLLM's `return_token_ids`, `logprobs`), records them, and strips what it added, so the client
+gets the response it asked for; any other upstream gets the client's request as it was.
+Responses API calls are recorded in the shape chat completions are (`responses.py`). Spans are built after the last byte went to the client and written in background
 batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
 pooled aiohttp session.
 
@@ -35,6 +36,7 @@ import orjson
 
 from agentgrad import semconv as sc
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
@@ -45,8 +47,9 @@ from agentgrad.gateway.upstreams import (
     post_with_retries,
 )
 from agentgrad.gateway.checks import answer_problem, request_problem
+from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.guard import bearer_ok, expected_authorization
-from agentgrad.semconv import CHAT, TEXT_COMPLETION
+from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -58,9 +61,9 @@ MAX_UPSTREAM_CONNECTIONS = 1024
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
     r"(?:/agents/(?P<agent>[^/]+))?"
-    r"/v1/(?P<endpoint>chat/completions|completions|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
+    r"/v1/(?P<endpoint>chat/completions|completions|responses|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
-_OPERATIONS = {"chat/completions": CHAT, "completions": TEXT_COMPLETION}
+_APIS = {"chat/completions": CHAT_COMPLETIONS_API, "completions": COMPLETIONS_API, "responses": RESPONSES_API}
 _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = sc.ROLLOUT_HEADER.encode(), sc.ATTEMPT_HEADER.encode(), sc.AGENT_HEADER.encode()
 _VERSION_KEY = sc.VERSION_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -71,7 +74,7 @@ _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried;
 class Gateway:
     """An ASGI app proxying OpenAI-compatible calls to `backends` (model name → upstream) and recording them.
 
-    `default` serves models missing from the table; without it they get a 404 naming the known
+    `default` (a backend or a replica pool) serves models missing from the table; without it they get a 404 naming the known
     ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
     weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
     """
@@ -81,7 +84,7 @@ class Gateway:
         store: Store,
         backends: Mapping[str, Backend | str] | None = None,
         *,
-        default: Backend | str | None = None,
+        default: Backend | str | ReplicaPool | None = None,
         token: str | None = None,
         max_retries: int = MAX_RETRIES,
         retry_backoff_s: float = RETRY_BACKOFF_SECONDS,
@@ -94,9 +97,10 @@ class Gateway:
         self._upstreams = {
             name: Upstream.of(name, b if isinstance(b, Backend) else Backend(b)) for name, b in (backends or {}).items()
         }
+        self._default_router = default if isinstance(default, ReplicaPool) else None
         self._default = (
             None
-            if default is None
+            if default is None or self._default_router is not None
             else Upstream.of("default", default if isinstance(default, Backend) else Backend(default))
         )
         self.token = token
@@ -198,7 +202,7 @@ class Gateway:
             return await _reject(
                 send,
                 404,
-                f"no gateway route {path!r}; use /v1/chat/completions, /v1/completions or /v1/models, "
+                f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions or /v1/models, "
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
@@ -214,7 +218,7 @@ class Gateway:
             await self.flush()
             await _send_json(send, 200, b'{"flushed":true}')
         else:
-            await self._proxy(_OPERATIONS[endpoint], match, headers, receive, send)
+            await self._proxy(_APIS[endpoint], match, headers, receive, send)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -228,7 +232,7 @@ class Gateway:
                 return
 
     async def _proxy(
-        self, operation: str, match: re.Match[str], headers: dict[bytes, bytes], receive: Any, send: Any
+        self, api: str, match: re.Match[str], headers: dict[bytes, bytes], receive: Any, send: Any
     ) -> None:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
@@ -256,12 +260,12 @@ class Gateway:
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
             return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
         model = request["model"]
-        router = self._routers.get(model)
+        router = self._routers.get(model) or (self._default_router if model not in self._upstreams else None)
         lease = await router.acquire(rollout_id) if router is not None else None  # a replica, held through a sync
         upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
         try:
             call = Call(
-                operation, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
+                api, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
                 started, start_time,
             )
             if upstream is None:
@@ -276,18 +280,19 @@ class Gateway:
                     ),
                 )
                 return
-            problem = request_problem(operation, request)
+            problem = request_problem(api, request)
             if problem is not None:
                 return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
             try:
-                outgoing, added = upstream.prepare(request, operation)
+                outgoing, added = upstream.prepare(request, api)
             except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
                 return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
+            call.token_ids_asked = added.asked
             try:
                 response, retries = await post_with_retries(
                     self._session,
                     upstream,
-                    operation,
+                    api,
                     outgoing,
                     max_retries=self.max_retries,
                     backoff_s=self.retry_backoff_s,
@@ -332,12 +337,12 @@ class Gateway:
                 ),
             )
             return
-        problem = answer_problem(call.operation, answer)
+        problem = answer_problem(call.api, answer)
         if problem is not None:
             message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
             error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
             return await self._fail(send, call, error)
-        answered = response_attributes(call.operation, answer, version)  # before stripping
+        answered = response_attributes(call.api, answer, version)  # before stripping
         if added:
             added.strip(answer)
             payload = orjson.dumps(answer)
@@ -354,7 +359,7 @@ class Gateway:
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler = StreamAssembler(call.operation)
+        assembler: StreamAssembler | ResponsesStream = ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
         error: GatewayError | None = None
         pending = b""
         try:
@@ -374,7 +379,7 @@ class Gateway:
                 message, code = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}", "stream_interrupted"
             error = GatewayError(502, message, "upstream_error", code, retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
-        answered = response_attributes(call.operation, assembler.result(), version)
+        answered = response_attributes(call.api, assembler.result(), version)
         self._recording += 1
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -406,8 +411,10 @@ class _BadChunk(ValueError):
     """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
 
 
-def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: Call) -> bytes:
+def _relay_event(event: bytes, assembler: StreamAssembler | ResponsesStream, added: Added, call: Call) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
+    if isinstance(assembler, ResponsesStream):
+        return _relay_responses_event(event, assembler, added, call)
     if not event.startswith(b"data:"):
         return event + b"\n\n" if event else b""
     data = event[5:].strip()
@@ -419,7 +426,7 @@ def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: C
         return event + b"\n\n"
     if not isinstance(chunk, dict):
         return event + b"\n\n"
-    problem = answer_problem(call.operation, chunk, chunk=True)
+    problem = answer_problem(call.api, chunk, chunk=True)
     if problem is not None:
         raise _BadChunk(problem)
     if call.first_token is None and chunk.get("choices"):
@@ -430,6 +437,29 @@ def _relay_event(event: bytes, assembler: StreamAssembler, added: Added, call: C
     if not added.strip(chunk):
         return b""
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Added, call: Call) -> bytes:
+    """A Responses stream event (`event: <type>` and `data: <json>` lines): recorded; token ids the gateway
+    asked for are stripped from the final event's response."""
+    if not event:
+        return b""
+    lines = event.split(b"\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(b"data:")), None)
+    try:
+        data = orjson.loads(lines[at][5:]) if at is not None else None
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return event + b"\n\n"
+    if call.first_token is None and str(data.get("type", "")).endswith(".delta"):
+        call.first_token = time.perf_counter()
+    assembler.add(data)
+    if added.token_ids and isinstance(data.get("response"), dict) and "token_ids" in data["response"]:
+        added.strip(data["response"])
+        lines[at] = b"data: " + orjson.dumps(data)  # type: ignore[index]
+        return b"\n".join(lines) + b"\n\n"
+    return event + b"\n\n"
 
 
 async def _read_body(receive: Any) -> bytes:

@@ -11,25 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgrad.semconv import CHAT
+from agentgrad.semconv import CHAT_COMPLETIONS_API, RESPONSES_API
 
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def request_problem(operation: str, request: dict[str, Any]) -> str | None:
+def request_problem(api: str, request: dict[str, Any]) -> str | None:
     """Why the gateway cannot relay this request as it stands, or None."""
     stop = request.get("stop")
     if stop is not None and not isinstance(stop, str) and not (
         isinstance(stop, list) and all(isinstance(s, str) for s in stop)
     ):
         return f"'stop' must be a string or a list of strings, not {_kind(stop)} {stop!r:.40}"
-    if operation == CHAT:
+    if api == CHAT_COMPLETIONS_API:
         messages = request.get("messages")
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             return f"'messages' must be a list of message objects, not {_kind(messages)}"
-    for name in ("stream_options", "tools") if operation == CHAT else ("stream_options",):
+    for name in ("stream_options", "tools") if api in (CHAT_COMPLETIONS_API, RESPONSES_API) else ("stream_options",):
         value = request.get(name)
         expected = dict if name == "stream_options" else list
         if value is not None and not isinstance(value, expected):
@@ -37,12 +37,12 @@ def request_problem(operation: str, request: dict[str, Any]) -> str | None:
     return None
 
 
-def answer_problem(operation: str, answer: dict[str, Any], *, chunk: bool = False) -> str | None:
+def answer_problem(api: str, answer: dict[str, Any], *, chunk: bool = False) -> str | None:
     """Why an upstream's answer (or one stream chunk of it) cannot be relayed and recorded, or None."""
     choices = answer.get("choices")
     if choices is not None and not isinstance(choices, list):
         return f"'choices' is {_kind(choices)}, not a list"
-    part = "delta" if chunk else ("message" if operation == CHAT else None)
+    part = "delta" if chunk else ("message" if api == CHAT_COMPLETIONS_API else None)
     for i, choice in enumerate(choices or ()):
         if not isinstance(choice, dict):
             return f"choices[{i}] is {_kind(choice)}, not an object"

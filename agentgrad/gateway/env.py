@@ -4,7 +4,9 @@
 while each attempt runs, for agents that build `OpenAI()` (or LangChain's `ChatOpenAI()`) with
 no arguments, and for any program they start. Environment variables are per process: this is
 for runner processes that run one attempt at a time; overlapping attempts fall back to
-`instrument_openai()`.
+`instrument_openai()`. `openai_environment` sets them for a whole process (the trainer's
+threads, where many rollouts share it): the gateway's root, with each call routed by the
+headers `instrument_openai()` adds from the current context.
 """
 
 from __future__ import annotations
@@ -12,13 +14,43 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from agentgrad import instrument
 from agentgrad.instrument import instrument_openai
 from agentgrad.runner import Hook
 from agentgrad.semconv import gateway_route
 
 log = logging.getLogger(__name__)
+
+
+OPENAI_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY")
+"""What a no-argument `OpenAI()` (and LangChain's `ChatOpenAI()`) reads."""
+
+
+@contextmanager
+def openai_environment(gateway_url: str, api_key: str = "agentgrad") -> Iterator[None]:
+    """While inside, this process's (and its new subprocesses') no-argument `OpenAI()` calls the gateway at
+    `gateway_url` (`…/v1`), and every `openai` call made inside a rollout names its attempt in headers."""
+    saved = {name: os.environ.get(name) for name in OPENAI_ENV}
+    if saved["OPENAI_BASE_URL"] not in (None, gateway_url):
+        log.info("OPENAI_BASE_URL is %s; the trainer points it at its gateway %s while it runs",
+                 saved["OPENAI_BASE_URL"], gateway_url)
+    os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = gateway_url, api_key
+    was_instrumented = instrument._original_build_headers is not None
+    instrument_openai()
+    try:
+        yield
+    finally:
+        if not was_instrumented:
+            instrument.uninstrument_openai()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class GatewayEnvHook(Hook):

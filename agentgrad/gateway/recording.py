@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentgrad import semconv as sc
-from agentgrad.semconv import CHAT
+from agentgrad.gateway import responses
+from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
 from agentgrad.tracer import SpanSink
 from agentgrad.types import Span, SpanStatus
@@ -36,10 +37,16 @@ def _json(value: Any) -> str:
     return orjson.dumps(value, default=repr).decode()
 
 
-def request_attributes(operation: str, request: dict[str, Any], system: str) -> dict[str, Any]:
+OPERATIONS = {CHAT_COMPLETIONS_API: CHAT, COMPLETIONS_API: sc.TEXT_COMPLETION, RESPONSES_API: CHAT}
+"""The GenAI operation of each OpenAI API: a Responses call is a chat."""
+
+
+def request_attributes(api: str, request: dict[str, Any], system: str) -> dict[str, Any]:
     """What the client asked for (its own request, before the gateway added anything)."""
+    operation = OPERATIONS[api]
     attributes: dict[str, Any] = {
         sc.GEN_AI_OPERATION: operation,
+        sc.LLM_API: api,
         sc.GEN_AI_SYSTEM: system,
         sc.GEN_AI_REQUEST_MODEL: request.get("model"),
         sc.LLM_STREAM: bool(request.get("stream")),
@@ -51,7 +58,11 @@ def request_attributes(operation: str, request: dict[str, Any], system: str) -> 
     stop = request.get("stop")
     if stop:
         attributes[sc.GEN_AI_REQUEST_STOP] = [stop] if isinstance(stop, str) else list(stop)
-    if operation == CHAT:
+    if api == RESPONSES_API:
+        attributes[sc.GEN_AI_INPUT_MESSAGES] = _json(responses.input_messages(request))
+        if request.get("tools"):
+            attributes[sc.GEN_AI_TOOL_DEFINITIONS] = _json(request["tools"])
+    elif operation == CHAT:
         attributes[sc.GEN_AI_INPUT_MESSAGES] = _json(request.get("messages"))
         if request.get("tools"):
             attributes[sc.GEN_AI_TOOL_DEFINITIONS] = _json(request["tools"])
@@ -71,8 +82,11 @@ def _logprobs(operation: str, logprobs: Any) -> list[float] | None:
     return None if values is None else list(values)
 
 
-def response_attributes(operation: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
+def response_attributes(api: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
     """What the upstream answered, in the layout `agentgrad.semconv` describes."""
+    if api == RESPONSES_API:
+        return responses.response_attributes(response, version_header)
+    operation = OPERATIONS[api]
     attributes: dict[str, Any] = {}
     if response.get("id") is not None:
         attributes[sc.GEN_AI_RESPONSE_ID] = response["id"]
@@ -121,8 +135,8 @@ def response_attributes(operation: str, response: dict[str, Any], version_header
 class StreamAssembler:
     """Rebuilds the non-streaming response from SSE chunks: content, tool calls, token ids, logprobs."""
 
-    def __init__(self, operation: str) -> None:
-        self.operation = operation
+    def __init__(self, api: str) -> None:
+        self.operation = OPERATIONS[api]
         self.response: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
 
@@ -196,7 +210,7 @@ class StreamAssembler:
 class Call:
     """One proxied call, from the request to its span."""
 
-    operation: str
+    api: str
     request: dict[str, Any]
     upstream: Upstream | None
     rollout_id: str | None
@@ -206,6 +220,12 @@ class Call:
     started: float = field(default_factory=time.perf_counter)
     start_time: float = field(default_factory=time.time)
     first_token: float | None = None
+    token_ids_asked: bool = True
+    """Whether the upstream was asked for token ids (by the gateway or the client): says why they may be absent."""
+
+    @property
+    def operation(self) -> str:
+        return OPERATIONS[self.api]
 
 
 def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayError | None, retries: int) -> Span:
@@ -213,7 +233,7 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
     elapsed = time.perf_counter() - call.started
     system = call.upstream.backend.system if call.upstream else "openai"
     try:
-        attributes = request_attributes(call.operation, call.request, system)
+        attributes = request_attributes(call.api, call.request, system)
     except Exception as exc:  # a request the record cannot hold is still recorded, without its body
         attributes = {sc.GEN_AI_OPERATION: call.operation, sc.GEN_AI_SYSTEM: system,
                       sc.GEN_AI_REQUEST_MODEL: str(call.request.get("model")),
@@ -223,6 +243,8 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
     if call.upstream is not None:
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port
     attributes.update(response_attributes)
+    if error is None and sc.RESPONSE_TOKEN_IDS not in attributes:
+        attributes[sc.TOKEN_IDS_ABSENT] = sc.TOKEN_IDS_NOT_RETURNED if call.token_ids_asked else sc.TOKEN_IDS_NOT_REQUESTED
     attributes[sc.LATENCY_MS] = round(elapsed * 1000, 3)
     if call.first_token is not None:
         attributes[sc.TIME_TO_FIRST_TOKEN_MS] = round((call.first_token - call.started) * 1000, 3)

@@ -1,8 +1,10 @@
 """Upstreams and retries: where the gateway sends calls, what it asks of them, and their errors.
 
 A `Backend` is configuration (URL, where its API key comes from, what it can return); an
-`Upstream` is a backend ready to call. The gateway asks each upstream for token ids and
-logprobs the client did not ask for (`Added` remembers which, to strip them from the answer).
+`Upstream` is a backend ready to call. The gateway asks an upstream that can return them
+(`system` "agentgrad" or "vllm", or `token_ids=True`) for token ids, logprobs and stream usage
+the client did not ask for (`Added` remembers which, to strip them from the answer); a hosted
+or strict OpenAI-compatible API gets exactly the request the client sent.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from agentgrad.semconv import CHAT, TEXT_COMPLETION
 from agentgrad.redact import redact, remember_secret
+from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,8 @@ MAX_RETRY_WAIT_SECONDS = 20.0
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 UPSTREAM_TIMEOUT_SECONDS = 600.0
 """Longest silence from an upstream (between two stream chunks, or before an answer)."""
+TOKEN_ID_SYSTEMS = frozenset({"agentgrad", "vllm"})
+"""Upstreams that return token ids when asked (`return_token_ids`): the local engine and vLLM."""
 
 
 @dataclass
@@ -38,8 +42,11 @@ class Backend:
 
     `url` is its base URL (ending in `/v1`). `api_key_env` names an environment variable read
     when the gateway is built, so the key lives only in the gateway's process. `model` renames
-    the model upstream. `token_ids=False` for upstreams that reject vLLM's `return_token_ids`
-    (OpenAI itself), `logprobs=False` for models that cannot return logprobs.
+    the model upstream (`agentgrad engine serve` answers only to its own model's name).
+    `system` says what serves it: "agentgrad" (the local engine) and "vllm" are asked for token
+    ids, logprobs and stream usage; any other ("openai", the default) gets the client's request
+    unchanged, and its spans say the token ids are absent. `token_ids` / `logprobs` set to True
+    or False override what `system` implies.
     """
 
     url: str
@@ -47,14 +54,22 @@ class Backend:
     api_key_env: str | None = None
     model: str | None = None
     system: str = "openai"
-    token_ids: bool = True
-    logprobs: bool = True
+    token_ids: bool | None = None
+    logprobs: bool | None = None
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     timeout_s: float = UPSTREAM_TIMEOUT_SECONDS
 
+    @property
+    def asks_token_ids(self) -> bool:
+        return self.system in TOKEN_ID_SYSTEMS if self.token_ids is None else self.token_ids
+
+    @property
+    def asks_logprobs(self) -> bool:
+        return self.system in TOKEN_ID_SYSTEMS if self.logprobs is None else self.logprobs
+
 
 def parse_backend(spec: str) -> tuple[str, Backend]:
-    """`NAME=URL[,key_env=VAR][,model=M][,system=S][,token_ids=false][,logprobs=false]` (the CLI's `--backend`)."""
+    """`NAME=URL[,key_env=VAR][,model=M][,system=S][,token_ids=BOOL][,logprobs=BOOL]` (the CLI's `--backend`)."""
     name, sep, rest = spec.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"--backend {spec!r}: expected NAME=URL[,key_env=VAR,...]")
@@ -104,28 +119,33 @@ class Upstream:
         if key:
             headers["authorization"] = f"Bearer {key}"
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        urls = {CHAT: f"{base}/chat/completions", TEXT_COMPLETION: f"{base}/completions"}
+        urls = {api: f"{base}/{api.replace('.', '/')}" for api in (CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API)}
         return cls(name, backend, urls, headers, parts.hostname, port)
 
-    def prepare(self, request: dict[str, Any], operation: str) -> tuple[bytes, Added]:
-        """The body sent upstream: the client's request, asking also for token ids, logprobs and usage."""
+    def prepare(self, request: dict[str, Any], api: str) -> tuple[bytes, Added]:
+        """The body sent upstream: the client's request, asking also for token ids, logprobs and usage
+        where this upstream can give them (the Responses API: token ids, which carry their logprobs)."""
         outgoing = dict(request)
-        add_ids = self.backend.token_ids and not request.get("return_token_ids")
+        backend = self.backend
+        add_ids = backend.asks_token_ids and not request.get("return_token_ids")
         asked_logprobs = request.get("logprobs")
-        add_logprobs = self.backend.logprobs and (asked_logprobs is None or asked_logprobs is False)
+        add_logprobs = (api != RESPONSES_API and backend.asks_logprobs
+                        and (asked_logprobs is None or asked_logprobs is False))
         add_usage = False
         if add_ids:
             outgoing["return_token_ids"] = True
         if add_logprobs:  # completions take a count of top logprobs; 0 means only the sampled token's
-            outgoing["logprobs"] = True if operation == CHAT else 0
-        if request.get("stream"):
+            outgoing["logprobs"] = True if api == CHAT_COMPLETIONS_API else 0
+        if request.get("stream") and api != RESPONSES_API and (backend.asks_token_ids or backend.asks_logprobs):
             options = request.get("stream_options")
             if not (isinstance(options, dict) and options.get("include_usage")):
                 outgoing["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
                 add_usage = True
-        if self.backend.model:
-            outgoing["model"] = self.backend.model
-        return orjson.dumps(outgoing), Added(add_ids, add_logprobs, add_usage)
+        if backend.model:
+            outgoing["model"] = backend.model
+        if not (add_ids or add_logprobs or add_usage or backend.model):
+            return orjson.dumps(request), Added(False, False, False, asked=bool(request.get("return_token_ids")))
+        return orjson.dumps(outgoing), Added(add_ids, add_logprobs, add_usage, asked=True)
 
 
 @dataclass(frozen=True)
@@ -135,6 +155,8 @@ class Added:
     token_ids: bool
     logprobs: bool
     usage: bool
+    asked: bool = True
+    """Whether the upstream was asked for token ids at all (by the gateway or by the client)."""
 
     def __bool__(self) -> bool:
         return self.token_ids or self.logprobs or self.usage
@@ -146,7 +168,8 @@ class Added:
                 return False
             answer.pop("usage", None)
         if self.token_ids:
-            answer.pop("prompt_token_ids", None)
+            for key in ("prompt_token_ids", "token_ids", "token_logprobs"):  # the last two: a Responses body
+                answer.pop(key, None)
         for choice in answer.get("choices") or ():
             if self.token_ids:
                 choice.pop("token_ids", None)
@@ -190,7 +213,7 @@ class GatewayError(Exception):
 
 
 async def post_with_retries(
-    session: Any, upstream: Upstream, operation: str, body: bytes, *, max_retries: int, backoff_s: float
+    session: Any, upstream: Upstream, api: str, body: bytes, *, max_retries: int, backoff_s: float
 ) -> tuple[Any, int]:
     """POST `body` with retries on 408/429/5xx and connection errors: (the last response, retries taken).
 
@@ -199,7 +222,7 @@ async def post_with_retries(
     """
     import aiohttp
 
-    url = upstream.urls[operation]
+    url = upstream.urls[api]
     timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_read=upstream.backend.timeout_s)
     for attempt in range(max_retries + 1):
         retry_after = None

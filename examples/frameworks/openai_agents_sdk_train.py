@@ -1,8 +1,8 @@
 """agentgrad around `openai_agents_sdk_agent.py`: one `AsyncOpenAI` client for the SDK, shared by every
 rollout of the process, and `ag.instrument_openai()` to route each call by the attempt it runs in.
 
-Until the gateway routes `/v1/responses`, the SDK is switched to chat completions here (its
-agent code is unchanged); `RESPONSES_API = True` keeps its default API.
+The SDK keeps its default API, the Responses API (`/v1/responses`, routed and recorded by the
+gateway like chat completions); `RESPONSES_API = False` switches it to chat completions instead.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import agentgrad as ag
 from examples.frameworks import openai_agents_sdk_agent
 from examples.frameworks.tasks import reward
 
-RESPONSES_API = False
+RESPONSES_API = True
 _clients: dict[str, AsyncOpenAI] = {}
 
 
