@@ -137,7 +137,10 @@ async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_th
     counts = await check_trained_through_tools(store, engine)
     print(framework, counts)
     assert counts["tool_calls"] >= 1  # the engine returned a tool call and the framework ran it
-    assert counts["masked_results"] >= 1
+    if framework == "autogen":  # its reflection is sent without tools: that prompt does not continue the call (README)
+        assert counts["trajectories"] > counts["rollouts"]  # so an attempt that called is two trajectories
+    else:
+        assert counts["masked_results"] >= 1  # the call and the answer are one trajectory, the result masked
 
 
 @pytest.mark.model
