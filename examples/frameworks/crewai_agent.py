@@ -22,8 +22,8 @@ def calculate(expression: str) -> str:
     return tasks.calculate(expression)
 
 
-EXAMPLE: list[Any] = [  # a worked exchange as earlier turns (few-shot)
-    {"role": "user", "content": tasks.EXAMPLE_QUESTION},
+EXAMPLE: list[Any] = [  # a worked exchange as earlier turns (few-shot), the request written as kickoff writes one
+    {"role": "user", "content": f"\nCurrent Task: {tasks.EXAMPLE_QUESTION}"},
     {"role": "assistant", "content": None, "tool_calls": [{"id": "call_example", "type": "function", "function": {
         "name": "calculate", "arguments": json.dumps({"expression": tasks.EXAMPLE_EXPRESSION})}}]},
     {"role": "tool", "tool_call_id": "call_example", "content": tasks.EXAMPLE_RESULT},
