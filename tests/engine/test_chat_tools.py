@@ -42,7 +42,7 @@ def test_tool_choice_required_returns_a_tool_call_whose_arguments_validate(engin
     schema = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CALC)}[call.function.name]
     jsonschema.validate(json.loads(call.function.arguments), schema)
     assert call.id.startswith("call_") and call.type == "function"
-    assert engine.tokenizer.decode(extra(choice)["token_ids"], skip_special_tokens=True).startswith(OPEN)
+    assert engine.tokenizer.decode(extra(choice)["token_ids"], skip_special_tokens=True).startswith(format_for(engine.tokenizer).open)
 
 
 def test_a_named_tool_choice_calls_that_tool(engine: Engine, api: openai.OpenAI) -> None:
