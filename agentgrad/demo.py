@@ -5,7 +5,9 @@ runner threads; its calls go through the gateway to the local engine (SmolLM2-13
 CPU), which GRPO (or SFT) trains. Validation before and after is greedy, on 256 held-out problems.
 
 `--task tool` (the default): three-digit additions the model cannot do in its head, with a
-calculator tool it rarely calls before training: GRPO teaches it to call the tool. Each attempt
+calculator it rarely calls before training (the text protocol `calculate: <expr>`): GRPO teaches
+it to call the tool. `--task function` is the same by OpenAI function calling (`tools=[...]`);
+SmolLM2-135M samples those calls far more rarely (see `examples/calc_agent.py`). Each attempt
 that calls it makes two model calls (the call, then the answer after the result); the adapter
 merges them into one trajectory (the second prompt continues the first token for token), the
 tool result masked out of the loss, and the attempt's reward is its advantage for every token
@@ -56,8 +58,9 @@ async def tool_call_rates(store: Any) -> dict[int, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", choices=["tool", "plain"], default="tool",
-                        help="tool: three-digit additions and a calculator tool (default); plain: two-digit, no tool")
+    parser.add_argument("--task", choices=["tool", "function", "plain"], default="tool",
+                        help="tool: three-digit additions and a calculator (text protocol, the default); function: the "
+                             "same by OpenAI function calling; plain: two-digit, no tool")
     parser.add_argument("--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)")
     parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain / 3)")
     parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")
@@ -88,9 +91,9 @@ def main(args: argparse.Namespace) -> None:
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
-        steps = args.steps or (10 if args.task == "tool" else 20)
+        steps = args.steps or (20 if args.task == "plain" else 10)
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
-        algorithm = GRPO(GRPOConfig(steps=steps, val_every=steps if args.task == "tool" else 10, micro_batch_size=8,
+        algorithm = GRPO(GRPOConfig(steps=steps, val_every=10 if args.task == "plain" else steps, micro_batch_size=8,
                                     checkpoint_dir=checkpoints, seed=args.seed, train_processes=args.train_processes,
                                     **engine_config), engine=engine)
     else:

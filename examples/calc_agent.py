@@ -1,23 +1,22 @@
 """The calculator agent that `agentgrad demo` trains: plain Python with the `openai` client.
 
 It answers arithmetic problems in the format `Answer: <number>` and is rewarded 1 for the exact
-number. In the tool task it may call a calculator function (OpenAI function calling,
-`tools=[CALCULATE_TOOL]`): each call the engine returns is executed and its result sent back as a
-`tool` message, for up to `MAX_TURNS` model calls. Nothing in it knows about training except
-the `@ag.rollout` decorator and the `llm` resource it is handed.
+number, calling a calculator for up to `MAX_TURNS` model calls. Nothing in it knows about
+training except the `@ag.rollout` decorator and the `llm` resource it is handed.
 
-Two tasks (`task["demo"]`):
-- `tool` (the demo): three-digit additions, which SmolLM2-135M gets right ~4% of the time in its
-  head. The history shows one worked example that uses the tool, between two that answer
-  directly: greedy decoding then almost never calls the tool, sampling sometimes does, and
-  GRPO has that to reinforce. (The model copies the *last* demonstration: with the tool
-  example last it calls the tool before any training; with none it almost never samples a call.)
+Three tasks (`task["demo"]`), the first two on three-digit additions, which SmolLM2-135M gets
+right ~2-4% of the time in its head; the history shows one worked example that uses the tool,
+between two that answer directly (the model copies the *last* demonstration: with the tool
+example last it calls before any training; with none it almost never samples a call):
+- `tool` (the demo): the text protocol, a reply containing `calculate: <expression>` gets the
+  result back as the next user turn (`Result: N`). Greedy never calls; sampling calls often
+  enough (~13% of first tokens, ~30% of replies) for GRPO to reinforce: 0.03 -> 1.00 in 10 steps.
+- `function`: the same with OpenAI function calling (`tools=[CALCULATE_TOOL]`, each call run and
+  its result sent back as a `tool` message). The engine writes SmolLM2's calls in the pythonic
+  format (`[calculate(expression="123 + 456")]`, `agentgrad/engine/tools.py`), the one format
+  it samples in that middle position at all, but rarely: 1 call in 64 sampled rollouts at the
+  first GRPO step (greedy: 1 of 256), too few for 10 steps to learn from.
 - `plain`: two-digit additions with no tool in the history: training improves mental arithmetic.
-
-The engine shows SmolLM2 its tools and writes its calls in the pythonic format
-(`[calculate(expression="123 + 456")]`, `agentgrad/engine/tools.py`), the one format this model
-samples in the demonstration's middle position (`benchmarks/tool_format_probe.py`); Hermes
-`<tool_call>` blocks it never samples there.
 
 The data is generated from a seed: `make_splits()` gives disjoint train and validation sets.
 """
@@ -31,12 +30,16 @@ import random
 import re
 from typing import Any
 
-from openai import NOT_GIVEN, OpenAI
+from openai import OpenAI
 
 import agentgrad as ag
 
-SYSTEM_PROMPT = "Solve the problem and give the final result on the last line as 'Answer: <number>'."
-TOOL_SYSTEM_PROMPT = SYSTEM_PROMPT + " If you need to, you can call the calculate tool."
+SYSTEM_PROMPT = (
+    "Solve the problem and give the final result on the last line as 'Answer: <number>'. "
+    "If you need to, you can write 'calculate: <expression>' to use a calculator."
+)
+FUNCTION_SYSTEM_PROMPT = ("Solve the problem and give the final result on the last line as 'Answer: <number>'. "
+                          "If you need to, you can call the calculate tool.")
 CALCULATE_TOOL = {"type": "function", "function": {
     "name": "calculate", "description": "Evaluate an arithmetic expression such as '123 + 456' and return the result.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
@@ -45,16 +48,24 @@ EXAMPLES = [("What is 23 + 14?", "Answer: 37"), ("What is 8 + 51?", "Answer: 59"
 """`plain`: two solved problems shown as earlier turns: they teach the answer format, not the arithmetic."""
 TOOL_EXAMPLES: list[dict[str, Any]] = [
     {"role": "user", "content": "What is 23 + 14?"}, {"role": "assistant", "content": "Answer: 37"},
+    {"role": "user", "content": "What is 123 + 456?"}, {"role": "assistant", "content": "calculate: 123 + 456"},
+    {"role": "user", "content": "Result: 579"}, {"role": "assistant", "content": "Answer: 579"},
+    {"role": "user", "content": "What is 8 + 51?"}, {"role": "assistant", "content": "Answer: 59"},
+]
+"""`tool`: the tool demonstrated in the middle, direct answers around it."""
+FUNCTION_EXAMPLES: list[dict[str, Any]] = [
+    {"role": "user", "content": "What is 23 + 14?"}, {"role": "assistant", "content": "Answer: 37"},
     {"role": "user", "content": "What is 123 + 456?"},
     {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_0", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "123 + 456"}'}}]},
     {"role": "tool", "tool_call_id": "call_0", "content": "579"}, {"role": "assistant", "content": "Answer: 579"},
     {"role": "user", "content": "What is 8 + 51?"}, {"role": "assistant", "content": "Answer: 59"},
 ]
-"""`tool`: the tool demonstrated in the middle, direct answers around it."""
-DEMOS = ("tool", "plain")
+"""`function`: the same, the call as OpenAI `tool_calls` and the result as a `tool` message."""
+DEMOS = ("tool", "function", "plain")
 MAX_TURNS = 3
 ANSWER = re.compile(r"Answer:\s*(-?\d+)")
+CALCULATE = re.compile(r"calculate:\s*([-+*/() \d.]+)", re.IGNORECASE)
 
 WORD_PROBLEMS = [
     "{name} has {a} marbles and finds {b} more. How many marbles does {name} have now?",
@@ -89,10 +100,10 @@ def make_tasks(n: int, seed: int, digits: int = 2, style: str = "plain", exclude
 
 def make_splits(n_train: int = 2000, n_val: int = 256, seed: int = 0, style: str = "plain", demo: str = "plain"
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Disjoint train and validation problems, the same for the same seed (`demo="tool"`: three digits)."""
+    """Disjoint train and validation problems, the same for the same seed (`tool`, `function`: three digits)."""
     if demo not in DEMOS:
         raise ValueError(f"demo is one of {DEMOS}, not {demo!r}")
-    digits = 3 if demo == "tool" else 2
+    digits = 2 if demo == "plain" else 3
     val = make_tasks(n_val, seed + 1, digits, style=style, demo=demo)
     train = make_tasks(n_train, seed, digits, style=style, exclude={(t["a"], t["b"]) for t in val}, demo=demo)
     return train, val
@@ -123,7 +134,9 @@ def calculate(expression: str) -> str:
 
 def build_messages(question: str, demo: str = "plain") -> list[dict[str, Any]]:
     if demo == "tool":
-        return [{"role": "system", "content": TOOL_SYSTEM_PROMPT}, *TOOL_EXAMPLES, {"role": "user", "content": question}]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, *TOOL_EXAMPLES, {"role": "user", "content": question}]
+    if demo == "function":
+        return [{"role": "system", "content": FUNCTION_SYSTEM_PROMPT}, *FUNCTION_EXAMPLES, {"role": "user", "content": question}]
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
     for user, assistant in EXAMPLES:
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
@@ -160,15 +173,25 @@ def calc_agent(task: dict[str, Any], llm: ag.LLM) -> float:
     client = client_for(llm)
     demo = task.get("demo", "plain")
     messages = build_messages(task["question"], demo)
-    tools: Any = [CALCULATE_TOOL] if demo == "tool" else NOT_GIVEN
     reply = ""
-    for _ in range(MAX_TURNS):
-        response = client.chat.completions.create(model=llm.model, messages=messages, tools=tools, **llm.sampling_parameters)
-        message = response.choices[0].message
-        reply = message.content or ""
-        if not message.tool_calls:
+    for turn in range(MAX_TURNS):
+        if demo == "function":  # OpenAI function calling: run every call, send its result back as a tool message
+            response = client.chat.completions.create(model=llm.model, messages=messages, tools=[CALCULATE_TOOL],
+                                                      **llm.sampling_parameters)
+            message = response.choices[0].message
+            reply = message.content or ""
+            if not message.tool_calls:
+                break
+            messages.append(message.model_dump(include={"role", "content", "tool_calls"}))
+            for call in message.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": run_tool(call.function.name, call.function.arguments)})
+            continue
+        response = client.chat.completions.create(model=llm.model, messages=messages, **llm.sampling_parameters)
+        reply = response.choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": reply})
+        tool = CALCULATE.search(reply)
+        if tool is None or parse_answer(reply) is not None or turn == MAX_TURNS - 1:
             break
-        messages.append(message.model_dump(include={"role", "content", "tool_calls"}))
-        for call in message.tool_calls:
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": run_tool(call.function.name, call.function.arguments)})
+        messages.append({"role": "user", "content": f"Result: {calculate(tool.group(1))}"})
     return 1.0 if parse_answer(reply) == task["answer"] else 0.0

@@ -74,7 +74,7 @@ async def test_the_calc_agent_calls_its_calculate_function_and_answers_from_the_
     import agentgrad as ag
 
     example = load("calc_agent")
-    _, tasks = example.make_splits(n_train=4, n_val=2, demo="tool")
+    _, tasks = example.make_splits(n_train=4, n_val=2, demo="function")
     rollouts = await served.store.enqueue_rollouts([{"input": task} for task in tasks])
     llm = ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True, sampling_parameters={"temperature": 0.0})
     await served.store.add_resources({"llm": llm})
