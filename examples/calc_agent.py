@@ -14,8 +14,9 @@ example last it calls before any training; with none it almost never samples a c
 - `function`: the same with OpenAI function calling (`tools=[CALCULATE_TOOL]`, each call run and
   its result sent back as a `tool` message). The engine writes SmolLM2's calls in the pythonic
   format (`[calculate(expression="123 + 456")]`, `agentgrad/engine/tools.py`), the one format
-  it samples in that middle position at all, but rarely: 1 call in 64 sampled rollouts at the
-  first GRPO step (greedy: 1 of 256), too few for 10 steps to learn from.
+  it samples in that middle position at all, but rarely at first: 1 call in 64 sampled rollouts
+  at the first GRPO step (greedy: 1 of 256). GRPO picks it up all the same (measured, seed 0:
+  sampled call rate 0.02 -> 0.53 and accuracy 0 -> 0.39 by step 5).
 - `plain`: two-digit additions with no tool in the history: training improves mental arithmetic.
 
 The data is generated from a seed: `make_splits()` gives disjoint train and validation sets.
