@@ -4,10 +4,10 @@ The agent (`examples/calc_agent.py`) is plain Python with the `openai` client. I
 runner threads; its calls go through the gateway to the local engine (SmolLM2-135M-Instruct on
 CPU), which GRPO (or SFT) trains. Validation before and after is greedy, on 256 held-out problems.
 
-`--task tool` (the default): three-digit additions the model cannot do in its head, with a
-calculator it rarely calls before training (the text protocol `calculate: <expr>`): GRPO teaches
-it to call the tool. `--task function` is the same by OpenAI function calling (`tools=[...]`);
-SmolLM2-135M samples those calls far more rarely (see `examples/calc_agent.py`). Each attempt
+`--task function` (the default): three-digit additions the model cannot do in its head, with a
+calculator function (`tools=[calculate]`, OpenAI function calling) it rarely calls before
+training: GRPO teaches it to call the tool. `--task tool` is the same by the text protocol
+`calculate: <expr>`. Each attempt
 that calls it makes two model calls (the call, then the answer after the result); the adapter
 merges them into one trajectory (the second prompt continues the first token for token), the
 tool result masked out of the loss, and the attempt's reward is its advantage for every token
@@ -58,9 +58,9 @@ async def tool_call_rates(store: Any) -> dict[int, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", choices=["tool", "function", "plain"], default="tool",
-                        help="tool: three-digit additions and a calculator (text protocol, the default); function: the "
-                             "same by OpenAI function calling; plain: two-digit, no tool")
+    parser.add_argument("--task", choices=["function", "tool", "plain"], default="function",
+                        help="function: three-digit additions and a calculator function (OpenAI function calling, the "
+                             "default); tool: the same by the text protocol 'calculate: <expr>'; plain: two-digit, no tool")
     parser.add_argument("--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)")
     parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain / 3)")
     parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")

@@ -8,10 +8,10 @@ Three tasks (`task["demo"]`), the first two on three-digit additions, which Smol
 right ~2-4% of the time in its head; the history shows one worked example that uses the tool,
 between two that answer directly (the model copies the *last* demonstration: with the tool
 example last it calls before any training; with none it almost never samples a call):
-- `tool` (the demo): the text protocol, a reply containing `calculate: <expression>` gets the
+- `tool`: the text protocol, a reply containing `calculate: <expression>` gets the
   result back as the next user turn (`Result: N`). Greedy never calls; sampling calls often
   enough (~13% of first tokens, ~30% of replies) for GRPO to reinforce: 0.03 -> 1.00 in 10 steps.
-- `function`: the same with OpenAI function calling (`tools=[CALCULATE_TOOL]`, each call run and
+- `function` (the demo): the same with OpenAI function calling (`tools=[CALCULATE_TOOL]`, each call run and
   its result sent back as a `tool` message). The engine writes SmolLM2's calls in the pythonic
   format (`[calculate(expression="123 + 456")]`, `agentgrad/engine/tools.py`), the one format
   it samples in that middle position at all, but rarely at first: 1 call in 64 sampled rollouts
