@@ -15,8 +15,9 @@ example last it calls before any training; with none it almost never samples a c
   its result sent back as a `tool` message). The engine writes SmolLM2's calls in the pythonic
   format (`[calculate(expression="123 + 456")]`, `agentgrad/engine/tools.py`), the one format
   it samples in that middle position at all, but rarely at first: 1 call in 64 sampled rollouts
-  at the first GRPO step (greedy: 1 of 256). GRPO picks it up all the same (measured, seed 0:
-  sampled call rate 0.02 -> 0.53 and accuracy 0 -> 0.39 by step 5).
+  at the first GRPO step (greedy: 1 of 256). GRPO picks it up all the same (`agentgrad demo`, seed 0:
+  greedy accuracy on 256 held-out problems 0.016 -> 0.996, tool-call rate 0.004 -> 1.000 in
+  10 steps, 24.8 min on a shared 2-core machine).
 - `plain`: two-digit additions with no tool in the history: training improves mental arithmetic.
 
 The data is generated from a seed: `make_splits()` gives disjoint train and validation sets.
