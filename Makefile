@@ -6,7 +6,12 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL := $(VENV)/.model
 
-.PHONY: demo test test-fast model bench clean vllm browser
+# agent frameworks whose pins conflict with the core's (see README): each gets .venv-NAME, with
+# agentgrad (no torch: the model runs in the core's engine) and the framework; `make env-NAME`
+FRAMEWORK_ENVS := crewai autogen
+FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
+
+.PHONY: demo test test-fast model bench clean envs vllm browser
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -28,6 +33,17 @@ $(MODEL): $(INSTALLED)
 
 model: $(MODEL)
 
+.venv-%/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q -e '.[$*]'
+	touch $@
+
+env-%: .venv-%/.installed
+	@echo ".venv-$* is ready: .venv-$*/bin/agentgrad runner --store URL --agent module:object"
+
+envs: $(FRAMEWORK_INSTALLED)
+
 $(VLLM_INSTALLED):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
@@ -48,11 +64,11 @@ browser: $(BROWSER)
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
-test: $(MODEL) $(VLLM_INSTALLED) $(BROWSER)
+test: $(MODEL) $(VLLM_INSTALLED) $(BROWSER) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q
 
-test-fast: $(INSTALLED)
+test-fast: $(INSTALLED) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm"
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .agentgrad .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) .agentgrad .pytest_cache

@@ -2,16 +2,27 @@
 
 The agent (`examples/calc_agent.py`) is plain Python with the `openai` client. It runs in
 runner threads; its calls go through the gateway to the local engine (SmolLM2-135M-Instruct on
-CPU), which GRPO (or SFT) trains. Validation before and after is on 256 held-out problems.
+CPU), which GRPO (or SFT) trains. Validation before and after is greedy, on 256 held-out problems.
+
+`--task function` (the default): three-digit additions the model cannot do in its head, with a
+calculator function (`tools=[calculate]`, OpenAI function calling) it rarely calls before
+training: GRPO teaches it to call the tool. `--task tool` is the same by the text protocol
+`calculate: <expr>`. Each attempt
+that calls it makes two model calls (the call, then the answer after the result); the adapter
+merges them into one trajectory (the second prompt continues the first token for token), the
+tool result masked out of the loss, and the attempt's reward is its advantage for every token
+the model wrote in either call. `--task plain`: two-digit additions, no tool.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -35,9 +46,23 @@ def load_calc_example() -> ModuleType:
     return examples.calc_agent
 
 
+async def tool_call_rates(store: Any) -> dict[int, float]:
+    """Per validation step, the share of held-out rollouts that called the calculator (made a second model call)."""
+    from agentgrad.semconv import is_llm_call
+
+    called: dict[int, list[bool]] = {}
+    for rollout in await store.query_rollouts(mode="val"):
+        spans = await store.query_spans(rollout.rollout_id)
+        called.setdefault(int(rollout.metadata.get("step", 0)), []).append(sum(map(is_llm_call, spans)) > 1)
+    return {step: sum(flags) / len(flags) for step, flags in called.items()}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", choices=["function", "tool", "plain"], default="function",
+                        help="function: three-digit additions and a calculator function (OpenAI function calling, the "
+                             "default); tool: the same by the text protocol 'calculate: <expr>'; plain: two-digit, no tool")
     parser.add_argument("--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)")
-    parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 20 / 3)")
+    parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain / 3)")
     parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
@@ -57,7 +82,7 @@ def main(args: argparse.Namespace) -> None:
     from agentgrad.engine import Engine
 
     calc = load_calc_example()
-    train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed)
+    train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed, demo=args.task)
     began = time.perf_counter()
     engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
     engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
@@ -66,8 +91,11 @@ def main(args: argparse.Namespace) -> None:
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
-        algorithm = GRPO(GRPOConfig(steps=args.steps or 20, val_every=10, checkpoint_dir=checkpoints, seed=args.seed,
-                                    train_processes=args.train_processes, **engine_config), engine=engine)
+        steps = args.steps or (20 if args.task == "plain" else 10)
+        # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
+        algorithm = GRPO(GRPOConfig(steps=steps, val_every=10 if args.task == "plain" else steps, micro_batch_size=8,
+                                    checkpoint_dir=checkpoints, seed=args.seed, train_processes=args.train_processes,
+                                    **engine_config), engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
@@ -78,18 +106,21 @@ def main(args: argparse.Namespace) -> None:
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
     trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store, strategy=args.strategy)
-    console.print(f"training the calculator agent with {args.algorithm.upper()} on {engine.name} ({engine.device}, "
+    console.print(f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
+                  f"on {engine.name} ({engine.device}, "
                   f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "
                   f"store: {getattr(trainer.store, 'path', trainer.store)}")
     result = trainer.fit(calc.calc_agent, train, val)
     elapsed = time.perf_counter() - began
 
-    table = Table(title=f"calc agent, {len(val)} held-out problems, greedy")
-    for column in ("", "accuracy", "reward mean", "completed"):
+    rates = asyncio.run(tool_call_rates(trainer.store))
+    table = Table(title=f"calc agent ({args.task}), {len(val)} held-out problems, greedy")
+    for column in ("", "accuracy", "tool-call rate", "reward mean", "completed"):
         table.add_column(column, justify="right")
-    for name, evaluation in (("before", result.initial), ("after", result.final)):
+    for (name, evaluation), step in zip((("before", result.initial), ("after", result.final)), (min(rates, default=0), max(rates, default=0))):
         if evaluation is not None:
-            table.add_row(name, f"{evaluation.success_rate:.3f}", f"{evaluation.reward_mean:.3f}",
+            rate = f"{rates[step]:.3f}" if step in rates else "-"
+            table.add_row(name, f"{evaluation.success_rate:.3f}", rate, f"{evaluation.reward_mean:.3f}",
                           f"{evaluation.succeeded}/{evaluation.n}")
     console.print(table)
     store = getattr(trainer.store, "path", trainer.store)

@@ -3,7 +3,8 @@
 Token ids are the UTF-8 bytes of the text, so a test can decode what was recorded. Logprobs
 are a function of the byte. Like vLLM, token ids and logprobs are only returned when asked for.
 It answers `echo: <last user message>`; with tools and a user message last, it calls the first
-tool with the integers found in the message; after a tool result it answers `Answer: <result>`.
+tool with the integers found in the message (as `a` and `b`, or as `expression: "a + b"` for a
+tool that takes an expression); after a tool result it answers `Answer: <result>`.
 `/v1/responses` answers the same way in the Responses API's shape, with token ids (in the body,
 as the agentgrad engine gives them) when asked. `strict=True` refuses any argument OpenAI's own
 API does not know, with OpenAI's message (`Unrecognized request argument supplied: ...`).
@@ -120,9 +121,13 @@ class FakeUpstream:
         if last["role"] == "tool":
             return {"role": "assistant", "content": f"Answer: {last['content']}"}
         if body.get("tools") and last["role"] == "user":
-            tool = body["tools"][0]["function"]["name"]
+            function = body["tools"][0]["function"]
+            tool = function["name"]
             numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
-            arguments = json.dumps({"a": numbers[0], "b": numbers[1]})
+            if "expression" in (function.get("parameters") or {}).get("properties", {}):
+                arguments = json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"})  # a calculator tool
+            else:
+                arguments = json.dumps({"a": numbers[0], "b": numbers[1]})
             return {
                 "role": "assistant",
                 "content": None,
@@ -339,7 +344,10 @@ class FakeUpstream:
         last = messages[-1]
         if body.get("tools") and last["role"] == "user":
             numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
-            arguments = json.dumps({"a": numbers[0], "b": numbers[1]})
+            if "expression" in (body["tools"][0].get("parameters") or {}).get("properties", {}):
+                arguments = json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"})  # a calculator tool
+            else:
+                arguments = json.dumps({"a": numbers[0], "b": numbers[1]})
             call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": body["tools"][0]["name"],
                     "arguments": arguments, "status": "completed"}
             return messages, arguments, [call]

@@ -68,3 +68,22 @@ async def test_the_openai_agent_shares_one_client_across_concurrent_rollouts(
         assert (await served.store.get_rollout(rollout.rollout_id)).reward == 1.0
         (call,) = [s for s in await served.store.query_spans(rollout.rollout_id) if is_llm_call(s)]
         assert json.loads(call.attributes["gen_ai.input.messages"])[0]["content"] == rollout.input["question"]
+
+
+async def test_the_calc_agent_calls_its_calculate_function_and_answers_from_the_result(served: Served) -> None:
+    import agentgrad as ag
+
+    example = load("calc_agent")
+    _, tasks = example.make_splits(n_train=4, n_val=2, demo="function")
+    rollouts = await served.store.enqueue_rollouts([{"input": task} for task in tasks])
+    llm = ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True, sampling_parameters={"temperature": 0.0})
+    await served.store.add_resources({"llm": llm})
+    await Runner(example.calc_agent, served.store, max_rollouts=2).run()
+    await served.gateway.flush()
+    for rollout, task in zip(rollouts, tasks):
+        assert (await served.store.get_rollout(rollout.rollout_id)).reward == 1.0
+        asked, answered = [s for s in await served.store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+        (tool_call,) = json.loads(asked.attributes["gen_ai.output.messages"])[0]["tool_calls"]
+        assert json.loads(tool_call["function"]["arguments"]) == {"expression": f"{task['a']} + {task['b']}"}
+        history = json.loads(answered.attributes["gen_ai.input.messages"])
+        assert history[-1] == {"role": "tool", "tool_call_id": tool_call["id"], "content": str(task["answer"])}

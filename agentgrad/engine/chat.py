@@ -34,6 +34,7 @@ class Plan:
     rendered_tools: list[dict[str, Any]] | None = None  # what goes into the prompt
     grammar: str | None = None
     finish_after: list[str] = field(default_factory=list)
+    fmt: toolfmt.ToolFormat = toolfmt.HERMES  # how this model writes calls
 
     def reply(self, completion: Completion) -> tuple[toolfmt.ParsedReply, str]:
         """The reply as text and tool calls, and its finish reason (`tool_calls` when it called)."""
@@ -42,8 +43,9 @@ class Plan:
         return parsed, finish
 
 
-def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None, response_format: dict[str, Any] | None) -> Plan:
-    """The plan for chat-shaped `tools` / `tool_choice` / `response_format`; RequestError naming what is wrong."""
+def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None, response_format: dict[str, Any] | None,
+         fmt: toolfmt.ToolFormat = toolfmt.HERMES) -> Plan:
+    """The plan for chat-shaped `tools` / `tool_choice` / `response_format` (calls in `fmt`); RequestError naming what is wrong."""
     try:
         specs = toolfmt.functions(tools)
     except ValueError as exc:
@@ -61,12 +63,12 @@ def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | 
     if choice == "none" or not specs:
         result = Plan()  # the tools are not shown: the model cannot call one
     else:
-        result = Plan(specs, list(tools or []))
+        result = Plan(specs, list(tools or []), fmt=fmt)
         if choice == "required":
             # one call unless parallel calls are asked for: a small model forced to call tends to call forever
-            result.grammar = toolfmt.call_grammar(specs, only, parallel is True)
+            result.grammar = toolfmt.call_grammar(specs, only, parallel is True, fmt)
         elif parallel is False:
-            result.finish_after = [toolfmt.CLOSE]
+            result.finish_after = [fmt.close]
     kind = (response_format or {}).get("type", "text")
     if kind == "json_object" and result.grammar is None:
         result.grammar = json_object_grammar()
@@ -114,7 +116,8 @@ def submit_checked(engine: Engine, ids: list[int], params: SamplingParams) -> No
 
 async def chat_completions(engine: Engine, names: list[str], request: Request) -> Response:
     parsed: ChatRequest = validate(await read_json(request), ChatRequest, names)
-    the_plan = plan(parsed.tools, parsed.tool_choice, parsed.parallel_tool_calls, parsed.response_format)
+    the_plan = plan(parsed.tools, parsed.tool_choice, parsed.parallel_tool_calls, parsed.response_format,
+                    toolfmt.format_for(engine.tokenizer))
     ids = prompt_ids(engine, chat_messages(parsed.messages), the_plan.rendered_tools)
     top = (parsed.top_logprobs or 0) if parsed.logprobs else 0
     if parsed.top_logprobs and not parsed.logprobs:
@@ -157,22 +160,22 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
 
 
 class _HeldText:
-    """Streams a choice's text while it cannot be a tool call; from `<tool_call>` on, holds it for the end."""
+    """Streams a choice's text while it cannot be a tool call; from the call's start (`<tool_call>`, `[`) on, holds it for the end."""
 
-    def __init__(self, active: bool) -> None:
-        self.active, self.text, self.sent, self.holding = active, "", 0, False
+    def __init__(self, active: bool, marker: str = toolfmt.OPEN) -> None:
+        self.active, self.text, self.sent, self.holding, self.marker = active, "", 0, False, marker
 
     def feed(self, delta: str) -> str:
         self.text += delta
         if not self.active:
             self.sent = len(self.text)
             return delta
-        if not self.holding and toolfmt.OPEN in self.text:
+        if not self.holding and self.marker in self.text:
             self.holding = True
-        end = self.text.index(toolfmt.OPEN) if self.holding else len(self.text)
+        end = self.text.index(self.marker) if self.holding else len(self.text)
         if not self.holding:  # hold back a possible start of the tag
-            for k in range(min(len(toolfmt.OPEN) - 1, len(self.text)), 0, -1):
-                if toolfmt.OPEN.startswith(self.text[-k:]):
+            for k in range(min(len(self.marker) - 1, len(self.text)), 0, -1):
+                if self.marker.startswith(self.text[-k:]):
                     end = len(self.text) - k
                     break
         out, self.sent = self.text[self.sent : max(end, self.sent)], max(end, self.sent)
@@ -182,7 +185,7 @@ class _HeldText:
 def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int], params: SamplingParams, completion_id: str) -> Response:
     future, queue = stream(engine, ids, params)
     created, version = int(time.time()), engine.version
-    held = [_HeldText(bool(the_plan.tools)) for _ in range(params.n)]
+    held = [_HeldText(bool(the_plan.tools), the_plan.fmt.open) for _ in range(params.n)]
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
         body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": parsed.model,
@@ -196,7 +199,8 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
         out = []
         if reply.tool_calls:
             calls = [{"index": k, "id": call["id"], "type": "function", "function": call["function"]} for k, call in enumerate(reply.tool_calls)]
-            trailing = rest[rest.rfind(toolfmt.CLOSE) + len(toolfmt.CLOSE):] if toolfmt.CLOSE in rest else ""
+            close = the_plan.fmt.close
+            trailing = rest[rest.rfind(close) + len(close):] if close in rest else ""
             delta: dict[str, Any] = {"tool_calls": calls}
             if trailing.strip():
                 delta["content"] = trailing

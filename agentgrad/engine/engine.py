@@ -183,13 +183,14 @@ class Engine:
 
     def chat_prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of a chat, ready for the assistant's turn: the model's chat template, with tools
-        and tool calls rendered by it where it supports them, else in the built-in format (`tools.py`)."""
-        from agentgrad.engine.tools import render_history, template_supports_tools
+        and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`)."""
+        from agentgrad.engine.tools import format_for, render_history, template_supports_tools
 
         if template_supports_tools(self.tokenizer):
             rendered, tools_arg = list(messages), list(tools) if tools else None
         else:
-            rendered, tools_arg = render_history(list(messages), list(tools) if tools else None), None
+            rendered = render_history(list(messages), list(tools) if tools else None, format_for(self.tokenizer))
+            tools_arg = None
         ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]

@@ -27,6 +27,7 @@ from agentgrad.engine.api import DEFAULT_MAX_TOKENS, RequestError, _Strict, read
 from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_checked
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
+from agentgrad.engine.tools import format_for
 from agentgrad.engine.wire import generate, headers, stream
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -157,7 +158,7 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     choice = parsed.tool_choice
     if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
         choice = {"type": "function", "function": {"name": choice["name"]}}
-    the_plan = plan(tools, choice, parsed.parallel_tool_calls, response_format)
+    the_plan = plan(tools, choice, parsed.parallel_tool_calls, response_format, format_for(engine.tokenizer))
     ids = prompt_ids(engine, chat_messages(parsed), the_plan.rendered_tools)
     logprobs = LOGPROBS_INCLUDE in (parsed.include or [])
     params = SamplingParams(max_tokens=parsed.max_output_tokens or DEFAULT_MAX_TOKENS,
@@ -186,7 +187,7 @@ def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[
             response_id: str, created: int, logprobs: bool) -> Response:
     future, queue = stream(engine, ids, params)
     version = engine.version
-    held = _HeldText(bool(the_plan.tools))
+    held = _HeldText(bool(the_plan.tools), the_plan.fmt.open)
     sequence = iter(range(1 << 62))
 
     def event(kind: str, **fields: Any) -> str:

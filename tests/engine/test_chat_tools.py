@@ -14,7 +14,7 @@ import torch
 
 from agentgrad.engine import Engine
 from agentgrad.engine.constraints import json_schema_grammar
-from agentgrad.engine.tools import OPEN
+from agentgrad.engine.tools import calls_text, format_for
 
 pytestmark = pytest.mark.model
 
@@ -42,7 +42,7 @@ def test_tool_choice_required_returns_a_tool_call_whose_arguments_validate(engin
     schema = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CALC)}[call.function.name]
     jsonschema.validate(json.loads(call.function.arguments), schema)
     assert call.id.startswith("call_") and call.type == "function"
-    assert engine.tokenizer.decode(extra(choice)["token_ids"], skip_special_tokens=True).startswith(OPEN)
+    assert engine.tokenizer.decode(extra(choice)["token_ids"], skip_special_tokens=True).startswith(format_for(engine.tokenizer).open)
 
 
 def test_a_named_tool_choice_calls_that_tool(engine: Engine, api: openai.OpenAI) -> None:
@@ -66,7 +66,7 @@ def test_streamed_tool_calls_arrive_as_deltas_equal_to_the_plain_reply(engine: E
     streamed_ids = [t for c in chunks if c.choices for t in extra(c.choices[0]).get("token_ids", [])]
     assert streamed_ids == extra(plain.choices[0])["token_ids"]
     text = engine.tokenizer.decode(streamed_ids, skip_special_tokens=True)
-    assert text == f'{OPEN}\n{{"name": "get_weather", "arguments": {expected[0].function.arguments}}}\n</tool_call>'
+    assert text == calls_text([(expected[0].function.name, expected[0].function.arguments)], format_for(engine.tokenizer))
 
 
 def test_a_tool_call_history_round_trips_through_the_template(engine: Engine, api: openai.OpenAI) -> None:
@@ -80,7 +80,9 @@ def test_a_tool_call_history_round_trips_through_the_template(engine: Engine, ap
                                          extra_body={"return_token_ids": True})
     written = extra(first)["prompt_token_ids"] + extra(first.choices[0])["token_ids"]
     assert extra(second)["prompt_token_ids"][: len(written)] == written
-    assert "<tool_response>\n18 C, sunny\n</tool_response>" in engine.tokenizer.decode(extra(second)["prompt_token_ids"])
+    result = ("<|im_start|>tool\n18 C, sunny<|im_end|>" if format_for(engine.tokenizer).result_role == "tool"
+              else "<tool_response>\n18 C, sunny\n</tool_response>")
+    assert result in engine.tokenizer.decode(extra(second)["prompt_token_ids"])
 
 
 def test_tool_choice_none_hides_the_tools_and_auto_may_answer_in_text(engine: Engine, api: openai.OpenAI) -> None:

@@ -1,10 +1,13 @@
-"""The built-in tool-call format: rendering a history, parsing replies (all or nothing), the call grammar."""
+"""The built-in tool-call formats (pythonic for SmolLM2, Hermes for others): rendering a history, parsing replies (all or nothing)."""
 
 from __future__ import annotations
 
 import json
 
-from agentgrad.engine.tools import CLOSE, OPEN, call_text, functions, parse_reply, render_history
+from types import SimpleNamespace
+
+from agentgrad.engine.tools import (CLOSE, HERMES, OPEN, PYTHONIC, call_text, calls_text, format_for, functions,
+                                     parse_reply, render_history)
 
 CALC = {"type": "function", "function": {"name": "calculate", "description": "Evaluate arithmetic",
                                          "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
@@ -69,3 +72,69 @@ def test_malformed_tools_are_refused_by_index() -> None:
             assert where in str(exc)
         else:
             raise AssertionError(f"{tools} was accepted")
+
+
+def arguments_of(reply) -> list[tuple[str, dict]]:  # type: ignore[no-untyped-def]
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in reply.tool_calls]
+
+
+def test_smollm2_gets_the_pythonic_format_and_any_other_model_hermes() -> None:
+    smollm2 = SimpleNamespace(chat_template="{{ 'You are a helpful AI assistant named SmolLM, trained by Hugging Face' }}")
+    assert format_for(smollm2) is PYTHONIC
+    assert format_for(SimpleNamespace(chat_template="{% for message in messages %}...")) is HERMES
+    assert format_for(SimpleNamespace(chat_template=None)) is HERMES
+
+
+def test_pythonic_calls_parse_into_openai_tool_calls_and_render_back_to_the_same_text() -> None:
+    text = calls_text([("calculate", '{"expression": "123 + 456"}'), ("now", {})], PYTHONIC)
+    assert text == '[calculate(expression="123 + 456"), now()]'
+    reply = parse_reply(text, SPECS)
+    assert reply.error is None and reply.content is None
+    assert arguments_of(reply) == [("calculate", {"expression": "123 + 456"}), ("now", {})]
+    again = calls_text([(c["function"]["name"], c["function"]["arguments"]) for c in reply.tool_calls], PYTHONIC)
+    assert again == text  # the round trip: what the model wrote is what the next prompt holds
+
+
+def test_pythonic_values_are_json_and_text_after_the_calls_stays_content() -> None:
+    reply = parse_reply('[now(flag=true, n=2, xs=[1, "a"], none=null)] done', SPECS)
+    assert arguments_of(reply) == [("now", {"flag": True, "n": 2, "xs": [1, "a"], "none": None})]
+    assert reply.content == " done"
+    assert calls_text([("now", {"flag": True, "n": 2})], PYTHONIC) == "[now(flag=true, n=2)]"
+
+
+def test_a_pythonic_reply_that_does_not_parse_stays_text_and_says_why() -> None:
+    for text, why in [
+        ('[calculate(expression="1 + 2"', "closed by ']'"),
+        ('[calculate("1 + 2")]', "name them"),
+        ("[calculate(expression=x)]", "not a literal"),
+    ]:
+        reply = parse_reply(text, SPECS)
+        assert reply.content == text and reply.tool_calls == [] and why in (reply.error or ""), (text, reply.error)
+
+
+def test_text_that_merely_starts_with_a_bracket_or_names_no_tool_is_not_a_call() -> None:
+    for text in ["[1, 2] is a list", "[rm_rf(path='/')]", "Answer: 579", "[calculate] is a tool"]:
+        reply = parse_reply(text, SPECS)
+        assert reply.content == text and reply.tool_calls == [] and reply.error is None, text
+
+
+def test_smollm2_model_card_lists_in_tool_call_blocks_parse_and_an_empty_list_is_no_call() -> None:
+    reply = parse_reply(f'{OPEN}[{{"name": "now", "arguments": {{}}}}, {{"name": "calculate", "arguments": {{"expression": "2"}}}}]{CLOSE}', SPECS)
+    assert arguments_of(reply) == [("now", {}), ("calculate", {"expression": "2"})]
+    empty = parse_reply(f"{OPEN}[]{CLOSE}", SPECS)
+    assert empty.tool_calls == [] and empty.error is None
+
+
+def test_a_history_renders_in_the_pythonic_format_with_results_as_tool_turns() -> None:
+    messages = [
+        {"role": "system", "content": "You are a calculator."},
+        {"role": "user", "content": "What is 123 + 456?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "123 + 456"}'}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "579"},
+    ]
+    rendered = render_history(messages, [CALC], PYTHONIC)
+    assert [m["role"] for m in rendered] == ["system", "user", "assistant", "tool"]
+    assert rendered[0]["content"].startswith("You are a calculator.\n\nYou have access to the following functions:")
+    assert json.dumps([CALC["function"]]) in rendered[0]["content"]
+    assert rendered[2]["content"] == '[calculate(expression="123 + 456")]' and rendered[3]["content"] == "579"

@@ -1,0 +1,120 @@
+"""Runners from another Python environment: agents whose framework cannot share the core's packages.
+
+Some agent frameworks pin versions the core cannot take (CrewAI: older `openai` and `pydantic`;
+AutoGen: an older `protobuf`). Their agents run in an environment of their own (`make
+env-crewai` makes `.venv-crewai`), as `agentgrad runner` processes that join the store over
+HTTP, while the algorithm, the engine and the gateway stay in the core environment:
+
+    with serve_store(store) as url, RunnerProcesses(framework_python("crewai"), url, "examples.frameworks.crewai_train:rollout"):
+        await algorithm.run(train, val)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentgrad.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The source checkout: framework environments live here as `.venv-<name>`, and runners start here
+so that `examples.…` agents import."""
+
+STOP_SECONDS = 15.0
+
+
+def framework_python(name: str, root: Path = ROOT) -> str:
+    """The interpreter of `.venv-<name>`; a clear error naming the `make` target when it is missing."""
+    python = root / f".venv-{name}" / "bin" / "python"
+    if not python.exists():
+        raise FileNotFoundError(f"{python} does not exist: run `make env-{name}` in {root} to create it")
+    return str(python)
+
+
+@contextmanager
+def serve_store(store: Store, token: str | None = None) -> Iterator[str]:
+    """Serve `store` over HTTP on loopback for the length of the block; yields its URL."""
+    from agentgrad.store.server import store_server
+
+    server = store_server(store, token=token).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+class RunnerProcesses:
+    """`workers` runners of `agent` ("module:object") in one `agentgrad runner` process of `python`.
+
+    `gateway` (…/v1) routes agents that build `OpenAI()` with no arguments. The process starts in
+    `cwd` (default: the checkout) with it on `PYTHONPATH`; `env` adds variables. On exit it is
+    asked to finish what it runs (SIGTERM), then killed after `STOP_SECONDS`.
+    """
+
+    def __init__(self, python: str, store_url: str, agent: str, *, workers: int = 1, token: str | None = None,
+                 gateway: str | None = None, cwd: Path = ROOT, env: dict[str, str] | None = None,
+                 log: Path | None = None) -> None:
+        self.command = [python, "-m", "agentgrad.cli", "runner", "--store", store_url, "--agent", agent,
+                        "--workers", str(workers)]
+        if gateway:
+            self.command += ["--gateway", gateway]
+        path = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH", "")) if p)
+        self.env = {**os.environ, "PYTHONPATH": path, **(env or {})}
+        if token:
+            self.env["AGENTGRAD_TOKEN"] = token
+        self.cwd, self.log = cwd, log
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_file: Any = None
+
+    def start(self) -> RunnerProcesses:
+        self._log_file = open(self.log, "ab") if self.log else None  # noqa: SIM115  (closed in stop)
+        self.process = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdout=self._log_file or subprocess.DEVNULL,
+                                        stderr=subprocess.STDOUT)
+        return self
+
+    def check(self) -> None:
+        """Raise if the runner process has exited (a bad agent spec, a missing package)."""
+        if self.process is not None and self.process.poll() is not None:
+            shown = f"; its output is in {self.log}" if self.log else ""
+            raise RuntimeError(f"runner process {' '.join(self.command)} exited with code {self.process.returncode}{shown}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+
+    def __enter__(self) -> RunnerProcesses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def run_with_runners(algorithm: Any, store: Store, runners: Sequence[RunnerProcesses], train_data: Sequence[Any],
+                           val_data: Sequence[Any] | None = None, poll_seconds: float = 0.5) -> Any:
+    """Run `algorithm` on `store` while the runner processes (already pointed at it) execute its rollouts;
+    fails fast when every runner process has died."""
+    import asyncio
+
+    algorithm.store = store
+    task = asyncio.ensure_future(algorithm.run(train_data, val_data))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_seconds)
+            if done:
+                return task.result()
+            dead = [r for r in runners if r.process is not None and r.process.poll() is not None]
+            if runners and len(dead) == len(runners):
+                dead[0].check()
+    finally:
+        task.cancel()

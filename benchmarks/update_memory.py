@@ -1,0 +1,72 @@
+"""Peak memory and time of one GRPO update of the tool demo's shape, by micro-batch size.
+
+64 sequences (8 prompts x 8) of ~174 prompt tokens sharing the demo's history, ~40 response
+tokens each, one AdamW step; resident memory is sampled every 5 ms while the update runs.
+
+    python benchmarks/update_memory.py --micro-batch 32
+    python benchmarks/update_memory.py --micro-batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import threading
+import time
+
+import torch
+
+from agentgrad.adapters import Trajectory
+from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
+from agentgrad.engine import Engine
+from examples.calc_agent import build_messages
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--micro-batch", type=int, default=32)
+    parser.add_argument("--sequences", type=int, default=64)
+    parser.add_argument("--response", type=int, default=40)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    engine = Engine()
+    batch = []
+    for i in range(args.sequences):
+        prompt = engine.chat_prompt_ids(build_messages(f"What is {rng.randint(100, 999)} + {rng.randint(100, 999)}?", "tool"))
+        response = [rng.randrange(1000, 20000) for _ in range(args.response)]
+        batch.append((Trajectory(prompt + response, [0] * len(prompt) + [1] * len(response),
+                                 [0.0] * len(prompt) + [-1.0] * len(response), len(prompt)), 1.0 if i % 2 else -1.0))
+    optimizer = torch.optim.AdamW([p for p in engine.model.parameters() if p.requires_grad], lr=1e-5)
+    config = GRPOConfig(micro_batch_size=args.micro_batch)
+    before, peak, running = rss(), [rss()], [True]
+
+    def sample() -> None:
+        while running[0]:
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    began = time.perf_counter()
+    with engine.training() as model:
+        grpo_update(model, optimizer, batch, config, engine.tokenizer.pad_token_id)
+    seconds = time.perf_counter() - began
+    running[0] = False
+    watcher.join()
+    print(f"micro-batch {args.micro_batch}: {args.sequences} x ({len(batch[0][0].token_ids) - args.response} + {args.response}) "
+          f"tokens, update {seconds:.1f} s, RSS {before / 2**30:.2f} GiB before, peak {peak[0] / 2**30:.2f} GiB "
+          f"(+{(peak[0] - before) / 2**30:.2f})", flush=True)
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""agentgrad around `crewai_agent.py` (runs in `.venv-crewai`: `make env-crewai`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import agentgrad as ag
+from examples.frameworks import crewai_agent
+from examples.frameworks.tasks import reward
+
+
+@ag.rollout
+def rollout(task: dict[str, Any], llm: ag.LLM) -> float:
+    answer = crewai_agent.solve(task["question"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
+                                **llm.sampling_parameters)
+    return reward(answer, task)

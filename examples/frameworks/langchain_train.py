@@ -1,0 +1,16 @@
+"""agentgrad around `langchain_agent.py`: the `LLM` resource's `base_url` is already the attempt's gateway route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import agentgrad as ag
+from examples.frameworks import langchain_agent
+from examples.frameworks.tasks import reward
+
+
+@ag.rollout
+def rollout(task: dict[str, Any], llm: ag.LLM) -> float:
+    answer = langchain_agent.solve(task["question"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
+                                   **llm.sampling_parameters)
+    return reward(answer, task)

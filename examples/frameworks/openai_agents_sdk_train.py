@@ -1,0 +1,39 @@
+"""agentgrad around `openai_agents_sdk_agent.py`: one `AsyncOpenAI` client for the SDK, shared by every
+rollout of the process, and `ag.instrument_openai()` to route each call by the attempt it runs in.
+
+The SDK keeps its default API, the Responses API (`/v1/responses`, routed and recorded by the
+gateway like chat completions); `RESPONSES_API = False` switches it to chat completions instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import ModelSettings, set_default_openai_api, set_default_openai_client, set_tracing_disabled
+from openai import AsyncOpenAI
+
+import agentgrad as ag
+from examples.frameworks import openai_agents_sdk_agent
+from examples.frameworks.tasks import reward
+
+RESPONSES_API = True
+_clients: dict[str, AsyncOpenAI] = {}
+
+
+def configure(llm: ag.LLM) -> None:
+    """Point the SDK at the gateway once per process (the un-routed URL: headers pick the attempt)."""
+    root = llm.base_url.split("/rollouts/")[0].rstrip("/").removesuffix("/v1") + "/v1"
+    if root not in _clients:
+        ag.instrument_openai()
+        _clients[root] = AsyncOpenAI(base_url=root, api_key=llm.api_key)
+        set_default_openai_client(_clients[root], use_for_tracing=False)
+        set_tracing_disabled(True)  # the SDK's traces go to OpenAI's servers; the gateway records the calls
+        if not RESPONSES_API:
+            set_default_openai_api("chat_completions")
+
+
+@ag.rollout
+async def rollout(task: dict[str, Any], llm: ag.LLM) -> float:
+    configure(llm)
+    settings = ModelSettings(**{k: v for k, v in llm.sampling_parameters.items() if k in ("temperature", "max_tokens")})
+    return reward(await openai_agents_sdk_agent.solve(task["question"], model=llm.model, settings=settings), task)
