@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from agentgrad.engine import tools as toolfmt
+import agentgrad.engine.tools as toolfmt
 from agentgrad.engine.api import ChatRequest, RequestError, read_json, text_of, validate
 from agentgrad.engine.constraints import json_object_grammar, json_schema_grammar
 from agentgrad.engine.engine import Completion, Engine, Generation

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentgrad import semconv as sc
-from agentgrad.gateway import responses
+import agentgrad.gateway.responses as responses
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
 from agentgrad.tracer import SpanSink
