@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig, TaskSampler, group_advantages, grpo_update, policy_loss
+from agentgrad.algorithms.policy import TRAINER_STATE, latest_checkpoint, prune_checkpoints
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 
 
@@ -91,3 +93,17 @@ def test_settings_are_checked() -> None:
         GRPO(learning_rat=1e-5)
     with pytest.raises(ValueError, match="group_size must be at least 2"):
         GRPO(group_size=1)
+
+
+def test_pruning_keeps_the_newest_complete_checkpoints_and_the_one_being_written(tmp_path: Path) -> None:
+    for step in (1, 2, 10, 3):
+        (tmp_path / f"step-{step}").mkdir()
+        (tmp_path / f"step-{step}" / TRAINER_STATE).write_bytes(b"")
+    (tmp_path / "step-11.partial").mkdir()
+    deleted = prune_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in deleted] == ["step-1", "step-2"]  # by step number, not by name: step-10 is newest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-10", "step-11.partial", "step-3"]
+    assert latest_checkpoint(tmp_path) == tmp_path / "step-10"
+    assert prune_checkpoints(tmp_path, keep=0) == []
+    with pytest.raises(ValueError, match="keep_checkpoints must be >= 0"):
+        GRPO(GRPOConfig(keep_checkpoints=-1))

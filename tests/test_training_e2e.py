@@ -43,13 +43,13 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     train, val = make_splits(n_train=40, n_val=6, seed=7)
     checkpoints = tmp_path / "checkpoints"
     config = dict(prompts_per_step=2, group_size=4, max_tokens=16, val_every=0, checkpoint_dir=str(checkpoints),
-                  checkpoint_every=1, learning_rate=1e-5, success_threshold=0.99)
+                  checkpoint_every=1, keep_checkpoints=1, learning_rate=1e-5, success_threshold=0.99)
     store = SqliteStore(tmp_path / "run.db")
     result = ag.Trainer(GRPO(GRPOConfig(steps=3, **config), engine=own_engine), n_runners=2, runner_concurrency=8,
                         store=store).fit(close_enough, train, val)
     assert [h["step"] for h in result.history] == [1, 2, 3]
     assert own_engine.version >= 1  # at least one step had signal and updated the weights
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1", "step-2", "step-3"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-3"]  # each older one deleted once the next was saved
     assert result.checkpoint == str(checkpoints / "step-3")
 
     async def metric_steps(name: str) -> list[int]:
@@ -66,7 +66,7 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == first_run_rollouts + 2 * 4
-    assert (checkpoints / "step-4").is_dir()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4"]
     assert asyncio.run(metric_steps("train/loss"))[-1] == 4
 
 

@@ -139,7 +139,7 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
     train, val = make_splits(n_train=40, n_val=4, seed=7)
     checkpoints = tmp_path / "checkpoints"
     config = dict(prompts_per_step=2, group_size=4, max_tokens=16, val_every=0, checkpoint_dir=str(checkpoints),
-                  checkpoint_every=1, learning_rate=1e-5, success_threshold=0.99, engine="vllm",
+                  checkpoint_every=1, keep_checkpoints=1, learning_rate=1e-5, success_threshold=0.99, engine="vllm",
                   vllm_urls=[vllm_server.url], tis_cap=2.0)
     store = SqliteStore(tmp_path / "run.db")
     result = ag.Trainer(GRPO(GRPOConfig(steps=1, **config)), n_runners=1, runner_concurrency=8,
@@ -157,7 +157,7 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
     resumed = ag.Trainer(GRPO(GRPOConfig(steps=2, **config)), n_runners=1, runner_concurrency=8,
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2]  # step 1 restored from the checkpoint, step 2 run
-    assert (checkpoints / "step-2").is_dir()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-2"]
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == 2 * 2 * 4
 
 

@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.engines import check_engine_config, make_policy
-from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint
+from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint, prune_checkpoints
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, load_checkpoint, open_group, save_checkpoint
 from agentgrad.engine import Engine
@@ -55,6 +55,7 @@ class GRPOConfig:
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
     checkpoint_dir: str | None = None  # where step-N checkpoints go; a run resumes from the newest
     checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
+    keep_checkpoints: int = 2  # the newest k step-N folders stay, older ones are deleted (0: keep all); each holds weights and optimizer
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16
     engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each step)
@@ -138,6 +139,8 @@ class GRPO(Algorithm["GRPOResult"]):
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
         if self.config.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
+        if self.config.keep_checkpoints < 0:
+            raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.config.keep_checkpoints}")
         check_engine_config(self.config)
         self.engine = engine
         self.model_name = model
@@ -265,6 +268,7 @@ class GRPO(Algorithm["GRPOResult"]):
                         policy.save(checkpoint_dir / f"step-{step}", optimizer, state)
                     else:
                         save_checkpoint(self.group, policy, checkpoint_dir / f"step-{step}", state)
+                    prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
 

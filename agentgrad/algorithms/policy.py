@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +153,28 @@ class LocalPolicy:
         return saved["state"]
 
 
+def complete_checkpoints(directory: Path | None) -> list[Path]:
+    """The complete `step-N` folders under `directory`, oldest first (a `.partial` one is still being written)."""
+    if directory is None or not directory.exists():
+        return []
+    steps = [p for p in directory.glob("step-*") if p.is_dir() and not p.name.endswith(".partial") and (p / TRAINER_STATE).exists()]
+    return sorted(steps, key=lambda p: int(p.name.split("-")[1]))
+
+
 def latest_checkpoint(directory: Path | None) -> Path | None:
     """The newest complete `step-N` folder under `directory`, if any."""
-    if directory is None or not directory.exists():
-        return None
-    steps = [p for p in directory.glob("step-*") if p.is_dir() and not p.name.endswith(".partial") and (p / TRAINER_STATE).exists()]
-    return max(steps, key=lambda p: int(p.name.split("-")[1]), default=None)
+    return (complete_checkpoints(directory) or [None])[-1]
+
+
+def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
+    """Delete all but the `keep` newest complete checkpoints (`keep` 0: delete none); returns the deleted ones.
+
+    A checkpoint of a 135M model with its AdamW state is about 1.6 GB, so a run saving every step
+    would otherwise fill a laptop's disk.
+    """
+    if keep < 0:
+        raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {keep}")
+    old = complete_checkpoints(directory)[:-keep] if keep else []
+    for path in old:
+        shutil.rmtree(path)
+    return old
