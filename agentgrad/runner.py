@@ -191,12 +191,24 @@ class Runner:
         if self._http is None:
             self._http = httpx.AsyncClient()
         for url in sorted({base.rstrip("/") + "/" + FLUSH_ENDPOINT for base in base_urls}):
+            await self._flush_gateway(url)
+
+    async def _flush_gateway(self, url: str) -> None:
+        """One flush; retried once when the connection broke before an answer (the flush is idempotent)."""
+        for retry in (False, True):
             try:
                 response = await self._http.post(url, timeout=GATEWAY_FLUSH_SECONDS)
-                if response.status_code != 200:
-                    log.warning("gateway flush at %s answered %d: %s", url, response.status_code, response.text[:200])
-            except Exception as exc:
+            except httpx.TransportError as exc:
+                if not retry and not isinstance(exc, httpx.TimeoutException):
+                    continue  # e.g. a kept-alive connection the server closed as it was reused: a new one
                 log.warning("could not flush the gateway at %s: %s", url, exc)
+                return
+            except Exception as exc:  # a bad URL, say: the attempt still ends, its spans maybe incomplete
+                log.warning("could not flush the gateway at %s: %s", url, exc)
+                return
+            if response.status_code != 200:
+                log.warning("gateway flush at %s answered %d: %s", url, response.status_code, response.text[:200])
+            return
 
     async def _fail_refused(self, rollout_id: str, attempt_id: str, refusal: StoreError) -> None:
         """The store refused the attempt's result: fail the attempt with the reason rather than leave it running

@@ -24,6 +24,10 @@ from agentgrad.guard import guarded
 STARTUP_SECONDS = 15.0
 READ_TIMEOUT_SECONDS = 30.0
 """Longest time a client may take to send one request; a 64 MiB span batch needs ~2 MB/s."""
+KEEP_ALIVE_SECONDS = 75
+"""How long an idle connection stays open. Longer than clients keep theirs (httpx and the openai SDK
+5 s, the store client 30 s), so the client always closes first: a server closing at the moment a
+client reuses the connection would cut a request (`Server disconnected without sending a response`)."""
 
 
 class OneSendPerTurn:
@@ -104,7 +108,7 @@ def uvicorn_config(app: Any, host: str, port: int, read_timeout: float = READ_TI
     """The uvicorn configuration every agentgrad server runs with: guarded app, read timeout, quiet logs."""
     import uvicorn
 
-    options = {"log_level": "warning", "lifespan": "on", **options}
+    options = {"log_level": "warning", "lifespan": "on", "timeout_keep_alive": KEEP_ALIVE_SECONDS, **options}
     protocol = functools.partial(ReadTimeoutProtocol, read_timeout=read_timeout)
     return uvicorn.Config(guarded(app), host=host, port=port, http=protocol, **options)  # type: ignore[arg-type]
 

@@ -187,3 +187,34 @@ def test_the_runner_reaches_gateways_only_over_http() -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+async def test_a_flush_on_a_kept_alive_connection_the_gateway_just_closed_is_sent_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The race behind `Server disconnected without sending a response`: the server closes an idle
+    connection just as the runner reuses it. A real loopback server plays the gateway, answering the
+    first request on each connection and dropping the connection when a second one arrives."""
+    answered = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        for request in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"POST /v1/agentgrad/flush ")
+            if request == 1:
+                break  # closed with no answer
+            answered += 1
+            writer.write(b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{"flushed":true}\n')
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    runner = Runner(lambda task: 1.0, ag.MemoryStore())
+    with caplog.at_level("WARNING", logger="agentgrad.runner"):
+        for _ in range(3):
+            await runner.flush_gateways([url])
+    await runner._http.aclose()
+    server.close()
+    assert answered == 3  # the second and third flushes each met a dropped connection and went again
+    assert not caplog.records

@@ -40,7 +40,6 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (413 above): room for big batches of spans with token ids."""
 
 UVICORN_OPTIONS: dict[str, Any] = {
-    "timeout_keep_alive": 75,  # clients drop idle connections after 30 s, before the server does
     "timeout_graceful_shutdown": 5,  # then long-polls are cut; their clients ask again elsewhere or later
     "proxy_headers": False,
     "server_header": False,
