@@ -67,7 +67,8 @@ class SqliteStore(LocalStore):
         self._checkpoints = threading.Event()
         weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
         threading.Thread(
-            target=checkpoint_until, args=(self.path, self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
+            target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
+                                           self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
         ).start()
 
     def __repr__(self) -> str:

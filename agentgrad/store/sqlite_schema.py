@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from pathlib import Path
 
 from agentgrad.types import Attempt, Rollout, RolloutConfig
 
@@ -137,9 +136,11 @@ def attempt_of(row: sqlite3.Row) -> Attempt:
     )
 
 
-def checkpoint_until(path: Path, stop: threading.Event) -> None:
-    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+def checkpoint_until(conn: sqlite3.Connection, stop: threading.Event) -> None:
+    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers.
+
+    `conn` is opened by the caller (`check_same_thread=False`) while the file surely exists: a thread
+    opening it later could find its folder gone with a short-lived store, and die on it."""
     try:
         while not stop.wait(CHECKPOINT_SECONDS):
             try:
