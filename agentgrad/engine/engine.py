@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import torch
 
-from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, common_prefix_length, new_cache
+from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.sampling import sample
@@ -39,6 +39,10 @@ BATCH_WINDOW_SECONDS = 0.01
 """When idle, how long to wait after a request for more to arrive before starting a batch."""
 MAX_BATCH_WINDOW_SECONDS = 0.1
 PREFIX_CACHE_SIZE = 4
+FINISHED_SHARE_TO_DROP = 0.25
+"""Finished rows ride along in a batch (computed, their tokens ignored) until they are this share of
+it, or new requests join: dropping them copies the whole KV cache, which cost a third of decoding
+when rows left one at a time."""
 
 
 @dataclass
@@ -86,15 +90,6 @@ class _Row:
     text: str = ""
     streamed: int = 0
     finish_reason: str | None = None
-
-
-@dataclass
-class _Batch:
-    rows: list[_Row]
-    cache: Any
-    mask: torch.Tensor  # (rows, cached length): 1 where a real token is cached
-    positions: torch.Tensor  # (rows,): position id of the next token
-    last: torch.Tensor  # (rows,): the token to feed next
 
 
 def default_sampling_dtype(device: str) -> torch.dtype:
@@ -291,9 +286,9 @@ class Engine:
             return taken
 
     def _run(self) -> None:
-        batch: _Batch | None = None
+        batch: Batch | None = None
         while True:
-            free = self.max_batch_size - (len(batch.rows) if batch else 0)
+            free = self.max_batch_size - (batch.live if batch else 0)
             new = self._take_waiting(free, block=batch is None) if free > 0 else []
             if self._closed and batch is None and not new:
                 return
@@ -301,7 +296,7 @@ class Engine:
                 with self.weights_lock, torch.inference_mode():
                     if new:
                         added = self._prefill(new)
-                        batch = added if batch is None else _merge(batch, added)
+                        batch = added if batch is None else restack(batch, added)
                         batch = self._drop_finished(batch)
                     if batch is not None:
                         batch = self._drop_finished(self._decode(batch))
@@ -314,7 +309,7 @@ class Engine:
                         request.future.set_exception(exc)
                 batch = None
 
-    def _prefill(self, requests: list[_Request]) -> _Batch:
+    def _prefill(self, requests: list[_Request]) -> Batch:
         """Run the new prompts and sample their first tokens.
 
         Identical prompts (a GRPO group, n > 1) are computed once, and the prefix all of them
@@ -351,24 +346,39 @@ class Engine:
             index = torch.tensor(row_prompt, device=self.device)
             cache.batch_select_indices(index)
             mask, logits = mask[index], logits[index]
-        batch = _Batch(rows, cache, mask, mask.sum(-1), ids[:1, -1].expand(len(rows)))
+        batch = Batch(rows, cache, mask, mask.sum(-1), ids[:1, -1].expand(len(rows)))
         self._take_tokens(batch, logits)
         return batch
 
     def _prefix_kv(self, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Keys and values of a shared prefix (batch of one), cached while the weights are unchanged."""
-        key = (self.version, prefix)
-        if key not in self._prefixes:
-            cache = new_cache()
-            ids = torch.tensor([prefix], device=self.device)
-            self._sampler(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-            self._prefixes[key] = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
-            while len(self._prefixes) > PREFIX_CACHE_SIZE:
-                self._prefixes.pop(next(iter(self._prefixes)))
-            self.stats["prefill_tokens"] += len(prefix)
-        return self._prefixes[key]
+        """Keys and values of a shared prefix (batch of one), cached while the weights are unchanged.
 
-    def _decode(self, batch: _Batch) -> _Batch:
+        Batches joining at different times share prefixes of different lengths (the system prompt
+        and examples, plus a few tokens of their questions): a new one starts from the cached one it
+        has most in common with, so only the tokens after that are run. Least recently used goes first.
+        """
+        key = (self.version, prefix)
+        kv = self._prefixes.pop(key, None)
+        if kv is None:
+            reused, known = 0, None
+            for (version, other), other_kv in self._prefixes.items():
+                if version == self.version and (length := common_prefix_length([prefix, other])) > reused:
+                    reused, known = length, other_kv
+            cache = new_cache()
+            for layer_index, (keys, values) in enumerate(known or []):
+                cache.update(keys[:, :, :reused], values[:, :, :reused], layer_index)
+            if reused < len(prefix):
+                ids = torch.tensor([prefix[reused:]], device=self.device)
+                positions = torch.arange(reused, len(prefix), device=self.device)[None]
+                self._sampler(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+                self.stats["prefill_tokens"] += len(prefix) - reused
+            kv = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+        self._prefixes[key] = kv
+        while len(self._prefixes) > PREFIX_CACHE_SIZE:
+            self._prefixes.pop(next(iter(self._prefixes)))
+        return kv
+
+    def _decode(self, batch: Batch) -> Batch:
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
         out = self._sampler(
             input_ids=batch.last[:, None],
@@ -381,9 +391,10 @@ class Engine:
         self._take_tokens(batch, out.logits[:, -1, :])
         return batch
 
-    def _take_tokens(self, batch: _Batch, logits: torch.Tensor) -> None:
+    def _take_tokens(self, batch: Batch, logits: torch.Tensor) -> None:
         """Sample one token per row (under its grammar, if any), record it with its logprob, mark rows done."""
-        allowed = [None if row.matcher is None else self.constrainer().allowed(row.matcher) for row in batch.rows]
+        allowed = [None if row.matcher is None or row.finish_reason is not None else self.constrainer().allowed(row.matcher)
+                   for row in batch.rows]
         sampled = sample(
             logits.float(),
             [row.request.params for row in batch.rows],
@@ -462,7 +473,7 @@ class Engine:
             completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top) for r in request.rows]
             request.future.set_result(Generation(request.prompt_ids, completions, request.version))
 
-    def _drop_finished(self, batch: _Batch) -> _Batch | None:
+    def _drop_finished(self, batch: Batch) -> Batch | None:
         for row in batch.rows:
             if row.request.cancelled and row.finish_reason is None:
                 row.finish_reason = "cancelled"
@@ -472,47 +483,12 @@ class Engine:
                 self._resolve(row.request)
         if not keep:
             return None
-        if len(keep) == len(batch.rows):
+        if len(batch.rows) - len(keep) < FINISHED_SHARE_TO_DROP * len(batch.rows):
             return batch
-        index = torch.tensor(keep, device=self.device)
-        batch.cache.batch_select_indices(index)
-        batch.rows = [batch.rows[i] for i in keep]
-        batch.mask, batch.positions, batch.last = batch.mask[index], batch.positions[index], batch.last[index]
-        leading = int(batch.mask.any(dim=0).int().argmax())  # columns of padding in every row
-        if leading:
-            batch.mask = batch.mask[:, leading:]
-            for layer in batch.cache.layers:
-                layer.replace(layer.keys[:, :, leading:], layer.values[:, :, leading:])
-        return batch
+        return restack(batch)
 
 
 def _close_at_exit(engine: weakref.ref[Engine]) -> None:
     alive = engine()
     if alive is not None:
         alive.close()
-
-
-def _merge(running: _Batch, added: _Batch) -> _Batch:
-    """One batch of both: left-pad the shorter cache with masked zeros, stack the rows."""
-    width = max(running.mask.shape[1], added.mask.shape[1])
-
-    def pad(tensor: torch.Tensor, dim: int) -> torch.Tensor:
-        missing = width - tensor.shape[dim]
-        if not missing:
-            return tensor
-        shape = list(tensor.shape)
-        shape[dim] = missing
-        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
-
-    for mine, theirs in zip(running.cache.layers, added.cache.layers):
-        mine.replace(
-            torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0),
-            torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0),
-        )
-    return _Batch(
-        rows=running.rows + added.rows,
-        cache=running.cache,
-        mask=torch.cat([pad(running.mask, 1), pad(added.mask, 1)], dim=0),
-        positions=torch.cat([running.positions, added.positions]),
-        last=torch.cat([running.last, added.last]),
-    )

@@ -1,13 +1,14 @@
 """KV caches for batched generation: buffers that grow in place, and merging two batches' caches.
 
 Rows of a running batch are left-padded to one width. A batch joining it is padded (with masked
-zeros) to the same width and stacked; finished rows are dropped with `batch_select_indices`.
+zeros) to the same width and stacked, and rows that finished are dropped, in one copy (`assemble`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -77,4 +78,64 @@ def growing_layer_class() -> type:
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             self.replace(self.keys[indices], self.values[indices])
 
+        def assemble(self, parts: Sequence[tuple[torch.Tensor, torch.Tensor]], width: int) -> None:
+            """Become these parts' rows stacked, each right-aligned in `width` columns with zeros on
+            its left (masked padding; zeros, since 0 × garbage in attention could be NaN), in one copy."""
+            first = parts[0][0]
+            shape = (sum(keys.shape[0] for keys, _ in parts), first.shape[1], width + KV_SPARE_TOKENS, first.shape[3])
+            self._keys, self._values = first.new_empty(shape), first.new_empty(shape)
+            start = 0
+            for keys, values in parts:
+                rows, pad = keys.shape[0], width - keys.shape[2]
+                for buffer, part in ((self._keys, keys), (self._values, values)):
+                    buffer[start : start + rows, :, :pad] = 0
+                    buffer[start : start + rows, :, pad:width] = part
+                start += rows
+            self.keys, self.values = self._keys[:, :, :width], self._values[:, :, :width]
+
     return GrowingLayer
+
+
+@dataclass
+class Batch:
+    """The rows being generated together (`engine._Row`), their KV cache and what the next step feeds."""
+
+    rows: list[Any]
+    cache: Any
+    mask: torch.Tensor  # (rows, cached length): 1 where a real token is cached
+    positions: torch.Tensor  # (rows,): position id of the next token
+    last: torch.Tensor  # (rows,): the token to feed next
+
+    @property
+    def live(self) -> int:
+        """Rows still generating (the others finished and are dropped later, see `engine.FINISHED_SHARE_TO_DROP`)."""
+        return sum(row.finish_reason is None for row in self.rows)
+
+
+def restack(running: Batch, added: Batch | None = None) -> Batch:
+    """One batch of the running batch's unfinished rows and the added batch's rows: the caches
+    left-padded with masked zeros to one width (no column that is padding in every row) and
+    stacked, in one copy. Without `added`, it drops the finished rows."""
+    keep = torch.tensor([i for i, row in enumerate(running.rows) if row.finish_reason is None], dtype=torch.long,
+                        device=running.mask.device)
+    mask = running.mask[keep]
+    mask = mask[:, int(mask.any(dim=0).int().argmax()) :] if len(keep) else mask[:, :0]
+    leading = running.mask.shape[1] - mask.shape[1]
+    width = max(mask.shape[1], added.mask.shape[1] if added else 0)
+
+    def pad(tensor: torch.Tensor) -> torch.Tensor:
+        return torch.cat([tensor.new_zeros(tensor.shape[0], width - tensor.shape[1]), tensor], dim=1)
+
+    for layer_index, mine in enumerate(running.cache.layers):
+        parts = [(mine.keys[keep, :, leading:], mine.values[keep, :, leading:])]
+        if added is not None:
+            theirs = added.cache.layers[layer_index]
+            parts.append((theirs.keys, theirs.values))
+        mine.assemble(parts, width)
+    return Batch(
+        rows=[running.rows[i] for i in keep.tolist()] + (added.rows if added else []),
+        cache=running.cache,
+        mask=torch.cat([pad(mask)] + ([pad(added.mask)] if added else []), dim=0),
+        positions=torch.cat([running.positions[keep]] + ([added.positions] if added else [])),
+        last=torch.cat([running.last[keep]] + ([added.last] if added else [])),
+    )

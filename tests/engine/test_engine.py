@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 
 import pytest
 import torch
@@ -53,6 +54,26 @@ def test_greedy_generation_is_the_same_batched_alone_and_joining_mid_batch(engin
     late = [engine.submit(p, greedy) for p in prompts]
     assert [f.result(60).completions[0].token_ids for f in late] == alone
     assert long_running.result(60).completions[0].token_ids[:24] == engine.generate([prompts[2]], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))[0].completions[0].token_ids
+
+
+def test_rows_ending_at_different_steps_and_batches_joining_late_change_no_token(engine: Engine) -> None:
+    """Finished rows ride along until enough of them are dropped at once, batches join a running one,
+    and each batch's shared prefix starts from a cached one with more or fewer tokens in common:
+    none of it changes a token or a logprob."""
+    prompts = [question(engine, a, b) for a, b in ((12, 3), (12, 34), (1, 2), (123, 4), (7, 7), (12, 3), (1, 23))]
+    params = [SamplingParams(max_tokens=m, temperature=0, ignore_eos=True) for m in (20, 3, 4, 12, 1, 6, 9)]
+    alone = [engine.generate([p], q)[0].completions[0].token_ids for p, q in zip(prompts, params)]
+    started = threading.Event()
+    first = [engine.submit(p, q, on_token=lambda *_: started.set()) for p, q in zip(prompts[:2], params[:2])]
+    assert started.wait(60)
+    later = [engine.submit(p, q) for p, q in zip(prompts[2:5], params[2:5])]
+    later[0].result(60)
+    last = [engine.submit(p, q) for p, q in zip(prompts[5:], params[5:])]
+    completions = [f.result(60).completions[0] for f in first + later + last]
+    assert [c.token_ids for c in completions] == alone
+    for prompt, completion in zip(prompts, completions):
+        expected = forward_logprobs(engine, prompt, completion.token_ids)
+        assert max(abs(a - b) for a, b in zip(expected, completion.logprobs)) < 1e-4
 
 
 def test_stop_strings_max_tokens_and_n(engine: Engine) -> None:
