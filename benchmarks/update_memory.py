@@ -1,10 +1,11 @@
 """Peak memory and time of one GRPO update of the tool demo's shape, by micro-batch size.
 
-64 sequences (8 prompts x 8) of ~174 prompt tokens sharing the demo's history, ~40 response
-tokens each, one AdamW step; resident memory is sampled every 5 ms while the update runs.
+64 sequences of the demo's prompt (~276 tokens with the function tool, ~174 with `--demo tool`)
+sharing its history, 40 response tokens each, one AdamW step; resident memory is sampled every
+5 ms while the update runs. Run it in two checkouts to compare them.
 
     python benchmarks/update_memory.py --micro-batch 32
-    python benchmarks/update_memory.py --micro-batch 8
+    python benchmarks/update_memory.py --micro-batch 8 [--demo tool]
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
 from agentgrad.engine import Engine
-from examples.calc_agent import build_messages
+from examples.calc_agent import CALCULATE_TOOL, build_messages
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -35,13 +36,16 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=32)
     parser.add_argument("--sequences", type=int, default=64)
     parser.add_argument("--response", type=int, default=40)
+    parser.add_argument("--demo", choices=["function", "tool"], default="function")
     args = parser.parse_args()
     torch.manual_seed(0)
     rng = random.Random(0)
     engine = Engine()
     batch = []
     for i in range(args.sequences):
-        prompt = engine.chat_prompt_ids(build_messages(f"What is {rng.randint(100, 999)} + {rng.randint(100, 999)}?", "tool"))
+        question = f"What is {rng.randint(100, 999)} + {rng.randint(100, 999)}?"
+        prompt = engine.chat_prompt_ids(build_messages(question, args.demo),
+                                        tools=[CALCULATE_TOOL] if args.demo == "function" else None)
         response = [rng.randrange(1000, 20000) for _ in range(args.response)]
         batch.append((Trajectory(prompt + response, [0] * len(prompt) + [1] * len(response),
                                  [0.0] * len(prompt) + [-1.0] * len(response), len(prompt)), 1.0 if i % 2 else -1.0))

@@ -30,7 +30,7 @@ from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint, prune_ch
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, load_checkpoint, open_group, save_checkpoint
 from agentgrad.engine import Engine
-from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
 from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
 
 
@@ -341,10 +341,11 @@ def grpo_update(
     grad_norm = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
+        prefix = StepPrefix(model, [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in batch])
         for micro in micros:
             sequences = [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in micro]
             temperature = micro[0][0].temperature
-            new = sequence_logprobs(model, sequences, temperature, pad_token_id)
+            new = sequence_logprobs(model, sequences, temperature, pad_token_id, prefix)
             ref = None
             if cfg.kl_coef > 0:
                 with torch.no_grad():
@@ -364,6 +365,7 @@ def grpo_update(
                 sums["kl"] += float((diag["kl"] * mask).sum())
             loss.backward()
             sums["loss"] += float(loss.detach())
+        prefix.backward()
         grad_norm = clip_grad_norm(parameters, cfg.max_grad_norm)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -3,8 +3,9 @@
 The sequences of one step usually share a long prefix (system prompt, few-shot examples).
 It is run once, as a batch of one, and its keys and values are broadcast to every sequence:
 the result and the gradients are the same as running each sequence in full (the prefix's
-gradient is the sum over the sequences), at a fraction of the cost. Logits are computed only
-where a token is scored, never over the whole vocabulary at every position.
+gradient is the sum over the sequences), at a fraction of the cost. `StepPrefix` runs it once
+for all the micro-batches of an update rather than once per micro-batch. Logits are computed
+only where a token is scored, never over the whole vocabulary at every position.
 """
 
 from __future__ import annotations
@@ -32,27 +33,74 @@ class ScoredSequence:
             )
 
 
+class StepPrefix:
+    """The prefix all of an update's sequences share, run once with gradients for all its micro-batches.
+
+    Each micro-batch reads the prefix's keys and values as leaf tensors (`sequence_logprobs(...,
+    prefix=)`), so its backward stops there and leaves them their gradient; `backward()` then sends
+    the sum through the prefix in one pass, after the micro-batches' and before the optimizer step.
+    The gradients are those of running the prefix in every micro-batch; its activations (one
+    sequence's) are held until then. Not under FSDP2 (see `_sharded`).
+    """
+
+    def __init__(self, model: torch.nn.Module, sequences: Sequence[ScoredSequence]) -> None:
+        from transformers import DynamicCache
+
+        self.token_ids: list[int] = []
+        self._outputs: list[torch.Tensor] = []
+        self.leaves: list[torch.Tensor] = []  # keys and values, layer by layer
+        if not sequences or _sharded(model) or (length := shared_length(sequences)) < MIN_SHARED_PREFIX:
+            return
+        self.token_ids = sequences[0].token_ids[:length]
+        cache = DynamicCache()
+        model(input_ids=torch.tensor([self.token_ids], device=next(model.parameters()).device), cache=cache,
+              use_cache=True, logits_to_keep=1)
+        self._outputs = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        self.leaves = [t.detach().requires_grad_(t.requires_grad) for t in self._outputs]
+
+    def starts(self, sequences: Sequence[ScoredSequence]) -> bool:
+        """Whether every one of these sequences begins with the prefix, before its first scored token."""
+        n = len(self.token_ids)
+        return n > 0 and all(s.first_scored > n and s.token_ids[:n] == self.token_ids for s in sequences)
+
+    def backward(self) -> None:
+        """Send the gradient the micro-batches left on the keys and values through the prefix; frees it."""
+        pairs = [(out, leaf.grad) for out, leaf in zip(self._outputs, self.leaves) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+        self._outputs, self.leaves, self.token_ids = [], [], []
+
+
+def shared_length(sequences: Sequence[ScoredSequence]) -> int:
+    """How many leading tokens all the sequences share before the first scored one of any."""
+    return min(common_prefix_length([s.token_ids for s in sequences]), min(s.first_scored for s in sequences) - 1)
+
+
 def sequence_logprobs(
-    model: torch.nn.Module, sequences: Sequence[ScoredSequence], temperature: float = 1.0, pad_token_id: int = 0
+    model: torch.nn.Module, sequences: Sequence[ScoredSequence], temperature: float = 1.0, pad_token_id: int = 0,
+    prefix: StepPrefix | None = None,
 ) -> list[torch.Tensor]:
     """Per sequence, the logprob of each scored token given the ones before it (differentiable).
 
     `temperature` divides the logits first, to match the distribution the tokens were sampled from.
+    With a `prefix` these sequences start with, its keys and values are used instead of running one.
     """
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    shared = min(common_prefix_length([s.token_ids for s in sequences]), min(s.first_scored for s in sequences) - 1)
     cache = DynamicCache()
-    if shared >= MIN_SHARED_PREFIX and not _sharded(model):
-        model(input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device), cache=cache, use_cache=True,
+    if prefix is not None and prefix.starts(sequences):
+        shared = len(prefix.token_ids)
+        layers = [prefix.leaves[i : i + 2] for i in range(0, len(prefix.leaves), 2)]
+    elif (shared := shared_length(sequences)) >= MIN_SHARED_PREFIX and not _sharded(model):
+        own = DynamicCache()
+        model(input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device), cache=own, use_cache=True,
               logits_to_keep=1)
-        expanded = DynamicCache()
-        for index, layer in enumerate(cache.layers):
-            expanded.update(layer.keys.expand(len(sequences), -1, -1, -1), layer.values.expand(len(sequences), -1, -1, -1), index)
-        cache = expanded
+        layers = [[layer.keys, layer.values] for layer in own.layers]
     else:
-        shared = 0
+        shared, layers = 0, []
+    for index, (keys, values) in enumerate(layers):
+        cache.update(keys.expand(len(sequences), -1, -1, -1), values.expand(len(sequences), -1, -1, -1), index)
     suffixes = [s.token_ids[shared:] for s in sequences]
     width = max(len(s) for s in suffixes)
     ids = torch.tensor([[pad_token_id] * (width - len(s)) + s for s in suffixes], device=device)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
 
 
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:
@@ -47,3 +47,34 @@ def test_shared_prefix_gives_the_values_and_gradients_of_full_forwards(prefix_le
 def test_a_scored_span_outside_the_sequence_is_refused() -> None:
     with pytest.raises(ValueError, match="first_scored"):
         ScoredSequence([1, 2, 3], 3)
+
+
+def test_a_prefix_run_once_for_all_micro_batches_gives_the_gradients_of_running_it_in_each() -> None:
+    prefix = list(range(3, 15))
+    micro_batches = [
+        [ScoredSequence(prefix + [20, 21, 22, 30], 14), ScoredSequence(prefix + [20, 23, 31], 14)],
+        [ScoredSequence(prefix + [24, 25, 40, 41, 42], 13)],
+        [ScoredSequence([5, 6, 7, 8, 9, 10, 11, 12, 13, 44], 9)],  # does not start with it: runs its own
+    ]
+    model = tiny_model()
+
+    def run(step_prefix: StepPrefix | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        model.zero_grad()
+        values = []
+        for micro in micro_batches:
+            logprobs = sequence_logprobs(model, micro, 0.7, prefix=step_prefix)
+            torch.stack([x.sum() for x in logprobs]).sum().backward()
+            values += [x.detach() for x in logprobs]
+        if step_prefix is not None:
+            step_prefix.backward()
+        return values, [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+
+    once = StepPrefix(model, [s for micro in micro_batches[:2] for s in micro])
+    assert once.token_ids == prefix
+    values, grads = run(once)
+    expected_values, expected_grads = run(None)
+    for a, b in zip(values, expected_values):
+        assert torch.allclose(a, b, atol=1e-5)
+    for a, b in zip(grads, expected_grads):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert any(g.abs().sum() > 0 for g in grads)
