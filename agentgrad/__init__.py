@@ -12,28 +12,27 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     # writing an agent
-    "rollout": "agentgrad.litagent",
-    "LitAgent": "agentgrad.litagent",
-    "agent": "agentgrad.naming",
+    "LitAgent": "agentgrad.rollout.agent",
+    "agent": "agentgrad.rollout.naming",
     "LLM": "agentgrad.types",
     "PromptTemplate": "agentgrad.types",
     "Rollout": "agentgrad.types",
     "RolloutConfig": "agentgrad.types",
-    "emit_reward": "agentgrad.emit",
-    "emit_message": "agentgrad.emit",
-    "emit_object": "agentgrad.emit",
-    "emit_exception": "agentgrad.emit",
-    "emit_annotation": "agentgrad.emit",
-    "operation": "agentgrad.emit",
+    "emit_reward": "agentgrad.rollout.emit",
+    "emit_message": "agentgrad.rollout.emit",
+    "emit_object": "agentgrad.rollout.emit",
+    "emit_exception": "agentgrad.rollout.emit",
+    "emit_annotation": "agentgrad.rollout.emit",
+    "operation": "agentgrad.rollout.emit",
     # running and training it
-    "Trainer": "agentgrad.trainer",
-    "Runner": "agentgrad.runner",
-    "Hook": "agentgrad.runner",
+    "Trainer": "agentgrad.train.trainer",
+    "Runner": "agentgrad.rollout.runner",
+    "Hook": "agentgrad.rollout.runner",
     # routing model calls through the gateway
     "Gateway": "agentgrad.gateway",
     "Backend": "agentgrad.gateway",
-    "GatewayEnvHook": "agentgrad.gateway",
-    "instrument_openai": "agentgrad.instrument",
+    "GatewayEnvHook": "agentgrad.rollout.gateway_env",
+    "instrument_openai": "agentgrad.rollout.instrument",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
     "GRPO": "agentgrad.algorithms.grpo",
@@ -47,7 +46,7 @@ _EXPORTS = {
     "SqliteStore": "agentgrad.store",
     "open_store": "agentgrad.store",
     # what can go wrong
-    "AgentError": "agentgrad.litagent",
+    "AgentError": "agentgrad.rollout.agent",
     "StoreError": "agentgrad.store",
     "NotFoundError": "agentgrad.store",
     "InvalidTransitionError": "agentgrad.store",
@@ -57,7 +56,11 @@ _TRAIN_EXTRA = {"GRPO", "GRPOConfig", "SFT", "SFTConfig"}
 """Names that need the `train` extra (torch, transformers, ...)."""
 _TRAIN_MODULES = {"torch", "transformers", "gguf", "accelerate", "peft", "safetensors"}
 
-__all__ = sorted(_EXPORTS)
+# `agentgrad.rollout` is also the agent-side package, and the first import of a package binds its
+# name in the parent: importing the decorator here, after the package, keeps `ag.rollout` the decorator.
+from agentgrad.rollout.agent import rollout  # noqa: E402
+
+__all__ = sorted([*_EXPORTS, "rollout"])
 
 
 def __getattr__(name: str) -> Any:
@@ -83,17 +86,18 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentgrad.litagent import AgentError, LitAgent, rollout
+    from agentgrad.rollout.agent import AgentError, LitAgent
     from agentgrad.algorithms.apo import APO
     from agentgrad.algorithms.base import Algorithm
     from agentgrad.algorithms.baseline import Baseline
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
     from agentgrad.algorithms.sft import SFT, SFTConfig
-    from agentgrad.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
-    from agentgrad.gateway import Backend, Gateway, GatewayEnvHook
-    from agentgrad.instrument import instrument_openai
-    from agentgrad.naming import agent
-    from agentgrad.runner import Hook, Runner
+    from agentgrad.rollout.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
+    from agentgrad.gateway import Backend, Gateway
+    from agentgrad.rollout.gateway_env import GatewayEnvHook
+    from agentgrad.rollout.instrument import instrument_openai
+    from agentgrad.rollout.naming import agent
+    from agentgrad.rollout.runner import Hook, Runner
     from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, Store, StoreError, open_store
-    from agentgrad.trainer import Trainer
+    from agentgrad.train.trainer import Trainer
     from agentgrad.types import LLM, PromptTemplate, Rollout, RolloutConfig

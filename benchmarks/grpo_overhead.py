@@ -22,7 +22,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import agentgrad as ag  # noqa: E402
-from agentgrad.algorithms.policy import LocalPolicy  # noqa: E402
+from agentgrad.policy.local import LocalPolicy  # noqa: E402
 from agentgrad.engine import Engine, SamplingParams  # noqa: E402
 from examples.calc_agent import build_messages, calc_agent, make_splits  # noqa: E402
 

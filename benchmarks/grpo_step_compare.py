@@ -38,7 +38,7 @@ def child(steps: int) -> None:
 
     import agentgrad as ag
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
-    from agentgrad.demo import load_calc_example
+    from agentgrad.cli.demo import load_calc_example
     from agentgrad.engine import Engine
 
     calc = load_calc_example()
@@ -78,7 +78,7 @@ def parts(repeats: int, prompts_n: int, tokens_n: int, micro_batch_size: int) ->
 
     from agentgrad.adapters import Trajectory
     from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
-    from agentgrad.demo import load_calc_example
+    from agentgrad.cli.demo import load_calc_example
     from agentgrad.engine import Engine, SamplingParams
 
     def peak() -> float:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 import agentgrad as ag
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
-from agentgrad.demo import load_calc_example
+from agentgrad.cli.demo import load_calc_example
 from agentgrad.engine import Engine
 
 

@@ -27,8 +27,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import agentgrad as ag  # noqa: E402
-from agentgrad.algorithms.policy import LocalPolicy  # noqa: E402
-from agentgrad.algorithms.vllm_policy import VLLMPolicy  # noqa: E402
+from agentgrad.policy.local import LocalPolicy  # noqa: E402
+from agentgrad.policy.vllm import VLLMPolicy  # noqa: E402
 from agentgrad.engine import Engine  # noqa: E402
 from examples.calc_agent import calc_agent, make_splits  # noqa: E402
 

@@ -22,7 +22,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 import agentgrad as ag
-from agentgrad.gateway import GatewayEnvHook
+from agentgrad.rollout.gateway_env import GatewayEnvHook
 
 
 @tool

@@ -20,7 +20,7 @@ import pytest
 from tests.fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, app, is_parcel_refund
 
 import agentgrad as ag
-from agentgrad import cli
+from agentgrad.cli import main as cli
 from agentgrad.algorithms.apo import APOError, between_markers, check_rewrite
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore

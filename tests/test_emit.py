@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import agentgrad as ag
-from agentgrad.runner import Runner
+from agentgrad.rollout.runner import Runner
 from agentgrad.types import Span
 
 

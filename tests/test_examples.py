@@ -9,9 +9,9 @@ from types import ModuleType
 
 import pytest
 
-from agentgrad.gateway import GatewayEnvHook
+from agentgrad.rollout.gateway_env import GatewayEnvHook
 from agentgrad.semconv import is_llm_call, recorded_choices
-from agentgrad.runner import Runner
+from agentgrad.rollout.runner import Runner
 from tests.conftest import Served
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -52,7 +52,7 @@ async def test_the_langchain_agent_with_a_tool_is_recorded_call_by_call(
 async def test_the_openai_agent_shares_one_client_across_concurrent_rollouts(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentgrad.instrument import instrument_openai, uninstrument_openai
+    from agentgrad.rollout.instrument import instrument_openai, uninstrument_openai
 
     monkeypatch.setenv("OPENAI_BASE_URL", served.url + "/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "agentgrad")

@@ -23,7 +23,7 @@ from agentgrad.adapters import llm_calls, to_trajectories
 from agentgrad.algorithms.baseline import Baseline
 from agentgrad.semconv import is_llm_call
 from agentgrad.store import SqliteStore, Store
-from agentgrad.venvs import ROOT
+from agentgrad.rollout.venvs import ROOT
 from examples.frameworks.run import FRAMEWORKS, run
 from examples.frameworks.tasks import TASKS, calculate
 from tests.conftest import Served
@@ -126,7 +126,7 @@ async def check_trained_through_tools(store: Store, engine: Any) -> dict[str, in
 async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_the_result(
     framework: str, engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentgrad.algorithms.policy import LocalPolicy
+    from agentgrad.policy.local import LocalPolicy
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     store = SqliteStore(tmp_path / "run.db")

@@ -14,9 +14,10 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
-from agentgrad.gateway import Backend, Gateway, GatewayEnvHook, parse_backend
+from agentgrad.gateway import Backend, Gateway, parse_backend
+from agentgrad.rollout.gateway_env import GatewayEnvHook
 from agentgrad.semconv import is_llm_call, recorded_choices
-from agentgrad.runner import Runner
+from agentgrad.rollout.runner import Runner
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import LLM, Span

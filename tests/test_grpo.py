@@ -11,7 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig, TaskSampler, group_advantages, grpo_update, policy_loss
-from agentgrad.algorithms.policy import TRAINER_STATE, latest_checkpoint, prune_checkpoints
+from agentgrad.policy.checkpoints import TRAINER_STATE, latest_checkpoint, prune_checkpoints
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from agentgrad.gateway import GatewayEnvHook
-from agentgrad.instrument import instrument_openai, uninstrument_openai
+from agentgrad.rollout.gateway_env import GatewayEnvHook
+from agentgrad.rollout.instrument import instrument_openai, uninstrument_openai
 from agentgrad.semconv import is_llm_call
-from agentgrad.runner import Runner
+from agentgrad.rollout.runner import Runner
 from tests.conftest import Served
 
 

@@ -12,9 +12,9 @@ import pytest
 import agentgrad as ag
 from agentgrad import semconv
 from agentgrad.adapters import llm_calls, to_chats, to_trajectories
-from agentgrad.instrument import instrument_openai, uninstrument_openai
-from agentgrad.naming import current_agent
-from agentgrad.runner import Runner
+from agentgrad.rollout.instrument import instrument_openai, uninstrument_openai
+from agentgrad.rollout.naming import current_agent
+from agentgrad.rollout.runner import Runner
 from agentgrad.semconv import is_llm_call
 from tests.conftest import Served
 

@@ -78,7 +78,7 @@ def test_a_runner_process_that_dies_is_reported_and_its_rollout_runs_again(
 ) -> None:
     store = SqliteStore(tmp_path / "run.db")
     data = [{"i": i, "die": i == 2} for i in range(6)]
-    with caplog.at_level(logging.ERROR, logger="agentgrad.strategies"):
+    with caplog.at_level(logging.ERROR, logger="agentgrad.train.processes"):
         results = ag.Trainer(n_runners=2, store=store, strategy="processes").fit(process_agents.dies_once, data)
     assert results["train"].succeeded == 6
     assert "was killed by SIGKILL" in caplog.text

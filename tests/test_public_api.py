@@ -54,7 +54,7 @@ async def test_an_algorithm_run_outside_a_trainer_says_to_use_one() -> None:
 
 
 def test_store_and_agent_errors_are_exported() -> None:
-    from agentgrad.litagent import AgentError
+    from agentgrad.rollout.agent import AgentError
     from agentgrad.store import InvalidTransitionError, NotFoundError, StoreError
 
     assert (ag.StoreError, ag.NotFoundError, ag.InvalidTransitionError, ag.AgentError) == (

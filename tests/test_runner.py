@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import agentgrad as ag
-from agentgrad.runner import Runner
+from agentgrad.rollout.runner import Runner
 from agentgrad.types import LLM, AttemptStatus, RolloutStatus
 
 
@@ -183,7 +183,7 @@ def test_the_runner_reaches_gateways_only_over_http() -> None:
     import subprocess
     import sys
 
-    script = "import sys, agentgrad.runner; print(sorted(m for m in sys.modules if m.startswith('agentgrad.gateway')))"
+    script = "import sys, agentgrad.rollout.runner; print(sorted(m for m in sys.modules if m.startswith('agentgrad.gateway')))"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -211,7 +211,7 @@ async def test_a_flush_on_a_kept_alive_connection_the_gateway_just_closed_is_sen
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
     runner = Runner(lambda task: 1.0, ag.MemoryStore())
-    with caplog.at_level("WARNING", logger="agentgrad.runner"):
+    with caplog.at_level("WARNING", logger="agentgrad.rollout.runner"):
         for _ in range(3):
             await runner.flush_gateways([url])
     await runner._http.aclose()

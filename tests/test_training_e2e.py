@@ -16,7 +16,7 @@ from agentgrad.adapters import llm_calls, to_trajectories
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine import Engine
-from agentgrad.instrument import instrument_openai, uninstrument_openai
+from agentgrad.rollout.instrument import instrument_openai, uninstrument_openai
 from agentgrad.store import SqliteStore
 from examples.calc_agent import build_messages, make_splits, parse_answer
 
@@ -100,7 +100,7 @@ def two_turn_tool_agent(task: dict[str, Any], llm: ag.LLM) -> float:
 
 
 def test_a_multi_turn_tool_agent_records_token_ids_that_decode_to_the_conversation(own_engine: Engine) -> None:
-    from agentgrad.algorithms.policy import LocalPolicy
+    from agentgrad.policy.local import LocalPolicy
 
     store = ag.MemoryStore()
     with LocalPolicy(store, own_engine) as policy:

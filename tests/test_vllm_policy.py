@@ -20,10 +20,10 @@ import agentgrad as ag
 from agentgrad import semconv
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 from agentgrad.algorithms.sft import SFT, SFTConfig
-from agentgrad.algorithms.vllm_policy import VLLMPolicy
+from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.engine.model import resolve_model
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
-from agentgrad.engine.vllm import VLLMServer, attach_servers, start_servers
+from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
 from agentgrad.store import MemoryStore, SqliteStore
 from examples.calc_agent import build_messages, make_splits
 from tests.test_training_e2e import close_enough

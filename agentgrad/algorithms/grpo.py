@@ -25,10 +25,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
-from agentgrad.algorithms.engines import check_engine_config, make_policy
-from agentgrad.algorithms.policy import LocalPolicy, latest_checkpoint, prune_checkpoints
+from agentgrad.policy.config import check_engine_config, make_policy
+from agentgrad.policy.checkpoints import latest_checkpoint, load_sharded_checkpoint, prune_checkpoints, save_sharded_checkpoint
+from agentgrad.policy.local import LocalPolicy
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
-from agentgrad.distributed.group import TrainingGroup, deliver, follow, load_checkpoint, open_group, save_checkpoint
+from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
 from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
@@ -189,7 +190,7 @@ class GRPO(Algorithm["GRPOResult"]):
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         start, history = 0, []
         if (found := latest_checkpoint(checkpoint_dir)) is not None:
-            state = policy.load(found, optimizer) if self.group is None else load_checkpoint(self.group, policy, found)
+            state = policy.load(found, optimizer) if self.group is None else load_sharded_checkpoint(self.group, policy, found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
         sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
@@ -267,7 +268,7 @@ class GRPO(Algorithm["GRPOResult"]):
                     if self.group is None:
                         policy.save(checkpoint_dir / f"step-{step}", optimizer, state)
                     else:
-                        save_checkpoint(self.group, policy, checkpoint_dir / f"step-{step}", state)
+                        save_sharded_checkpoint(self.group, policy, checkpoint_dir / f"step-{step}", state)
                     prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)

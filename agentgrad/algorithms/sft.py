@@ -22,8 +22,8 @@ import torch
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
 from agentgrad.algorithms.grpo import TaskSampler
-from agentgrad.algorithms.engines import check_engine_config, make_policy
-from agentgrad.algorithms.policy import LocalPolicy
+from agentgrad.policy.config import check_engine_config, make_policy
+from agentgrad.policy.local import LocalPolicy
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs

@@ -8,7 +8,7 @@ answer comes back. Three ways to have the ranks, one interface:
   its own rendezvous); the other ranks run `follow`, receiving each call by broadcast.
 - `spawn_group(n, ...)`: N local processes (torch.multiprocessing), for `train_processes=N`
   on one machine.
-- `agentgrad.distributed.ray_cluster.RayGroup`: N Ray actors.
+- `agentgrad.train.ray_cluster.RayGroup`: N Ray actors.
 
 `deliver` is the one path by which the new weights reach the serving side.
 """
@@ -19,7 +19,6 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -253,33 +252,3 @@ def open_group(processes: int, policy: Any, launcher: Callable[..., TrainingGrou
                          "set train_processes=1 or lora_rank=0")
     state = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
     return (launcher or SpawnedGroup)(processes, policy.model.config, state, **policy_options)
-
-
-def save_checkpoint(group: TrainingGroup, policy: Any, directory: Path, state: dict[str, Any]) -> Path:
-    """A sharded checkpoint (see `ShardedPolicy.save`) with the tokenizer, written under `.partial` then renamed.
-
-    With several machines `directory` must be on a filesystem every rank sees.
-    """
-    import shutil
-
-    from agentgrad.algorithms.policy import TRAINER_STATE
-
-    partial = directory.with_name(directory.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    group.call("save", partial, {"engine_version": policy.engine.version, **state})
-    policy.engine.tokenizer.save_pretrained(partial)
-    torch.save({"state": state, "sharded": True}, partial / TRAINER_STATE)
-    if directory.exists():
-        shutil.rmtree(directory)
-    partial.rename(directory)
-    return directory
-
-
-def load_checkpoint(group: TrainingGroup, policy: Any, directory: Path) -> dict[str, Any]:
-    """Restore a sharded checkpoint into the group (any world size) and serve its weights; returns its state."""
-    from agentgrad.algorithms.policy import TRAINER_STATE
-
-    group.call("load", directory)
-    deliver(policy, group.call("full_state_dict"))
-    return torch.load(directory / TRAINER_STATE, weights_only=False)["state"]

@@ -21,7 +21,7 @@ from agentgrad import semconv as sc
 import agentgrad.gateway.responses as responses
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
-from agentgrad.tracer import SpanSink
+from agentgrad.rollout.tracer import SpanSink
 from agentgrad.types import Span, SpanStatus
 
 if TYPE_CHECKING:

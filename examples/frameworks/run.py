@@ -28,7 +28,7 @@ FRAMEWORKS = {  # name -> (environment, agent spec); "core" is the interpreter r
 
 
 def python_for(framework: str) -> str:
-    from agentgrad.venvs import framework_python
+    from agentgrad.rollout.venvs import framework_python
 
     if framework not in FRAMEWORKS:
         raise SystemExit(f"unknown framework {framework!r}; one of {', '.join(FRAMEWORKS)}")
@@ -43,7 +43,7 @@ async def run(framework: str, algorithm: Any, store: Any, train: list[Any], val:
     `llm` (a Baseline's endpoint) is published first; `gateway` (…/v1) routes agents that build
     `OpenAI()` without arguments. GRPO publishes its own LLM and gateway.
     """
-    from agentgrad.venvs import RunnerProcesses, run_with_runners, serve_store
+    from agentgrad.rollout.venvs import RunnerProcesses, run_with_runners, serve_store
 
     if llm is not None:
         await store.add_resources({"llm": llm})
@@ -64,10 +64,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from agentgrad.algorithms.baseline import Baseline
-    from agentgrad.algorithms.policy import LocalPolicy
+    from agentgrad.policy.local import LocalPolicy
     from agentgrad.engine import Engine
     from agentgrad.store import open_store
-    from agentgrad.trainer import default_store_path
+    from agentgrad.train.trainer import default_store_path
     from examples.frameworks.tasks import make_tasks
 
     store = open_store(args.store or default_store_path())

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from agentgrad.algorithms.grpo import GRPOConfig, tis_weights
-from agentgrad.algorithms.engines import check_engine_config
-from agentgrad.engine.vllm import ROUTES, VLLMServer, report_capabilities, serve_command
-from agentgrad.engine.weight_sync import FileTransport, NCCLTransport, hf_state_dict, make_transport, nccl_init_info, nccl_update_info
+from agentgrad.policy.config import check_engine_config
+from agentgrad.policy.vllm_server import ROUTES, VLLMServer, report_capabilities, serve_command
+from agentgrad.policy.transports import FileTransport, NCCLTransport, hf_state_dict, make_transport, nccl_init_info, nccl_update_info
 
 
 class Tied(torch.nn.Module):

@@ -172,7 +172,7 @@ async def test_the_health_check_runs_by_itself_at_most_every_half_second(store: 
 
 
 async def test_a_dead_runners_rollout_runs_again_under_the_default_config(store: Store, clock: ManualClock) -> None:
-    from agentgrad.runner import HEARTBEAT_SECONDS
+    from agentgrad.rollout.runner import HEARTBEAT_SECONDS
 
     default = RolloutConfig()
     assert default.unresponsive_seconds is not None and default.unresponsive_seconds >= 10 * HEARTBEAT_SECONDS

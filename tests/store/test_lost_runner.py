@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import agentgrad as ag
-from agentgrad.runner import Runner
+from agentgrad.rollout.runner import Runner
 from agentgrad.store import MemoryStore
 from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus
 from tests.helpers import ManualClock

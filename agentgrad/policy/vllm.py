@@ -3,7 +3,7 @@
 Same surface as `LocalPolicy` (start/stop, `llm()`, `model`, save/load), plus `sync()` after
 each update: generation is held (the gateway's `ReplicaPool` drains calls in flight and holds
 new ones, and each server is paused with `/pause?mode=wait`), the weights travel by the chosen
-transport (`agentgrad.engine.weight_sync`), the prefix cache is reset, and generation resumes
+transport (`agentgrad.policy.transports`), the prefix cache is reset, and generation resumes
 on the new version. Every span the gateway records names the version that produced it.
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import torch
 
-from agentgrad.algorithms.policy import LocalPolicy
+from agentgrad.policy.local import LocalPolicy
 from agentgrad.gateway.upstreams import Backend
 from agentgrad.engine import Engine
 from agentgrad.engine.model import resolve_model
-from agentgrad.engine.vllm import VLLMServer, attach_servers, report_capabilities, start_servers
-from agentgrad.engine.weight_sync import LORA_NAME, WeightTransport, make_transport
+from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
+from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.store import Store
 

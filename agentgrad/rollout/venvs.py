@@ -20,7 +20,7 @@ from typing import Any
 
 from agentgrad.store import Store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 """The source checkout: framework environments live here as `.venv-<name>`, and runners start here
 so that `examples.…` agents import."""
 

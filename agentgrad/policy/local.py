@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentgrad.engine import Engine
+from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.serving import ServerThread
 from agentgrad.store import Store
 from agentgrad.types import LLM
 
 log = logging.getLogger(__name__)
-
-TRAINER_STATE = "trainer_state.pt"
-
 
 class LocalPolicy:
     """`engine` (or a new one loading `model`), with an engine server and a gateway on loopback.
@@ -113,17 +110,11 @@ class LocalPolicy:
 
     def save(self, directory: Path, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
         """Weights (an HF folder, or the adapters), tokenizer, optimizer and `state`, written atomically."""
-        partial = directory.with_name(directory.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(partial)
-        self.engine.tokenizer.save_pretrained(partial)
-        torch.save({"optimizer": optimizer.state_dict(), "state": state}, partial / TRAINER_STATE)
-        (partial / "agentgrad.json").write_text(json.dumps({"engine_version": self.engine.version, **state}, default=str))
-        if directory.exists():
-            import shutil
-
-            shutil.rmtree(directory)
-        partial.rename(directory)
+        with written_atomically(directory) as partial:
+            self.model.save_pretrained(partial)
+            self.engine.tokenizer.save_pretrained(partial)
+            torch.save({"optimizer": optimizer.state_dict(), "state": state}, partial / TRAINER_STATE)
+            (partial / "agentgrad.json").write_text(json.dumps({"engine_version": self.engine.version, **state}, default=str))
         return directory
 
     def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -151,30 +142,3 @@ class LocalPolicy:
         optimizer.load_state_dict(saved["optimizer"])
         self.engine.publish()
         return saved["state"]
-
-
-def complete_checkpoints(directory: Path | None) -> list[Path]:
-    """The complete `step-N` folders under `directory`, oldest first (a `.partial` one is still being written)."""
-    if directory is None or not directory.exists():
-        return []
-    steps = [p for p in directory.glob("step-*") if p.is_dir() and not p.name.endswith(".partial") and (p / TRAINER_STATE).exists()]
-    return sorted(steps, key=lambda p: int(p.name.split("-")[1]))
-
-
-def latest_checkpoint(directory: Path | None) -> Path | None:
-    """The newest complete `step-N` folder under `directory`, if any."""
-    return (complete_checkpoints(directory) or [None])[-1]
-
-
-def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
-    """Delete all but the `keep` newest complete checkpoints (`keep` 0: delete none); returns the deleted ones.
-
-    A checkpoint of a 135M model with its AdamW state is about 1.6 GB, so a run saving every step
-    would otherwise fill a laptop's disk.
-    """
-    if keep < 0:
-        raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {keep}")
-    old = complete_checkpoints(directory)[:-keep] if keep else []
-    for path in old:
-        shutil.rmtree(path)
-    return old

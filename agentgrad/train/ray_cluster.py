@@ -21,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from agentgrad.litagent import LitAgent
-from agentgrad.runner import Hook
-from agentgrad.strategies import Layout, release_attempts
+from agentgrad.rollout.agent import LitAgent
+from agentgrad.rollout.runner import Hook
+from agentgrad.train.processes import Layout, release_attempts
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class RunnerActor:
         self._thread.start()
 
     async def _main(self, url: str, token: str, agent: LitAgent, concurrency: int, hooks: Sequence[Hook]) -> None:
-        from agentgrad.runner import Runner
+        from agentgrad.rollout.runner import Runner
         from agentgrad.store.client import StoreClient
 
         store = StoreClient(url, token)

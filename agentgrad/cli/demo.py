@@ -31,7 +31,7 @@ import agentgrad as ag
 
 console = Console()
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load_calc_example() -> ModuleType:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from agentgrad.naming import current_agent
+from agentgrad.rollout.naming import current_agent
 from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
-from agentgrad.tracer import current_attempt
+from agentgrad.rollout.tracer import current_attempt
 
 _original_build_headers: Any = None
 _lock = threading.Lock()

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentgrad.naming import current_agent
+from agentgrad.rollout.naming import current_agent
 from agentgrad.semconv import AGENT_NAME
 from agentgrad.types import Span, SpanEvent, SpanStatus
 

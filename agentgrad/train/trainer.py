@@ -5,7 +5,7 @@ Strategies:
   the CPU demo, where the engine must share memory with the runners' gateway anyway).
 - `processes`: the store served over HTTP from this process, N runner processes as clients.
 - `ray`: the store and gateway on the driver, N runner actors per node of a Ray cluster, the
-  training group (`train_processes > 1`) as Ray actors (`agentgrad.distributed.ray_cluster`).
+  training group (`train_processes > 1`) as Ray actors (`agentgrad.train.ray_cluster`).
 Under torchrun, ranks past 0 only join rank 0's updates (`agentgrad.distributed`).
 An algorithm that serves the model it trains (GRPO, SFT) does so through a gateway at
 `trainer.gateway_url`, fixed when the trainer is built; while it runs, the runners' no-argument
@@ -27,11 +27,11 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 from agentgrad.algorithms.base import Algorithm, Evaluation
 from agentgrad.algorithms.baseline import Baseline
-from agentgrad.litagent import FunctionAgent, LitAgent, as_agent
-from agentgrad.runner import Hook, Runner
+from agentgrad.rollout.agent import FunctionAgent, LitAgent, as_agent
+from agentgrad.rollout.runner import Hook, Runner
 from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
-from agentgrad.strategies import run_with_processes
+from agentgrad.train.processes import run_with_processes
 from agentgrad.types import LLM, NamedResources
 
 R = TypeVar("R")
@@ -156,7 +156,7 @@ class Trainer(Generic[R]):
         try:
             if gateway is None:
                 return await self._run(agent, train_data, val_data, None)
-            from agentgrad.gateway.env import openai_environment
+            from agentgrad.rollout.gateway_env import openai_environment
 
             self.algorithm.console.print(f"gateway of the model being trained: {gateway} (the runners' OPENAI_BASE_URL)",
                                          highlight=False, markup=False)
@@ -171,7 +171,7 @@ class Trainer(Generic[R]):
         if self.strategy == "processes":
             return await run_with_processes(self, agent, train_data, val_data, gateway=gateway)  # type: ignore[no-any-return]
         if self.strategy == "ray":
-            from agentgrad.distributed.ray_cluster import run_with_ray  # Ray is an optional extra
+            from agentgrad.train.ray_cluster import run_with_ray  # Ray is an optional extra
 
             return await run_with_ray(self, agent, train_data, val_data)  # type: ignore[no-any-return]
         return await self._run_with_threads(agent, train_data, val_data)
@@ -187,7 +187,7 @@ class Trainer(Generic[R]):
         if any(isinstance(r, LLM) for r in given.values()):
             return None
         try:
-            from agentgrad.algorithms.policy import LocalPolicy
+            from agentgrad.policy.local import LocalPolicy
         except ImportError as exc:
             self.algorithm.console.print(
                 f"agent {agent.name} asks for {name}: ag.LLM and no resource gives one ({exc}): pass "

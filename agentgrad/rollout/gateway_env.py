@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentgrad import instrument
-from agentgrad.instrument import instrument_openai
-from agentgrad.runner import Hook
+from agentgrad.rollout import instrument
+from agentgrad.rollout.instrument import instrument_openai
+from agentgrad.rollout.runner import Hook
 from agentgrad.semconv import gateway_route
 
 log = logging.getLogger(__name__)

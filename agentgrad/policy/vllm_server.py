@@ -43,7 +43,7 @@ ROUTES = {
     "nccl": ("/pause", "/resume", "/init_weight_transfer_engine", "/start_weight_update", "/update_weights",
              "/finish_weight_update"),
 }
-"""The routes each weight transport needs (`agentgrad.engine.weight_sync`)."""
+"""The routes each weight transport needs (`agentgrad.policy.transports`)."""
 
 
 def default_vllm_python() -> Path:

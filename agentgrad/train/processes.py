@@ -22,8 +22,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentgrad.litagent import LitAgent
-from agentgrad.runner import Hook, Runner
+from agentgrad.rollout.agent import LitAgent
+from agentgrad.rollout.runner import Hook, Runner
 from agentgrad.store import Store, open_store
 from agentgrad.types import AttemptStatus, RolloutStatus
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class Layout(Protocol):
-    """What a strategy needs of the trainer (`agentgrad.trainer.Trainer` is one): no import of it, no cycle."""
+    """What a strategy needs of the trainer (`agentgrad.train.trainer.Trainer` is one): no import of it, no cycle."""
 
     algorithm: Algorithm
     store: Store
@@ -183,8 +183,8 @@ def run_workers(
     """
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {worker_ids[0]} %(levelname)s %(message)s")
     if gateway:
-        from agentgrad.gateway.env import GatewayEnvHook
-        from agentgrad.instrument import instrument_openai
+        from agentgrad.rollout.gateway_env import GatewayEnvHook
+        from agentgrad.rollout.instrument import instrument_openai
 
         instrument_openai()  # clients built at import call the inherited un-routed URL: their headers route them
         hooks = [*hooks, GatewayEnvHook(gateway)]

@@ -22,11 +22,11 @@ from typing import Any
 # threads, and a first import of httpx under way in another thread makes those calls fail.
 import httpx
 
-from agentgrad.litagent import LitAgent, as_agent
-from agentgrad.emit import emit_exception, emit_reward
+from agentgrad.rollout.agent import LitAgent, as_agent
+from agentgrad.rollout.emit import emit_exception, emit_reward
 from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, ROLLOUT_ID, ROLLOUT_SPAN
 from agentgrad.store import NotFoundError, Store, StoreError
-from agentgrad.tracer import SpanSink, bind_attempt, get_tracer
+from agentgrad.rollout.tracer import SpanSink, bind_attempt, get_tracer
 from agentgrad.types import (
     LLM,
     AttemptedRollout,

@@ -15,14 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentgrad import views
+from agentgrad.cli import views
 from agentgrad.guard import check_exposure
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
 from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
 
 console = Console()
 
-EXAMPLE_AGENT_FILE = Path(__file__).resolve().parent.parent / "examples" / "ticket_routing.py"
+EXAMPLE_AGENT_FILE = Path(__file__).resolve().parents[2] / "examples" / "ticket_routing.py"
 """What `agentgrad apo` optimizes by default (there in a source checkout)."""
 AGENT_FILE_NAMES = ("agent", "seed_prompt", "train_data", "val_data")
 
@@ -102,7 +102,7 @@ def apo_command(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     from agentgrad.gateway import Backend, Gateway
     from agentgrad.serving import ServerThread
-    from agentgrad.trainer import default_store_path
+    from agentgrad.train.trainer import default_store_path
 
     # The agent, critic and editor call the endpoint through a gateway in this process: the key
     # stays here (the store keeps resources, and never sees it) and every call is recorded.
@@ -195,8 +195,8 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
     import os
     import socket
 
-    from agentgrad.litagent import load_agent
-    from agentgrad.strategies import run_workers
+    from agentgrad.rollout.agent import load_agent
+    from agentgrad.train.processes import run_workers
 
     module, _, name = agent_spec.partition(":")
     if not module or not name:
@@ -215,7 +215,7 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
     console.print(f"{workers} runner(s) of {agent.name} joining {store_spec}; Ctrl+C stops them")
     hooks = []
     if gateway:
-        from agentgrad.gateway import GatewayEnvHook
+        from agentgrad.rollout.gateway_env import GatewayEnvHook
 
         hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
     run_workers(store_spec, token, agent, worker_ids, hooks=hooks)
@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    from agentgrad import demo as demo_module
+    from agentgrad.cli import demo as demo_module
 
     demo = commands.add_parser("demo", help="train the example calculator agent on this machine")
     demo_module.add_arguments(demo)
@@ -339,6 +339,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

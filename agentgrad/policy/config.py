@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgrad.algorithms.policy import LocalPolicy
-from agentgrad.algorithms.vllm_policy import VLLMPolicy
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.engine import Engine
 from agentgrad.store import Store
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from agentgrad.tracer import get_tracer
+from agentgrad.rollout.tracer import get_tracer
 from agentgrad import semconv as sc
 
 F = TypeVar("F", bound=Callable[..., Any])
