@@ -1,4 +1,5 @@
 # `make demo` trains the example agent; `make test` runs the suite. Both set up .venv first.
+# `make docs` builds the documentation site into site/ from .venv-docs (its own pins), every warning an error.
 # `make vllm` makes .venv-vllm, vLLM's own environment (its pins are not ours; agentgrad reaches it over HTTP).
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ MODEL := $(VENV)/.model
 FRAMEWORK_ENVS := crewai autogen
 FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
 
-.PHONY: demo test test-fast model bench clean envs vllm browser
+.PHONY: demo test test-fast model bench clean envs vllm browser docs
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -61,6 +62,21 @@ $(BROWSER):
 
 browser: $(BROWSER)
 
+# the documentation site: MkDocs reads docs/ and mkdocs.yml; mkdocstrings reads agentgrad's source statically
+DOCS_VENV ?= .venv-docs
+DOCS_INSTALLED := $(DOCS_VENV)/.installed
+
+$(DOCS_INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -e '.[docs]'
+	touch $@
+
+# --strict (also `strict: true` in mkdocs.yml): a broken link or anchor, a page left out of the nav,
+# or an API name that no longer exists fails the build. NO_MKDOCS_2_WARNING: Material's end-of-life
+# banner, answered in docs/development.md
+docs: $(DOCS_INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
@@ -71,4 +87,4 @@ test-fast: $(INSTALLED) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm"
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) .agentgrad .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) $(DOCS_VENV) site .agentgrad .pytest_cache
