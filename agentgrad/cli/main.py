@@ -242,9 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     engine = commands.add_parser("engine", help="the local model: fetch it, serve it")
     engine_commands = engine.add_subparsers(dest="engine_command", required=True)
-    fetch = engine_commands.add_parser("fetch", help="download and convert the default model once; print its path")
-    fetch.add_argument("--model", help="a Hugging Face path or id (default: the built-in SmolLM2-135M-Instruct)")
-    fetch.set_defaults(handler=lambda a: print(__import__("agentgrad.engine.model", fromlist=["x"]).resolve_model(a.model)))
+    fetch = engine_commands.add_parser("fetch", help="download and convert a built-in model once; print its path")
+    fetch.add_argument("name", nargs="?", help="smollm2-135m (the default) or qwen2.5-coder-0.5b")
+    fetch.add_argument("--model", help="the same as NAME, or a Hugging Face path or id")
+    fetch.set_defaults(handler=fetch_model)
     serve_engine = engine_commands.add_parser("serve", help="serve the model as an OpenAI-compatible API")
     serve_engine.add_argument("--model", help="a Hugging Face path or id (default: SmolLM2-135M-Instruct)")
     serve_engine.add_argument("--host", default="127.0.0.1")
@@ -326,6 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
                                         "call: set as OPENAI_BASE_URL, routed to each attempt")
     join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway))
     return parser
+
+
+def fetch_model(args: argparse.Namespace) -> None:
+    """`agentgrad engine fetch [NAME]`: fetch and convert a built-in model once, print its folder."""
+    from agentgrad.engine.model import ModelNotFoundError, resolve_model
+
+    try:
+        print(resolve_model(args.name or args.model))
+    except ModelNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

