@@ -1,0 +1,120 @@
+"""The SQL example's databases, questions and reward: plain `sqlite3`, no agentgrad.
+
+A database is built once from its committed script (`databases/NAME.sql`) into a file named by
+the script's hash, then only ever opened read-only (`file:...?mode=ro` and `PRAGMA query_only`),
+with a time limit on every query enforced by a progress handler.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import sqlite3
+import tempfile
+import time
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+QUERY_TIME_LIMIT_S = 2.0
+"""A query running longer is interrupted: a runaway join or recursive CTE must not stall a rollout."""
+MAX_ROWS_SHOWN = 20
+"""The tool shows at most this many rows to the model (and says how many it left out)."""
+
+
+def database_names() -> list[str]:
+    return sorted(p.stem for p in (HERE / "databases").glob("*.sql"))
+
+
+def database_path(name: str) -> Path:
+    """The built SQLite file of a database (built on first use under `$AGENTGRAD_SQL_DIR` or the temp dir)."""
+    text = (HERE / "databases" / f"{name}.sql").read_text()
+    folder = Path(os.environ.get("AGENTGRAD_SQL_DIR") or Path(tempfile.gettempdir()) / "agentgrad-sql")
+    path = folder / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.sqlite"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.unlink(missing_ok=True)
+        with closing(sqlite3.connect(partial)) as connection:
+            connection.executescript(text)
+        os.replace(partial, path)  # atomic: concurrent runners may build the same file
+    return path
+
+
+def _authorize(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    """Deny what a read-only file still allows: ATTACH (it creates files) and setting a PRAGMA."""
+    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH) or (action == sqlite3.SQLITE_PRAGMA and arg2 is not None):
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def connect_readonly(name: str) -> sqlite3.Connection:
+    """A connection that cannot change anything: the file opened read-only, `query_only`, and an authorizer."""
+    connection = sqlite3.connect(f"file:{database_path(name)}?mode=ro", uri=True, check_same_thread=False)
+    connection.execute("PRAGMA query_only = ON")
+    connection.set_authorizer(_authorize)
+    return connection
+
+
+def execute(connection: sqlite3.Connection, sql: str, time_limit_s: float = QUERY_TIME_LIMIT_S) -> list[tuple]:
+    """The query's rows; raises `sqlite3.Error` (a write, a syntax error, or "interrupted" past the limit)."""
+    deadline = time.monotonic() + time_limit_s
+    connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+    try:
+        return connection.execute(sql).fetchall()
+    finally:
+        connection.set_progress_handler(None, 0)
+
+
+def schema(name: str) -> str:
+    """The CREATE TABLE statements, as the model sees them in its system prompt."""
+    with closing(connect_readonly(name)) as connection:
+        rows = connection.execute("SELECT sql FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+    return "\n".join(row[0] + ";" for row in rows)
+
+
+def load_questions(split: str | None = None) -> list[dict[str, Any]]:
+    """The committed questions: `train`, `held_out` (databases never seen in training), or all."""
+    questions = json.loads((HERE / "questions.json").read_text())
+    return [q for q in questions if split is None or q["split"] == split]
+
+
+def _normal(row: tuple) -> tuple:
+    return tuple(round(float(v), 4) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in row)
+
+
+def _same(predicted: list[tuple], gold: list[tuple], ordered: bool) -> bool:
+    if ordered:
+        return predicted == gold
+    return Counter(predicted) == Counter(gold)
+
+
+def execution_match(name: str, predicted_sql: str | None, gold_sql: str) -> float:
+    """1.0 when the predicted query returns the gold query's rows, else 0.0.
+
+    Rows compare as multisets unless the gold query has ORDER BY; numbers compare to 4 decimals;
+    columns may come in another order (as in Spider's evaluation), the same order for every row.
+    """
+    if not predicted_sql:
+        return 0.0
+    with closing(connect_readonly(name)) as connection:
+        gold = [_normal(row) for row in execute(connection, gold_sql)]
+        try:
+            predicted = [_normal(row) for row in execute(connection, predicted_sql)]
+        except sqlite3.Error:
+            return 0.0
+    ordered = re.search(r"\border\s+by\b", gold_sql, re.IGNORECASE) is not None
+    if _same(predicted, gold, ordered):
+        return 1.0
+    width = len(gold[0]) if gold else 0
+    if not predicted or len(predicted[0]) != width or width > 4:
+        return 0.0
+    for order in itertools.permutations(range(width)):
+        if _same([tuple(row[i] for i in order) for row in predicted], gold, ordered):
+            return 1.0
+    return 0.0

@@ -1,0 +1,182 @@
+"""The text-to-SQL example (`examples/sql/`): its data, its reward, its tool; fast, no model."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentgrad.serving import ServerThread
+from examples.sql import agent, db, generate
+
+
+@pytest.fixture(autouse=True)
+def databases_in(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTGRAD_SQL_DIR", str(tmp_path_factory.getbasetemp() / "sql"))
+
+
+QUESTIONS = db.load_questions()
+
+
+def test_the_committed_databases_and_questions_are_what_the_generator_writes() -> None:
+    scripts, questions = generate.build()
+    for name, text in scripts.items():
+        assert (db.HERE / "databases" / f"{name}.sql").read_text() == text, f"run python -m examples.sql.generate"
+    assert json.loads((db.HERE / "questions.json").read_text()) == questions
+
+
+def test_there_are_hundreds_of_questions_over_five_domains_split_by_database() -> None:
+    train, held_out = db.load_questions("train"), db.load_questions("held_out")
+    assert len(QUESTIONS) >= 300 and len(held_out) >= 100 and len(train) >= 150
+    assert len(db.database_names()) >= 4
+    train_dbs, held_out_dbs = {q["db"] for q in train}, {q["db"] for q in held_out}
+    assert train_dbs and held_out_dbs and not train_dbs & held_out_dbs
+    assert train_dbs | held_out_dbs == set(db.database_names())
+    assert len({q["id"] for q in QUESTIONS}) == len(QUESTIONS)
+    assert len({(q["db"], q["question"]) for q in QUESTIONS}) == len(QUESTIONS)
+
+
+def test_every_gold_query_runs_on_its_database_and_returns_rows() -> None:
+    for name in db.database_names():
+        with closing(db.connect_readonly(name)) as connection:
+            for q in (q for q in QUESTIONS if q["db"] == name):
+                assert db.execute(connection, q["gold"]), q
+
+
+def test_the_reward_scores_every_gold_query_1() -> None:
+    assert all(db.execution_match(q["db"], q["gold"], q["gold"]) == 1.0 for q in QUESTIONS)
+
+
+def test_the_reward_scores_a_wrong_a_broken_and_a_missing_query_0() -> None:
+    count = next(q for q in QUESTIONS if q["kind"] == "count_where")
+    assert db.execution_match(count["db"], "SELECT COUNT(*) + 1" + count["gold"][len("SELECT COUNT(*)"):], count["gold"]) == 0
+    assert db.execution_match(count["db"], "SELEC COUNT(*) FROM nowhere", count["gold"]) == 0
+    assert db.execution_match(count["db"], None, count["gold"]) == 0
+    listing = next(q for q in QUESTIONS if q["kind"] == "list_where")
+    assert db.execution_match(listing["db"], listing["gold"].replace("SELECT ", "SELECT id, ", 1), listing["gold"]) == 0
+
+
+def test_the_reward_ignores_row_order_unless_the_gold_query_orders() -> None:
+    listing = next(q for q in QUESTIONS if q["kind"] == "list_where")
+    assert db.execution_match(listing["db"], listing["gold"] + " ORDER BY 1 DESC", listing["gold"]) == 1
+    top = next(q for q in QUESTIONS if q["kind"] == "top_k")  # SELECT name FROM t ORDER BY c DESC LIMIT k
+    name, rest = top["gold"][len("SELECT "):].split(" FROM ", 1)
+    column = rest.split(" ORDER BY ")[1].split()[0]
+    reversed_order = f"SELECT {name} FROM (SELECT {name}, {column} FROM {rest}) ORDER BY {column} ASC"
+    assert db.execution_match(top["db"], reversed_order, top["gold"]) == 0
+    assert db.execution_match(top["db"], reversed_order.replace(" ASC", " DESC"), top["gold"]) == 1
+
+
+def test_the_reward_accepts_the_columns_in_another_order_and_numbers_as_floats() -> None:
+    grouped = next(q for q in QUESTIONS if q["kind"] == "group_count")
+    column, table = grouped["gold"].split()[1].rstrip(","), grouped["gold"].split("FROM ")[1].split()[0]
+    swapped = f"SELECT COUNT(*), {column} FROM {table} GROUP BY {column}"
+    assert db.execution_match(grouped["db"], swapped, grouped["gold"]) == 1
+    count = next(q for q in QUESTIONS if q["kind"] == "count")
+    assert db.execution_match(count["db"], count["gold"].replace("COUNT(*)", "COUNT(*) * 1.0"), count["gold"]) == 1
+
+
+@pytest.mark.parametrize("statement", [
+    "INSERT INTO books (id, title) VALUES (999, 'x')",
+    "DELETE FROM books",
+    "UPDATE books SET pages = 0",
+    "DROP TABLE books",
+    "CREATE TABLE t (x)",
+    "PRAGMA query_only = OFF",
+])
+def test_the_tool_refuses_writes(statement: str) -> None:
+    with closing(db.connect_readonly("library")) as connection:
+        with pytest.raises(sqlite3.Error):
+            db.execute(connection, statement)
+        assert db.execute(connection, "SELECT COUNT(*) FROM books") == [(40,)]
+
+
+def test_the_tool_cannot_attach_another_database_file(tmp_path: Path) -> None:
+    with closing(db.connect_readonly("library")) as connection:
+        with pytest.raises(sqlite3.Error):
+            db.execute(connection, f"ATTACH DATABASE '{tmp_path / 'new.db'}' AS other")
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_a_runaway_query_is_interrupted_at_the_time_limit() -> None:
+    endless = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT COUNT(*) FROM n"
+    with closing(db.connect_readonly("library")) as connection:
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+            db.execute(connection, endless, time_limit_s=0.2)
+        assert time.monotonic() - started < 2
+        assert db.execute(connection, "SELECT COUNT(*) FROM authors") == [(14,)]  # the connection still works
+
+
+def test_the_final_query_is_read_from_the_last_sql_block_or_a_bare_select() -> None:
+    assert agent.final_query("Try:\n```sql\nSELECT 1\n```\nFinal:\n```sql\nSELECT 2;\n```") == "SELECT 2"
+    assert agent.final_query("The answer is SELECT name FROM authors;") == "SELECT name FROM authors"
+    assert agent.final_query("I don't know.") is None
+
+
+# ----------------------------------------------------------------------------- the agent against a scripted model
+
+
+def scripted_model(replies: list[dict[str, Any]]) -> tuple[Starlette, list[dict[str, Any]]]:
+    """An OpenAI-compatible endpoint that answers each request with the next scripted assistant message."""
+    requests: list[dict[str, Any]] = []
+
+    async def completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        requests.append(body)
+        message = {"role": "assistant", "content": None, **replies[len(requests) - 1]}
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        return JSONResponse({"id": f"c{len(requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])]), requests
+
+
+def call(sql: str, n: int) -> dict[str, Any]:
+    return {"tool_calls": [{"id": f"call{n}", "type": "function",
+                            "function": {"name": "run_sql", "arguments": json.dumps({"query": sql})}}]}
+
+
+@pytest.fixture
+def question() -> dict[str, Any]:
+    return next(q for q in QUESTIONS if q["kind"] == "join_count")
+
+
+@contextmanager
+def served(replies: list[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    app, requests = scripted_model(replies)
+    with ServerThread(app) as server:
+        yield server.url + "/v1", requests
+
+
+def test_the_agent_sees_the_schema_and_its_tool_errors_and_fixes_its_query(question: dict[str, Any]) -> None:
+    gold = question["gold"]
+    replies = [call(gold.replace("JOIN", "JION"), 1), call(gold, 2), {"content": f"```sql\n{gold}\n```"}]
+    with served(replies) as (url, requests):
+        episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
+    assert [failed for _, failed in episode.queries] == [True, False]
+    assert episode.failed_query and episode.self_corrected
+    assert db.execution_match(question["db"], episode.answer, gold) == 1
+    system, user = requests[0]["messages"]
+    assert "CREATE TABLE" in system["content"] and user["content"] == question["question"]
+    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["run_sql"]
+    error = requests[1]["messages"][-1]
+    assert error["role"] == "tool" and error["content"].startswith("Error:") and "syntax error" in error["content"]
+
+
+def test_an_agent_that_writes_no_final_block_is_judged_on_its_last_query_that_ran(question: dict[str, Any]) -> None:
+    replies = [call(question["gold"], 1), {"content": "That is the answer."}]
+    with served(replies) as (url, _):
+        episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
+    assert episode.answer == question["gold"] and not episode.failed_query and not episode.self_corrected
