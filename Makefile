@@ -89,7 +89,7 @@ docs: $(DOCS_INSTALLED)
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
-test: docs $(MODEL) $(VLLM_INSTALLED) $(BROWSER) $(FRAMEWORK_INSTALLED)
+test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q
 
 test-fast: $(INSTALLED) $(FRAMEWORK_INSTALLED)

@@ -99,7 +99,7 @@ def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
 
 def prompt_ids(engine: Engine, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
     try:
-        ids = engine.chat_prompt_ids(messages, tools)
+        ids = engine.chat_prompt_ids(toolfmt.template_history(messages), tools)
     except Exception as exc:  # a template that cannot render these messages
         raise RequestError(f"the chat template cannot render these messages: {exc}", "messages") from None
     if len(ids) >= engine.max_model_len:

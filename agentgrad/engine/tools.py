@@ -32,7 +32,7 @@ import ast
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentgrad.engine.constraints import json_lark, lark_grammar
@@ -50,6 +50,11 @@ class ToolFormat:
     result_role: str  # the role a tool result is rendered in: "tool" (alone) or "user" (in <tool_response>)
     open: str  # how a reply that calls starts (streaming holds the text back from here)
     close: str  # how a call ends (`parallel_tool_calls: false` stops there)
+    tokens: tuple[int, int] | None = None
+    """Ids of `open` and `close` where the tokenizer has each as one token of its own (Qwen2.5's
+    `<tool_call>` 151657 and `</tool_call>` 151658): the model writes those tokens, never the
+    characters, so a forced call's grammar names the tokens (llguidance refuses the one token
+    where the grammar spells the characters)."""
 
 
 HERMES = ToolFormat("hermes", """# Tools
@@ -80,9 +85,16 @@ def template_supports_tools(tokenizer: Any) -> bool:
 
 
 def format_for(tokenizer: Any) -> ToolFormat:
-    """The built-in format for this model: pythonic calls for SmolLM2, Hermes blocks for any other."""
+    """The format this model calls in: pythonic calls for SmolLM2, Hermes blocks for any other,
+    with the tokenizer's own `<tool_call>` tokens where it has them."""
     template = getattr(tokenizer, "chat_template", None) or ""
-    return PYTHONIC if isinstance(template, str) and "named SmolLM" in template else HERMES
+    if isinstance(template, str) and "named SmolLM" in template:
+        return PYTHONIC
+    encode = getattr(tokenizer, "encode", None)
+    open_ids, close_ids = (encode(marker, add_special_tokens=False) if encode else [] for marker in (OPEN, CLOSE))
+    if len(open_ids) == 1 and len(close_ids) == 1:
+        return replace(HERMES, tokens=(open_ids[0], close_ids[0]))
+    return HERMES
 
 
 def functions(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
@@ -136,6 +148,21 @@ def tools_prompt(tools: list[dict[str, Any]], fmt: ToolFormat = HERMES) -> str:
     if fmt.name == "pythonic":
         return fmt.prompt.format(tools=json.dumps([t.get("function", t) for t in tools], ensure_ascii=False))
     return fmt.prompt.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+
+
+def template_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages for a chat template that renders tools itself: each call's `arguments` (JSON text on
+    the OpenAI wire) as the object it encodes, which is what templates expect (Qwen's writes
+    `arguments | tojson`; given the text, it would write a quoted string the model never wrote)."""
+    out = []
+    for message in messages:
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            calls = [{**call, "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments", {}))}}
+                     if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
+                     for call in message["tool_calls"]]
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
 
 
 def render_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -246,6 +273,29 @@ def _parse_pythonic(text: str, tools: dict[str, dict[str, Any]]) -> ParsedReply 
     return ParsedReply(text, error=error)
 
 
+_FENCED = re.compile(r"^```[\w-]*\s*\n(.*?)\n?```$", re.DOTALL)
+
+
+def _call_in_another_shape(text: str, tools: dict[str, dict[str, Any]]) -> str | None:
+    """Why a reply that is one JSON object naming a tool, bare or in a code block, is not a call.
+
+    Qwen2.5-Coder-0.5B calls this way when not forced; it stays text (a call is parsed only in the
+    model's own format), and this says why, so a user sees the shape instead of a silent miss."""
+    stripped = text.strip()
+    fenced = _FENCED.match(stripped)
+    body = fenced.group(1).strip() if fenced else stripped
+    if not body.startswith("{"):
+        return None
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(call, dict) or call.get("name") not in tools:
+        return None
+    where = "in a code block" if fenced else "bare"
+    return f"the reply calls {call['name']!r} as a JSON object {where}, not in {OPEN}{CLOSE} tags: it stays text"
+
+
 def parse_reply(text: str, tools: dict[str, dict[str, Any]]) -> ParsedReply:
     """Split what the model wrote into text and OpenAI `tool_calls`; all or nothing.
 
@@ -257,7 +307,7 @@ def parse_reply(text: str, tools: dict[str, dict[str, Any]]) -> ParsedReply:
     if pythonic is not None:
         return pythonic
     if OPEN not in text:
-        return ParsedReply(text)
+        return ParsedReply(text, error=_call_in_another_shape(text, tools))
     calls: list[dict[str, Any]] = []
     for number, match in enumerate(_BLOCK.finditer(text)):
         try:
@@ -297,4 +347,5 @@ def call_grammar(tools: dict[str, dict[str, Any]], only: str | None = None, para
                         "required": ["name", "arguments"], "additionalProperties": False})
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     repeat = ' ("\\n" call)*' if parallel else ""
-    return lark_grammar(f'start: call{repeat}\ncall: "{OPEN}\\n" body "\\n{CLOSE}"\nbody: {json_lark(schema)}\n')
+    open_, close = (f"<[{fmt.tokens[0]}]>", f"<[{fmt.tokens[1]}]>") if fmt.tokens else (f'"{OPEN}"', f'"{CLOSE}"')
+    return lark_grammar(f'start: call{repeat}\ncall: {open_} "\\n" body "\\n" {close}\nbody: {json_lark(schema)}\n')

@@ -6,8 +6,8 @@ import json
 
 from types import SimpleNamespace
 
-from agentgrad.engine.tools import (CLOSE, HERMES, OPEN, PYTHONIC, call_text, calls_text, format_for, functions,
-                                     parse_reply, render_history)
+from agentgrad.engine.tools import (CLOSE, HERMES, OPEN, PYTHONIC, call_grammar, call_text, calls_text, format_for, functions,
+                                     parse_reply, render_history, template_history)
 
 CALC = {"type": "function", "function": {"name": "calculate", "description": "Evaluate arithmetic",
                                          "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
@@ -83,6 +83,37 @@ def test_smollm2_gets_the_pythonic_format_and_any_other_model_hermes() -> None:
     assert format_for(smollm2) is PYTHONIC
     assert format_for(SimpleNamespace(chat_template="{% for message in messages %}...")) is HERMES
     assert format_for(SimpleNamespace(chat_template=None)) is HERMES
+
+
+def test_a_tokenizer_with_its_own_tool_call_tokens_gets_a_grammar_that_names_those_tokens() -> None:
+    qwen_like = SimpleNamespace(chat_template="{% if tools %}...", encode=lambda text, add_special_tokens: {
+        OPEN: [151657], CLOSE: [151658]}.get(text, [1, 2, 3]))
+    fmt = format_for(qwen_like)
+    assert fmt.name == "hermes" and fmt.tokens == (151657, 151658)
+    assert "<[151657]>" in call_grammar(SPECS, "now", fmt=fmt) and "<[151658]>" in call_grammar(SPECS, "now", fmt=fmt)
+    spelled = SimpleNamespace(chat_template=None, encode=lambda text, add_special_tokens: list(text.encode()))
+    assert format_for(spelled) is HERMES and "<[" not in call_grammar(SPECS, "now", fmt=HERMES)
+
+
+def test_a_call_written_as_bare_or_fenced_json_stays_text_and_says_why() -> None:
+    for text, where in [('{"name": "now", "arguments": {}}', "bare"),
+                        ('```json\n{\n  "name": "now",\n  "arguments": {}\n}\n```', "in a code block")]:
+        reply = parse_reply(text, SPECS)
+        assert reply.tool_calls == [] and reply.content == text
+        assert reply.error is not None and where in reply.error and "'now'" in reply.error
+    assert parse_reply('{"name": "elsewhere"}', SPECS).error is None  # not one of the tools: just JSON text
+    assert parse_reply("The time is {now}.", SPECS).error is None
+
+
+def test_a_template_that_renders_tools_gets_each_calls_arguments_as_an_object() -> None:
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "now", "arguments": '{"tz": "UTC"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "12:00"}]
+    rendered = template_history(history)
+    assert rendered[1]["tool_calls"][0]["function"]["arguments"] == {"tz": "UTC"}
+    assert history[1]["tool_calls"][0]["function"]["arguments"] == '{"tz": "UTC"}'  # the request is not changed
+    assert rendered[0] == history[0] and rendered[2] == history[2]
 
 
 def test_pythonic_calls_parse_into_openai_tool_calls_and_render_back_to_the_same_text() -> None:
