@@ -4,7 +4,7 @@ The reward is execution match against the gold query. Each episode is annotated 
 query failed and whether a later one ran (`sql.self_corrected`): the share of failed-then-fixed
 episodes before and after training is what RL is expected to raise.
 
-    python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 8   # held-out accuracy, untrained
+    python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
 """
 
 from __future__ import annotations
@@ -39,10 +39,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a built-in model name or a Hugging Face folder")
     parser.add_argument("--split", default="held_out", choices=["train", "held_out"])
-    parser.add_argument("--limit", type=int, default=16, help="questions to evaluate (the first N of the split)")
+    parser.add_argument("--limit", type=int, default=16, help="questions to evaluate, spread evenly over the split")
     parser.add_argument("--store", help="SQLite store path (default: the trainer's)")
     args = parser.parse_args()
-    questions = db.load_questions(args.split)[: args.limit]
+    questions = db.load_questions(args.split)
+    questions = questions[:: max(1, len(questions) // args.limit)][: args.limit]  # every database and kind of question
     store = open_store(args.store or default_store_path())
     with LocalPolicy(store, model=args.model) as policy:
         llm = policy.llm(temperature=0.0, max_tokens=256)
