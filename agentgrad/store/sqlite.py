@@ -20,7 +20,7 @@ from typing import Any
 
 import agentgrad.store.transitions as t
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
-from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
+from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     BUSY_TIMEOUT_MS,
@@ -42,7 +42,8 @@ WAITING_SQL = "status IN ('queuing', 'requeuing')"
 
 
 class SqliteStore(LocalStore):
-    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+    def __init__(self, path: str | Path, clock: Clock | None = None, *, sweep_seconds: float | None = SWEEP_SECONDS
+                 ) -> None:
         super().__init__(clock)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,7 @@ class SqliteStore(LocalStore):
             target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
                                            self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
         ).start()
+        self._start_sweeper(sweep_seconds)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -100,6 +102,7 @@ class SqliteStore(LocalStore):
             return self._conn.execute(sql, params).fetchall()
 
     async def close(self) -> None:
+        await super().close()
         self._checkpoints.set()
         with self._lock:
             self._conn.close()
