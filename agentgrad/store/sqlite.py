@@ -9,7 +9,9 @@ rows, hands them to it as models and writes back what it changed.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import sqlite3
 import threading
 import weakref
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import agentgrad.store.transitions as t
+from agentgrad.store.errors import DiskFullError
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (
@@ -37,6 +40,11 @@ from agentgrad.store.transitions import Clock
 from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout, RolloutStatus
 from agentgrad.types import Span, StoreStats, Worker
 
+log = logging.getLogger(__name__)
+
+SQLITE_FULL = 13
+"""SQLite's result code for "database or disk is full"."""
+
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt exactly as the partial index `rollouts_waiting` is, so the planner uses it."""
 
@@ -49,6 +57,7 @@ class SqliteStore(LocalStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of `_write` on the thread holding the lock
+        self._full = False  # the last write found the disk full (logged once until a write succeeds)
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._conn.execute("PRAGMA journal_mode = WAL")
@@ -86,16 +95,41 @@ class SqliteStore(LocalStore):
             self._depth += 1
             try:
                 yield self._conn
-            except BaseException:
-                if nested:
-                    self._conn.execute("ROLLBACK TO nested")
-                    self._conn.execute("RELEASE nested")
-                else:
-                    self._conn.execute("ROLLBACK")
-                raise
+            except BaseException as exc:
+                if self._conn.in_transaction:  # SQLite rolls a transaction back itself on some errors (a full disk)
+                    if nested:
+                        self._conn.execute("ROLLBACK TO nested")
+                        self._conn.execute("RELEASE nested")
+                    else:
+                        self._conn.execute("ROLLBACK")
+                raise self._disk_full(exc) or exc
             finally:
                 self._depth -= 1
-            self._conn.execute("RELEASE nested" if nested else "COMMIT")
+            if not self._conn.in_transaction:
+                return  # an error inside, answered there, made SQLite roll it all back: nothing to commit
+            try:
+                self._conn.execute("RELEASE nested" if nested else "COMMIT")
+            except sqlite3.Error as exc:
+                if not nested and self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise self._disk_full(exc) or exc
+            if self._full and not nested:
+                self._full = False
+                log.warning("store %s: writes succeed again (the disk has room)", self.path)
+
+    def _disk_full(self, exc: BaseException) -> DiskFullError | None:
+        """The error to raise for `exc` when it says the disk is full, logged once per incident (not once per write)."""
+        if isinstance(exc, DiskFullError):
+            return exc
+        full = (isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL) or (
+            isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+        if not full:
+            return None
+        if not self._full:
+            self._full = True
+            log.error("store %s: the disk is full (%s); writes fail until there is room, reads still work", self.path, exc)
+        return DiskFullError(f"the disk holding the store {self.path} is full ({exc}): nothing was written; free space "
+                             f"on it (or move the store to a disk with room) and try again; reads still work")
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
