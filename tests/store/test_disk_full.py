@@ -71,7 +71,8 @@ def test_a_full_disk_is_a_507_once_and_the_client_fails_at_once_with_its_message
             answers.append(answer)
         refused = [a for a in answers if a.status_code != 200]
         assert refused and all(a.status_code == 507 for a in refused), [a.text for a in answers]
-        assert refused[0].json()["error"] == "DiskFullError" and str(tmp_path / "store.db") in refused[0].json()["detail"]
+        first = refused[0].json()
+        assert first["error"] == "DiskFullError" and str(tmp_path / "store.db") in first["detail"]
 
         client = StoreClient(server.url)  # retries 5xx for 60 s by default: not this one
         began = time.monotonic()
