@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import sqlite3
 import threading
 import weakref
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import agentgrad.store.transitions as t
-from agentgrad.store.errors import DiskFullError
+from agentgrad.store.errors import DiskFullError, StoreError
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (
@@ -54,6 +55,23 @@ class SqliteStore(LocalStore):
                  ) -> None:
         super().__init__(clock)
         self.path = Path(path)
+        try:
+            self._open()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}{_open_reason(self.path)}; give a path where "
+                             "this user can create and write files (the store also writes <name>-wal and "
+                             "<name>-shm beside it)") from exc
+        self._last_prune = 0.0
+        self._checkpoints = threading.Event()
+        weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
+        threading.Thread(
+            target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
+                                           self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
+        ).start()
+        self._start_sweeper(sweep_seconds)
+
+    def _open(self) -> None:
+        """Open (or create) the file and bring its schema up to date."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of `_write` on the thread holding the lock
@@ -73,14 +91,6 @@ class SqliteStore(LocalStore):
             db.execute(
                 "CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL"
             )
-        self._last_prune = 0.0
-        self._checkpoints = threading.Event()
-        weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
-        threading.Thread(
-            target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
-                                           self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
-        ).start()
-        self._start_sweeper(sweep_seconds)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -520,3 +530,19 @@ class SqliteStore(LocalStore):
             workers = self._conn.execute("SELECT COUNT(*) FROM workers").fetchone()[0]
             resources = self._conn.execute("SELECT COUNT(*) FROM resources").fetchone()[0]
         return StoreStats(rollouts=rollouts, attempts=attempts, spans=spans, workers=workers, resources=resources)
+
+
+def _open_reason(path: Path) -> str:
+    """Why SQLite could not open `path`, where it is plain to see (SQLite says only `unable to open database file`)."""
+    if path.is_dir():
+        return f" ({path} is a folder: name a file inside it, like {path / 'store.db'})"
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if folder is not None and folder != path.parent:
+        return f" ({path.parent} does not exist and cannot be created in {folder})"
+    if folder is not None and not folder.is_dir():
+        return f" ({folder} is a file, not a folder)"
+    if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
+        return f" (the folder {folder} is read-only for this user)"
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return f" ({path} is read-only for this user)"
+    return ""
