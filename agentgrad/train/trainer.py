@@ -31,6 +31,7 @@ from agentgrad.rollout.agent import FunctionAgent, LitAgent, as_agent
 from agentgrad.rollout.runner import Hook, Runner
 from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
+from agentgrad.store.transitions import check_tasks
 from agentgrad.train.processes import run_with_processes
 from agentgrad.types import LLM, NamedResources
 
@@ -141,6 +142,8 @@ class Trainer(Generic[R]):
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
     ) -> R:
         agent = as_agent(agent)
+        check_tasks(train_data, "train_data")  # before a model loads: a bad task is a message, not a late TypeError
+        check_tasks(val_data or (), "val_data")
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank only joins rank 0's updates
             follow = getattr(self.algorithm, "follow", None)
             if follow is None:

@@ -481,6 +481,23 @@ async def test_a_reward_that_is_not_a_finite_number_is_refused_and_changes_nothi
     assert attempt.status is AttemptStatus.RUNNING and attempt.reward is None
 
 
+async def test_a_number_json_cannot_carry_in_an_input_or_metadata_is_refused_naming_the_field(store: Store) -> None:
+    """NaN and infinities would come back as null over HTTP: every backend refuses them, saying where."""
+    nan, inf = float("nan"), float("inf")
+    with pytest.raises(StoreError, match=r"request 1's input\['scores'\]\[1\] is nan, not a finite number"):
+        await store.enqueue_rollouts([{"input": 1}, {"input": {"scores": [0.5, nan]}}])
+    with pytest.raises(StoreError, match=r"metadata\['weight'\] is inf, not a finite number"):
+        await store.start_rollout("t", metadata={"weight": inf})
+    with pytest.raises(StoreError, match=r"input is -inf"):
+        await store.start_rollout(-inf)
+    kept = await store.enqueue_rollout("t", metadata={"ok": 1.5})
+    with pytest.raises(StoreError, match=r"metadata of rollout .*\['bad'\] is nan"):
+        await store.update_rollout(kept.rollout_id, metadata={"bad": nan})
+    with pytest.raises(StoreError, match=r"request 0's input is .*object.*which JSON cannot hold"):
+        await store.enqueue_rollouts([{"input": object()}])
+    assert [r.metadata for r in await store.query_rollouts()] == [{"ok": 1.5}]  # nothing else was stored
+
+
 async def test_every_backend_words_its_errors_the_same(store: Store) -> None:
     started = await store.start_rollout("t")
     rid, aid = started.rollout_id, started.attempt.attempt_id
