@@ -148,8 +148,7 @@ class Runner:
         finally:
             restore_sigint()
             agent_threads.reset(uses_threads)
-            if self._interrupted:
-                self._processes.kill_all()
+            self._processes.kill_all()  # left only when the runner was cancelled or interrupted: no one will read them
             threads.shutdown(wait=False, cancel_futures=True)
             heartbeats.cancel()
             await self.sink.flush()
@@ -173,7 +172,6 @@ class Runner:
 
         def on_sigint(signum: int, frame: Any) -> Any:
             self._interrupted = True
-            self._processes.kill_all()
             return previous(signum, frame)
 
         signal.signal(signal.SIGINT, on_sigint)
