@@ -212,3 +212,16 @@ def test_agentgrad_runner_with_isolation_process_survives_an_agent_that_exits(tm
         assert runner.wait(timeout=20) == 0
     finally:
         runner.kill()
+
+
+@pytest.mark.parametrize("strategy", ["threads", "processes"])
+def test_a_trainer_with_runner_isolation_process_survives_an_agent_that_exits(tmp_path: Path, strategy: str) -> None:
+    from agentgrad.store import SqliteStore
+
+    trainer = ag.Trainer(store=SqliteStore(tmp_path / "store.db"), strategy=strategy,  # type: ignore[arg-type]
+                         runner_isolation="process")
+    results = trainer.fit(process_agents.exits_hard, [{"code": 4}, {"code": 5}])
+    assert results["train"].n == 2 and results["train"].succeeded == 0
+    errors = sorted(a.error or "" for r in asyncio.run(trainer.store.query_rollouts())
+                    for a in asyncio.run(trainer.store.query_attempts(r.rollout_id)))
+    assert len(errors) == 2 and "exited with code 4" in errors[0] and "exited with code 5" in errors[1], errors

@@ -39,6 +39,7 @@ class Layout(Protocol):
     hooks: list[Hook]
     n_runners: int
     runner_concurrency: int
+    runner_isolation: Literal["thread", "process"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ async def run_with_processes(
     processes = [
         context.Process(
             target=run_workers,
-            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway),
+            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway,
+                  trainer.runner_isolation),
             name=f"runner-{i}",  # also its worker id
         )
         for i in range(trainer.n_runners)
