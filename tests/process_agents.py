@@ -82,3 +82,10 @@ async def interrupts(task: dict) -> float:
 def rewards_in_a_process(task: dict) -> float:
     ag.emit_message(f"pid {os.getpid()}")
     return float(task["n"])
+
+
+@ag.rollout
+def hangs(task: dict) -> float:
+    ag.emit_message("hanging")
+    time.sleep(task.get("seconds", 60))
+    return 1.0

@@ -225,3 +225,17 @@ def test_a_trainer_with_runner_isolation_process_survives_an_agent_that_exits(tm
     errors = sorted(a.error or "" for r in asyncio.run(trainer.store.query_rollouts())
                     for a in asyncio.run(trainer.store.query_attempts(r.rollout_id)))
     assert len(errors) == 2 and "exited with code 4" in errors[0] and "exited with code 5" in errors[1], errors
+
+
+async def test_an_attempt_process_past_its_timeout_is_killed_and_frees_the_runner() -> None:
+    store = ag.MemoryStore()
+    config = RolloutConfig(timeout_seconds=0.5, max_attempts=1)
+    hung = await store.enqueue_rollout({"seconds": 60}, config=config)
+    quick = await store.enqueue_rollout({"seconds": 0}, config=ONE_TRY)
+    began = asyncio.get_running_loop().time()
+    await asyncio.wait_for(Runner(process_agents.hangs, store, max_rollouts=2, isolation="process").run(), 30)
+    assert asyncio.get_running_loop().time() - began < 20  # not the 60 s the agent would hang
+    (attempt,) = await store.query_attempts(hung.rollout_id)
+    assert attempt.status in (AttemptStatus.TIMEOUT, AttemptStatus.FAILED)  # the sweeper may get there first
+    assert (await store.get_rollout(hung.rollout_id)).status is RolloutStatus.FAILED
+    assert (await store.get_rollout(quick.rollout_id)).status is RolloutStatus.SUCCEEDED

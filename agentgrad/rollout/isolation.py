@@ -5,7 +5,8 @@ library) then takes only its own process down: the attempt fails with the exit c
 runner goes on. What it costs: a process per attempt, forked from a clean fork server (tens of
 milliseconds, not an interpreter start), an agent defined at module level (it travels by module
 and name), and a task and resources that pickle. The spans the agent writes travel back over a
-pipe and the runner stores them as usual; its reward comes back the same way.
+pipe and the runner stores them as usual; its reward comes back the same way. An attempt still
+running past its rollout's `timeout_seconds` is killed, so a hung agent does not hold the slot.
 
 With the default `isolation="thread"` every exception the agent raises, `KeyboardInterrupt` and
 `SystemExit` included, already fails only its attempt; a process is for what no `except` catches.
@@ -17,6 +18,7 @@ import asyncio
 import multiprocessing
 import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -25,6 +27,9 @@ from agentgrad.types import AttemptedRollout, NamedResources, Span
 
 ISOLATIONS = ("thread", "process")
 """`thread`: agents run in the runner's process (its threads or event loop); `process`: a process per attempt."""
+
+TIMEOUT_GRACE_SECONDS = 1.0
+"""How long past its rollout's `timeout_seconds` an attempt's process may run before the runner kills it."""
 
 _context: Any = None
 _context_lock = threading.Lock()
@@ -120,8 +125,15 @@ class AttemptProcesses:
         with self._lock:
             self._live.add(process)
         answer: tuple[str, Any] | None = None
+        limit = rollout.config.timeout_seconds
+        deadline = None if limit is None else time.monotonic() + limit + TIMEOUT_GRACE_SECONDS
+        overdue = False
         try:
             while True:
+                if deadline is not None and not receive.poll(max(0.0, deadline - time.monotonic())):
+                    overdue = True  # the store has timed the attempt out: free this runner's slot for the next
+                    process.kill()
+                    break
                 try:
                     message = receive.recv()
                 except (EOFError, OSError):
@@ -135,6 +147,8 @@ class AttemptProcesses:
             process.join()
             with self._lock:
                 self._live.discard(process)
+        if overdue:
+            return None, f"the agent's process was killed past the attempt's timeout of {limit} s (isolation='process')"
         if answer is None:
             return None, exit_description(process.exitcode)
         kind, value = answer
