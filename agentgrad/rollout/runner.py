@@ -101,7 +101,7 @@ class Runner:
         self.heartbeat_seconds = heartbeat_seconds
         self.isolation = isolation
         self.completed = 0
-        self._interrupted = False  # a Ctrl+C reached this process while the runner ran
+        self._interrupted = False  # a Ctrl+C to this process is raising KeyboardInterrupt
         self._processes = AttemptProcesses(self.worker_id)
         self._stop = threading.Event()
         self._active: dict[str, AttemptedRollout] = {}
@@ -121,7 +121,7 @@ class Runner:
         self.sink = SpanSink(self.store)
         # sync agents (and attempt processes' pipes) take threads of the runner's own pool, one per rollout
         # in flight: the loop's default pool is shared by every runner of the loop and sized for the CPUs
-        threads = concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"{self.worker_id}-agent")
+        threads = concurrent.futures.ThreadPoolExecutor(self.concurrency, f"{self.worker_id}-agent")
         self._threads = threads
         uses_threads = agent_threads.set(threads)
         restore_sigint = self._mark_sigint()
@@ -148,7 +148,7 @@ class Runner:
         finally:
             restore_sigint()
             agent_threads.reset(uses_threads)
-            self._processes.kill_all()  # left only when the runner was cancelled or interrupted: no one will read them
+            self._processes.kill_all()  # any left: the runner was cancelled or interrupted, no one reads them
             threads.shutdown(wait=False, cancel_futures=True)
             heartbeats.cancel()
             await self.sink.flush()
@@ -170,9 +170,10 @@ class Runner:
         if not callable(previous):
             return lambda: None  # ignored or the default action: no exception will come of a Ctrl+C
 
-        def on_sigint(signum: int, frame: Any) -> Any:
+        def on_sigint(signum: int, frame: Any) -> None:
             self._interrupted = True
-            return previous(signum, frame)
+            previous(signum, frame)  # raises KeyboardInterrupt (Python's handler), or returns (a loop's handler)
+            self._interrupted = False  # it returned: no KeyboardInterrupt comes of this Ctrl+C
 
         signal.signal(signal.SIGINT, on_sigint)
 
