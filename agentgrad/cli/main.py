@@ -186,8 +186,10 @@ def serve(args: argparse.Namespace) -> None:
         port=args.port, **UVICORN_OPTIONS)
 
 
-def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None) -> None:
-    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C.
+def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None,
+           isolation: str = "thread") -> None:
+    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C: `workers`
+    attempts at once, sync agents too. `isolation="process"` runs each attempt in a process of its own.
 
     With `gateway`, agents that build `OpenAI()` without arguments are routed through it (the
     runner sets OPENAI_BASE_URL / OPENAI_API_KEY for each attempt)."""
@@ -218,7 +220,7 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
         from agentgrad.rollout.gateway_env import GatewayEnvHook
 
         hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
-    run_workers(store_spec, token, agent, worker_ids, hooks=hooks)
+    run_workers(store_spec, token, agent, worker_ids, hooks=hooks, isolation=isolation)  # type: ignore[arg-type]
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -320,11 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     join = commands.add_parser("runner", help="join a store as runner(s) executing an agent")
     join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")
     join.add_argument("--agent", required=True, help="the agent as module:object, importable from here")
-    join.add_argument("--workers", type=int, default=1, help="concurrent runners in this process")
+    join.add_argument("--workers", type=int, default=1, help="attempts run at once in this process (one runner each)")
+    join.add_argument("--isolation", choices=("thread", "process"), default="thread",
+                      help="thread: agents run in this process, and whatever they raise fails only their attempt; "
+                           "process: each attempt in a process of its own, so an agent that exits or crashes the "
+                           "interpreter (os._exit, a segfault) fails its attempt with the exit code")
     join.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"the server's token (default: ${TOKEN_ENV})")
     join.add_argument("--gateway", help="gateway URL (…/v1) that agents building OpenAI() without arguments should "
                                         "call: set as OPENAI_BASE_URL, routed to each attempt")
-    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway))
+    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway, a.isolation))
     return parser
 
 

@@ -7,12 +7,13 @@ rest of the server's paths to the gateway (`/v1/...`), OTLP ingest and the dashb
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from agentgrad.types import (
     Attempt,
@@ -124,6 +125,15 @@ class HeartbeatBody(Body):
 
 class AddMetricsBody(Body):
     metrics: list[Metric]
+
+    @model_validator(mode="after")
+    def _finite(self) -> AddMetricsBody:
+        """JSON has no NaN or infinity: such a value would read back as null, so the server refuses it."""
+        for index, metric in enumerate(self.metrics):
+            if not math.isfinite(metric.value):
+                raise ValueError(f"metrics[{index}].value ({metric.name!r} at step {metric.step}) is {metric.value}, "
+                                 "not a finite number; send finite values")
+        return self
 
 
 class MetricsQuery(Body):

@@ -9,7 +9,7 @@ import logging
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
+from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.idempotency import Answer
 
 log = logging.getLogger("agentgrad.store.server")
@@ -49,6 +49,8 @@ def exception_answer(exc: BaseException) -> Answer:
         return problem(404, "NotFoundError", str(exc))
     if isinstance(exc, InvalidTransitionError):
         return problem(409, "InvalidTransitionError", str(exc))
+    if isinstance(exc, DiskFullError):  # the store logged the incident once: no traceback per write
+        return problem(507, "DiskFullError", str(exc))
     if isinstance(exc, StoreError):
         return problem(400, "StoreError", str(exc))
     if isinstance(exc, (ValueError, OverflowError)):  # bad enum values and numbers a backend cannot hold

@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentgrad.rollout.agent import LitAgent
 from agentgrad.rollout.runner import Hook, Runner
@@ -39,6 +39,7 @@ class Layout(Protocol):
     hooks: list[Hook]
     n_runners: int
     runner_concurrency: int
+    runner_isolation: Literal["thread", "process"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ async def run_with_processes(
     processes = [
         context.Process(
             target=run_workers,
-            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway),
+            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway,
+                  trainer.runner_isolation),
             name=f"runner-{i}",  # also its worker id
         )
         for i in range(trainer.n_runners)
@@ -171,6 +173,7 @@ def run_workers(
     concurrency: int = 1,
     hooks: Sequence[Hook] = (),
     gateway: str | None = None,
+    isolation: Literal["thread", "process"] = "thread",
 ) -> None:
     """Run one `Runner` per worker id on the store at `store` (URL or path) until told to stop.
 
@@ -188,16 +191,18 @@ def run_workers(
 
         instrument_openai()  # clients built at import call the inherited un-routed URL: their headers route them
         hooks = [*hooks, GatewayEnvHook(gateway)]
-    asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks))
+    asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks, isolation))
 
 
 async def _workers(
-    spec: str, token: str | None, agent: LitAgent, worker_ids: Sequence[str], concurrency: int, hooks: Sequence[Hook]
+    spec: str, token: str | None, agent: LitAgent, worker_ids: Sequence[str], concurrency: int, hooks: Sequence[Hook],
+    isolation: Literal["thread", "process"] = "thread",
 ) -> None:
     from agentgrad.store.client import StoreClient
 
     store = StoreClient(spec, token) if spec.startswith(("http://", "https://")) else open_store(spec)
-    runners = [Runner(agent, store, worker_id=wid, hooks=hooks, concurrency=concurrency) for wid in worker_ids]
+    runners = [Runner(agent, store, worker_id=wid, hooks=hooks, concurrency=concurrency, isolation=isolation)
+               for wid in worker_ids]
     loop = asyncio.get_running_loop()
 
     def stop() -> None:

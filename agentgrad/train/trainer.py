@@ -31,6 +31,7 @@ from agentgrad.rollout.agent import FunctionAgent, LitAgent, as_agent
 from agentgrad.rollout.runner import Hook, Runner
 from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
+from agentgrad.store.transitions import check_tasks
 from agentgrad.train.processes import run_with_processes
 from agentgrad.types import LLM, NamedResources
 
@@ -56,7 +57,8 @@ class Trainer(Generic[R]):
     `.agentgrad/`. `resources` are published before the algorithm starts (the LLM endpoint and
     prompt of an agent that is only evaluated, say). `gateway_port` is where the gateway of the
     model being trained listens on loopback (default: a port free when the trainer is built);
-    `gateway_url` says it, before `fit` starts.
+    `gateway_url` says it, before `fit` starts. `runner_isolation="process"` runs each attempt in a
+    process of its own (`agentgrad.rollout.isolation`: for agents that may exit or crash the interpreter).
     """
 
     @overload
@@ -71,6 +73,7 @@ class Trainer(Generic[R]):
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
         gateway_port: int | None = None,
+        runner_isolation: Literal["thread", "process"] = "thread",
     ) -> None: ...
 
     @overload
@@ -85,6 +88,7 @@ class Trainer(Generic[R]):
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
         gateway_port: int | None = None,
+        runner_isolation: Literal["thread", "process"] = "thread",
     ) -> None: ...
 
     def __init__(
@@ -98,11 +102,14 @@ class Trainer(Generic[R]):
         resources: NamedResources | None = None,
         runner_concurrency: int = 1,
         gateway_port: int | None = None,
+        runner_isolation: Literal["thread", "process"] = "thread",
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be at least 1, got {n_runners}")
         if strategy not in ("threads", "processes", "ray"):
             raise ValueError(f"strategy is 'threads', 'processes' or 'ray', not {strategy!r}")
+        if runner_isolation not in ("thread", "process"):
+            raise ValueError(f"runner_isolation is 'thread' or 'process', not {runner_isolation!r}")
         self.algorithm: Algorithm[R] = algorithm or Baseline()  # type: ignore[assignment]
         self.n_runners = n_runners
         self.store = open_store(store if store is not None else default_store_path())
@@ -110,6 +117,7 @@ class Trainer(Generic[R]):
         self.hooks = list(hooks)
         self.resources = resources
         self.runner_concurrency = runner_concurrency
+        self.runner_isolation = runner_isolation
         self.gateway_port = free_port() if gateway_port is None else gateway_port
         self._local_llm = False
 
@@ -141,6 +149,8 @@ class Trainer(Generic[R]):
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
     ) -> R:
         agent = as_agent(agent)
+        check_tasks(train_data, "train_data")  # before a model loads: a bad task is a message, not a late TypeError
+        check_tasks(val_data or (), "val_data")
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank only joins rank 0's updates
             follow = getattr(self.algorithm, "follow", None)
             if follow is None:
@@ -205,7 +215,8 @@ class Trainer(Generic[R]):
         self, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None
     ) -> R:
         runners = [
-            Runner(agent, self.store, worker_id=f"runner-{i}", hooks=self.hooks, concurrency=self.runner_concurrency)
+            Runner(agent, self.store, worker_id=f"runner-{i}", hooks=self.hooks, concurrency=self.runner_concurrency,
+                   isolation=self.runner_isolation)
             for i in range(self.n_runners)
         ]
         threads = [
