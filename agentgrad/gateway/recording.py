@@ -222,6 +222,8 @@ class Call:
     first_token: float | None = None
     token_ids_asked: bool = True
     """Whether the upstream was asked for token ids (by the gateway or the client): says why they may be absent."""
+    recorded: bool = False
+    """Whether its span was queued (a call the agent hung up on is recorded once, by whoever gets there first)."""
 
     @property
     def operation(self) -> str:
