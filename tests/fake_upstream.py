@@ -60,6 +60,7 @@ class FakeUpstream:
         self.stream_gate: threading.Event | None = None
         self.break_stream_after: int | None = None  # chunks sent before the connection drops
         self.echo_key_in_errors = False  # failures quote the Authorization header, as careless upstreams do
+        self.echo_key_in_answers = False  # so do successful chat answers (streamed too)
         self.answers: deque[Any] = deque()  # raw JSON bodies to answer the next chat calls with, as they are
         self.bad_chunk: str | None = None  # a `data:` payload sent after the first chunk of the next stream
         self.drop_token_ids = False  # answer as an upstream that ignores `return_token_ids` does
@@ -185,6 +186,9 @@ class FakeUpstream:
             return JSONResponse(self.answers.popleft())
         prompt_ids = list(render(body["messages"]).encode())
         replies = [self._reply(body, i) for i in range(body.get("n", 1))]
+        if self.echo_key_in_answers:
+            for reply in replies:
+                reply["content"] = f"{reply['content'] or ''} (you called with {request.headers.get('authorization')})"
         headers = {"x-agentgrad-model-version": str(VERSION)}
         if body.get("stream"):
             return StreamingResponse(

@@ -24,12 +24,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 import agentgrad as ag
+from agentgrad.redact import RedactingConsole
 
-console = Console()
+console = RedactingConsole()
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 

@@ -11,16 +11,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from agentgrad.cli import views
 from agentgrad.guard import check_exposure
+from agentgrad.redact import RedactingConsole, redact, redact_logs
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
 from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
 
-console = Console()
+console = RedactingConsole()
 
 EXAMPLE_AGENT_FILE = Path(__file__).resolve().parents[2] / "examples" / "ticket_routing.py"
 """What `agentgrad apo` optimizes by default (there in a source checkout)."""
@@ -350,10 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    redact_logs()  # warnings from any component (APO's unusable replies, the gateway) say no key
     try:
         args.handler(args)
     except (StoreError, StoreUnreachable, UsageError) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -55,6 +55,7 @@ from agentgrad.gateway.upstreams import (
 from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.guard import bearer_ok, expected_authorization
+from agentgrad.redact import redact_known_bytes
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import Store
 
@@ -372,6 +373,7 @@ class Gateway:
     async def _relay(
         self, send: Any, call: Call, payload: bytes, added: Added, version: str | None, retries: int
     ) -> None:
+        payload = redact_known_bytes(payload)  # an upstream echoing its key: the agent and the span get [redacted]
         try:
             answer = orjson.loads(payload)
             if not isinstance(answer, dict):
@@ -421,7 +423,7 @@ class Gateway:
                     data = data.replace(b"\r\n", b"\n")
                 events = (pending + data).split(b"\n\n")
                 pending = events.pop()
-                out = b"".join([_relay_event(event, assembler, added, call) for event in events])
+                out = b"".join([_relay_event(redact_known_bytes(event), assembler, added, call) for event in events])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
         except (aiohttp.ClientError, asyncio.TimeoutError, asyncio.CancelledError, _BadChunk) as exc:
