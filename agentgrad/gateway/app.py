@@ -300,7 +300,8 @@ class Gateway:
                     self._record(call, {}, GatewayError(499, "the agent closed the connection before the answer "
                                                         "was complete; the upstream request was cancelled",
                                                         "client_error", "client_disconnected"), 0)
-        work.result()
+        if not work.cancelled():
+            work.result()  # a failure of the gateway's own surfaces as before (the server answers 500)
 
     async def _forward(self, call: Call, send: Any) -> None:
         """Send the call upstream within its deadline and relay the answer; every outcome is recorded."""
