@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 
@@ -103,7 +104,7 @@ async def test_a_stream_that_trickles_past_the_total_deadline_ends_with_a_504_ev
 
 
 async def test_an_agent_that_hangs_up_cancels_the_upstream_request_and_the_call_is_recorded(
-    served: Served, upstream: Upstream
+    served: Served, upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     rollout_id, base = await route(served)  # the default deadlines: minutes
     upstream.fake.fault = "hang before headers"
@@ -120,6 +121,7 @@ async def test_an_agent_that_hangs_up_cancels_the_upstream_request_and_the_call_
     assert await asyncio.to_thread(upstream.fake.hung_up.wait, 5)
     span = await the_span(served, rollout_id)
     assert span.attributes["error.type"] == "client_disconnected"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # no traceback
 
 
 async def test_a_retry_after_past_the_deadline_is_relayed_at_once_rather_than_waited_for(
