@@ -55,6 +55,11 @@ def redact(text: str) -> str:
     return text
 
 
+def known_secrets() -> tuple[str, ...]:
+    """The remembered secrets, longest first."""
+    return _longest_first
+
+
 def redact_known(text: str) -> str:
     """`text` without the remembered secrets (no pattern: safe on what a model wrote)."""
     for secret in _longest_first:

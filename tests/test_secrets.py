@@ -89,14 +89,15 @@ def test_redact_removes_keys_tokens_url_passwords_and_remembered_secrets() -> No
     assert redact("model 'policy' answered 503: overloaded") == "model 'policy' answered 503: overloaded"
 
 
-@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("stream", "chunk_chars"), [(False, 1000), (True, 1000), (True, 4), (True, 1)],
+                         ids=["plain", "streamed whole", "streamed in 4-character pieces", "streamed a character at a time"])
 def test_a_key_the_upstream_echoes_in_a_200_answer_reaches_neither_the_agent_nor_the_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool, chunk_chars: int
 ) -> None:
     from tests.fake_upstream import FakeUpstream
 
     monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_KEY)
-    fake = FakeUpstream(api_key=UPSTREAM_KEY, chunk_chars=1000)  # the echo comes in one piece
+    fake = FakeUpstream(api_key=UPSTREAM_KEY, chunk_chars=chunk_chars)
     fake.echo_key_in_answers = True
     store = SqliteStore(tmp_path / "store.db")
     with ServerThread(fake.app) as up:
@@ -139,3 +140,31 @@ def test_the_cli_redacts_every_log_line_and_console_message(
     for leaked in ("configured-secret-9876", "sk-abcdef123456", "pa55word"):
         assert leaked not in out + caplog.text
     assert out.count("[redacted]") == 2 and caplog.text.count("[redacted]") == 2
+
+
+def test_a_stream_is_held_back_only_while_its_text_may_begin_a_known_secret() -> None:
+    import json
+
+    from agentgrad.gateway.secrets import StreamRedactor
+
+    remember_secret("zz-stream-secret-77")
+
+    def event(text: str, index: int = 0) -> bytes:
+        return f"data: {json.dumps({'choices': [{'index': index, 'delta': {'content': text}}]})}\n\n".encode()
+
+    def content(out: bytes) -> str:
+        return "".join(json.loads(line[5:])["choices"][0]["delta"]["content"]
+                       for line in out.decode().split("\n\n") if line.startswith("data:"))
+
+    redactor = StreamRedactor("chat.completions")
+    assert redactor.push(event("say ")) == event("say ")  # nothing like a secret: relayed at once, as it came
+    assert redactor.push(event("zz-str")) == b""  # may begin one: held
+    assert redactor.push(event("ange")) == event("zz-str") + event("ange")  # did not: relayed unchanged
+    assert redactor.push(event("zz-stream-se")) == b""
+    assert content(redactor.push(event("cret-77 ok"))) == "[redacted] ok"  # completed: redacted, then relayed
+    redactor.push(event("zz-stream"))
+    redactor.push(event("zz-stream-secret-77", index=1))  # another choice, whole
+    assert "[redacted]" in content(redactor.flush())  # the end of the stream: everything held goes
+    tail = StreamRedactor("chat.completions")
+    out = b"".join(tail.push(event(c)) for c in "x zz-stream-secret-77!") + tail.flush()
+    assert content(out) == "x [redacted]!"

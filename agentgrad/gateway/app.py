@@ -42,6 +42,7 @@ import orjson
 from agentgrad import semconv as sc
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
 from agentgrad.gateway.responses import ResponsesStream
+from agentgrad.gateway.secrets import StreamRedactor
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
@@ -418,16 +419,22 @@ class Gateway:
         assembler: StreamAssembler | ResponsesStream = ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
         error: GatewayError | None = None
         pending = b""
+        redactor = StreamRedactor(call.api) if StreamRedactor.needed() else None  # a key streamed in pieces
         try:
             async for data in response.content.iter_any():
                 if b"\r" in data:
                     data = data.replace(b"\r\n", b"\n")
                 events = (pending + data).split(b"\n\n")
                 pending = events.pop()
-                out = b"".join([_relay_event(redact_known_bytes(event), assembler, added, call) for event in events])
+                relayed = [_relay_event(redact_known_bytes(event), assembler, added, call) for event in events]
+                out = b"".join(relayed if redactor is None else [redactor.push(event) for event in relayed])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
+            if redactor is not None and (out := redactor.flush()):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
         except (aiohttp.ClientError, asyncio.TimeoutError, asyncio.CancelledError, _BadChunk) as exc:
+            if redactor is not None and (out := redactor.flush()) and not isinstance(exc, asyncio.CancelledError):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
             name = call.upstream.name if call.upstream else "?"
             if isinstance(exc, asyncio.CancelledError):  # the deadline's (the agent hanging up cancels the task)
                 if deadline.remaining() > 0:
