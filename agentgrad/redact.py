@@ -76,27 +76,32 @@ def redact_known_bytes(data: bytes) -> bytes:
     return data
 
 
-class RedactingFilter(logging.Filter):
-    """Redacts a record's message and its traceback before any handler formats it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
-        elif record.exc_text:
-            record.exc_text = redact(record.exc_text)
-        return True
+def _redacted_record(record: logging.LogRecord) -> logging.LogRecord:
+    """A record whose message and traceback went through `redact` (done once, before any handler sees it)."""
+    message = record.getMessage()
+    clean = redact(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and not record.exc_text:
+        text = logging.Formatter().formatException(record.exc_info)
+        clean = redact(text)
+        if clean != text:
+            record.exc_text = clean
+    return record
 
 
 def redact_logs() -> None:
-    """Put every log line this process writes through `redact`: the root logger's handlers (and Python's
-    last-resort one, which prints warnings when none is configured). Handlers added later are not covered."""
-    for handler in [*logging.getLogger().handlers, logging.lastResort]:
-        if handler is not None and not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    """Put every log record this process emits through `redact`, whichever handler writes it, configured
+    now or later (it wraps the log record factory; records below a logger's level cost nothing)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "redacts", False):
+        return
+
+    def redacting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        return _redacted_record(factory(*args, **kwargs))
+
+    redacting_factory.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacting_factory)
 
 
 class RedactingConsole(Console):

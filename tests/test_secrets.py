@@ -132,14 +132,22 @@ def test_the_cli_redacts_every_log_line_and_console_message(
 ) -> None:
     from agentgrad.redact import RedactingConsole, redact_logs
 
+    import io
+
     remember_secret("configured-secret-9876")
     redact_logs()
-    logging.getLogger("agentgrad.somewhere").warning("reply unusable: %r", "echo configured-secret-9876 sk-abcdef123456")
+    later = io.StringIO()  # a handler configured after the CLI started (the runner's basicConfig) is covered too
+    logger = logging.getLogger("agentgrad.somewhere")
+    logger.addHandler(logging.StreamHandler(later))
+    try:
+        logger.warning("reply unusable: %r", "echo configured-secret-9876 sk-abcdef123456")
+    finally:
+        logger.handlers.clear()
     RedactingConsole().print("store at https://user:pa55word@host/api, key configured-secret-9876")
     out = capsys.readouterr().out
     for leaked in ("configured-secret-9876", "sk-abcdef123456", "pa55word"):
-        assert leaked not in out + caplog.text
-    assert out.count("[redacted]") == 2 and caplog.text.count("[redacted]") == 2
+        assert leaked not in out + caplog.text + later.getvalue()
+    assert out.count("[redacted]") == 2 and later.getvalue().count("[redacted]") == 2
 
 
 def test_a_stream_is_held_back_only_while_its_text_may_begin_a_known_secret() -> None:
