@@ -342,23 +342,27 @@ class Gateway:
             deadline = Deadline.start(connect_s, first_byte_s, total_s)
             url, retries, response = upstream.urls[call.api], 0, None
             try:
-                async with asyncio.timeout_at(deadline.ends):
-                    response, retries = await post_with_retries(
-                        self._session, upstream, call.api, outgoing, deadline=deadline,
-                        max_retries=self.max_retries, backoff_s=self.retry_backoff_s,
-                    )
-                    version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
-                    streamed = request.get("stream") and response.content_type == "text/event-stream"
-                    if streamed and response.status < 400:
-                        return await self._relay_stream(send, call, response, added, version, retries, deadline)
-                    payload = await response.read()  # within the deadline: a stall or a cut gives a 504 / 502 below
-            except GatewayError as error:
-                return await self._fail(send, call, error)
-            except asyncio.TimeoutError as exc:
-                return await self._fail(send, call, deadline.error(upstream, url, exc, retries))
-            except aiohttp.ClientError as exc:
-                message = f"upstream {upstream.name!r} at {url} broke off its answer: {type(exc).__name__}: {exc}"
-                return await self._fail(send, call, GatewayError(502, message, "upstream_error", "upstream_interrupted", retries))
+                try:
+                    async with asyncio.timeout_at(deadline.ends):
+                        response, retries = await post_with_retries(
+                            self._session, upstream, call.api, outgoing, deadline=deadline,
+                            max_retries=self.max_retries, backoff_s=self.retry_backoff_s,
+                        )
+                        streamed = (bool(request.get("stream")) and response.content_type == "text/event-stream"
+                                    and response.status < 400)
+                        if not streamed:
+                            payload = await response.read()  # a stall or a cut here: a 504 / 502 below
+                except GatewayError as error:
+                    return await self._fail(send, call, error)
+                except asyncio.TimeoutError as exc:
+                    return await self._fail(send, call, deadline.error(upstream, url, exc, retries))
+                except aiohttp.ClientError as exc:
+                    message = f"upstream {upstream.name!r} at {url} broke off its answer: {type(exc).__name__}: {exc}"
+                    error = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
+                    return await self._fail(send, call, error)
+                version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
+                if streamed:
+                    return await self._relay_stream(send, call, response, added, version, retries, deadline)
             finally:
                 if response is not None:
                     response.release()
@@ -421,26 +425,23 @@ class Gateway:
         pending = b""
         redactor = StreamRedactor(call.api) if StreamRedactor.needed() else None  # a key streamed in pieces
         try:
-            async for data in response.content.iter_any():
-                if b"\r" in data:
-                    data = data.replace(b"\r\n", b"\n")
-                events = (pending + data).split(b"\n\n")
-                pending = events.pop()
-                relayed = [_relay_event(redact_known_bytes(event), assembler, added, call) for event in events]
-                out = b"".join(relayed if redactor is None else [redactor.push(event) for event in relayed])
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            async with asyncio.timeout_at(deadline.ends):  # the call's deadline: a trickling stream ends too
+                async for data in response.content.iter_any():
+                    if b"\r" in data:
+                        data = data.replace(b"\r\n", b"\n")
+                    events = (pending + data).split(b"\n\n")
+                    pending = events.pop()
+                    relayed = [_relay_event(redact_known_bytes(event), assembler, added, call) for event in events]
+                    out = b"".join(relayed if redactor is None else [redactor.push(event) for event in relayed])
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
             if redactor is not None and (out := redactor.flush()):
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError, asyncio.CancelledError, _BadChunk) as exc:
-            if redactor is not None and (out := redactor.flush()) and not isinstance(exc, asyncio.CancelledError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, _BadChunk) as exc:
+            if redactor is not None and (out := redactor.flush()):
                 await send({"type": "http.response.body", "body": out, "more_body": True})
             name = call.upstream.name if call.upstream else "?"
-            if isinstance(exc, asyncio.CancelledError):  # the deadline's (the agent hanging up cancels the task)
-                if deadline.remaining() > 0:
-                    raise
-                error = deadline.error(call.upstream, call.upstream.urls[call.api], exc, retries)  # type: ignore[union-attr]
-            elif isinstance(exc, asyncio.TimeoutError):
+            if isinstance(exc, asyncio.TimeoutError):
                 error = deadline.error(call.upstream, call.upstream.urls[call.api], exc, retries)  # type: ignore[union-attr]
             elif isinstance(exc, _BadChunk):
                 message = f"upstream {name!r} sent a malformed stream chunk: {exc}"
