@@ -29,6 +29,7 @@ from rich.text import Text
 
 from agentgrad import semconv as sc
 from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.redact import redact, redact_known
 from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout, RolloutConfig, RolloutStatus, Span
 
 log = logging.getLogger(__name__)
@@ -307,16 +308,16 @@ class APO(Algorithm["APOResult"]):
                 choice = reply.choices[0] if reply.choices else None
                 if choice is not None and choice.finish_reason == "length":
                     raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
-                return between_markers(choice.message.content if choice else None, tag)
+                return between_markers(redact_known(choice.message.content or "") if choice else None, tag)
             except openai.APIStatusError as exc:
                 if exc.status_code in (401, 403, 404):  # wrong key, URL or model name: no retry will help
-                    raise APOError(f"APO cannot call model {model!r} at {client.base_url}: {exc}") from exc
+                    raise APOError(redact(f"APO cannot call model {model!r} at {client.base_url}: {exc}")) from exc
                 problem = f"{type(exc).__name__}: {exc}"
             except (openai.APIError, ValueError) as exc:
                 problem = str(exc)
             self._tally["unusable"] += 1
             log.warning("APO %s reply from %s unusable (try %d of %d): %s",
-                        tag, model, attempt, self.max_tries, problem)
+                        tag, model, attempt, self.max_tries, redact(problem))
         self._tally["skipped"] += 1
         return None
 

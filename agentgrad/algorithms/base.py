@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from rich.console import Console
 
+from agentgrad.redact import RedactingConsole
 from agentgrad.store import Store
 from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
 
@@ -88,7 +89,7 @@ class Algorithm(Generic[R]):
     """
 
     _store: Store | None = None
-    console: Console = Console()
+    console: Console = RedactingConsole()
     last_failures: Failures | None = None
     """What `run_rollouts` found wrong in its latest batch."""
     rollout_config: RolloutConfig | None = None

@@ -20,6 +20,7 @@ import orjson
 from agentgrad import semconv as sc
 import agentgrad.gateway.responses as responses
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.redact import redact_known
 from agentgrad.store import NotFoundError, Store
 from agentgrad.rollout.tracer import SpanSink
 from agentgrad.types import Span, SpanStatus
@@ -222,6 +223,8 @@ class Call:
     first_token: float | None = None
     token_ids_asked: bool = True
     """Whether the upstream was asked for token ids (by the gateway or the client): says why they may be absent."""
+    recorded: bool = False
+    """Whether its span was queued (a call the agent hung up on is recorded once, by whoever gets there first)."""
 
     @property
     def operation(self) -> str:
@@ -256,6 +259,7 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         attributes[sc.HTTP_STATUS] = error.status
         status = SpanStatus(code="ERROR", description=error.message)
     trace_id, parent_id = parse_traceparent(call.traceparent)
+    attributes = {key: _without_secrets(value) for key, value in attributes.items()}  # both directions
     return Span.model_construct(  # every field is built here, of the right type: no validation pass
         rollout_id=call.rollout_id,
         attempt_id=call.attempt_id,
@@ -270,6 +274,16 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         events=[],
         status=status,
     )
+
+
+def _without_secrets(value: Any) -> Any:
+    """A recorded value without the secrets this process knows (`redact.remember_secret`): the upstream's
+    key, echoed in an answer or pasted into a request, is stored nowhere."""
+    if isinstance(value, str):
+        return redact_known(value)
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return [redact_known(item) if isinstance(item, str) else item for item in value]
+    return value
 
 
 def parse_traceparent(value: bytes | None) -> tuple[str | None, str | None]:

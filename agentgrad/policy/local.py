@@ -64,10 +64,12 @@ class LocalPolicy:
     def start(self) -> None:
         from agentgrad.engine.server import create_engine_app
         from agentgrad.gateway import Backend, Gateway
+        from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS as LIMIT
 
         engine_server = ServerThread(create_engine_app(self.engine)).start()
         self._servers.append(engine_server)
-        backend = Backend(url=engine_server.url + "/v1", model=self.engine.name, system="agentgrad")
+        backend = Backend(url=engine_server.url + "/v1", model=self.engine.name, system="agentgrad",
+                          first_byte_timeout_s=LIMIT, timeout_s=LIMIT)
         self.serve_gateway(Gateway(self.store, {self.engine.name: backend}, default=backend))
 
     def serve_gateway(self, gateway: Any) -> None:
