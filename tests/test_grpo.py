@@ -10,7 +10,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig, TaskSampler, group_advantages, grpo_update, policy_loss
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig, group_advantages, grpo_update, policy_loss
+from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.policy.checkpoints import TRAINER_STATE, latest_checkpoint, prune_checkpoints
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -25,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
+from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.policy.config import check_engine_config, make_policy
 from agentgrad.policy.checkpoints import latest_checkpoint, load_sharded_checkpoint, prune_checkpoints, save_sharded_checkpoint
 from agentgrad.policy.local import LocalPolicy
@@ -410,25 +410,6 @@ def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
         return ones, torch.zeros_like(ones)
     ratio = (trainer_logprobs.detach() - sampler_logprobs).exp()
     return ratio.clamp(max=cap), (ratio > cap).float()
-
-
-class TaskSampler:
-    """Tasks in a fresh random order each epoch, reproducible from the seed; `skip` resumes a run."""
-
-    def __init__(self, n: int, seed: int, skip: int = 0) -> None:
-        self.n = n
-        self.rng = random.Random(seed)
-        self.order: list[int] = []
-        self.take(skip)
-
-    def take(self, count: int) -> list[int]:
-        taken = []
-        for _ in range(count):
-            if not self.order:
-                self.order = list(range(self.n))
-                self.rng.shuffle(self.order)
-            taken.append(self.order.pop())
-        return taken
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

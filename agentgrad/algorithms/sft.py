@@ -21,10 +21,10 @@ import torch
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
-from agentgrad.algorithms.grpo import TaskSampler
+from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.policy.config import check_engine_config, make_policy
 from agentgrad.policy.local import LocalPolicy
-from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
+from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.types import RolloutConfig, RolloutStatus
@@ -180,12 +180,3 @@ def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     optimizer.step()
     return float(loss.detach())  # type: ignore[union-attr]
 
-
-def sharded_sft_step(sharded: ShardedPolicy, batch: Sequence[Trajectory], max_grad_norm: float, pad_token_id: int) -> float:
-    """`sft_update` on one rank's share of `batch` (run by `ShardedPolicy.run`); returns the whole batch's loss."""
-    share, _ = sharded.share([len(t.token_ids) for t in batch])
-    total = sum(t.response_length for t in batch)
-    loss = torch.tensor([sft_update(sharded.model, sharded.optimizer, [batch[i] for i in share], max_grad_norm,
-                                    pad_token_id, total_tokens=total)], dtype=torch.float64)
-    torch.distributed.all_reduce(loss)
-    return float(loss[0])
