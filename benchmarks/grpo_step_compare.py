@@ -47,7 +47,7 @@ def child(steps: int) -> None:
     after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     config = GRPOConfig(steps=steps, prompts_per_step=8, group_size=8, val_every=0, skip_uniform_groups=False, seed=0)
     with tempfile.TemporaryDirectory() as store_dir:
-        result = ag.Trainer(GRPO(config, engine=engine), n_runners=4, runner_concurrency=16,
+        result = ag.Trainer(GRPO(config, local_engine=engine), n_runners=4, runner_concurrency=16,
                             store=f"{store_dir}/store.db").fit(calc.calc_agent, train)
     timed = result.history[1:] or result.history
 

@@ -85,7 +85,9 @@ def main(args: argparse.Namespace) -> None:
     train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed, demo=args.task)
     began = time.perf_counter()
     engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
-    engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
+    from agentgrad.policy.config import PolicyConfig
+
+    policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
     checkpoints = str(Path(".agentgrad") / f"checkpoints-{time.strftime('%Y%m%d-%H%M%S')}")
     algorithm: ag.Algorithm
     if args.algorithm == "grpo":
@@ -95,12 +97,12 @@ def main(args: argparse.Namespace) -> None:
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
         algorithm = GRPO(GRPOConfig(steps=steps, val_every=10 if args.task == "plain" else steps, micro_batch_size=8,
                                     checkpoint_dir=checkpoints, seed=args.seed, train_processes=args.train_processes,
-                                    **engine_config), engine=engine)
+                                    policy=policy), local_engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed, **engine_config),
-                        engine=engine)
+        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
+                        local_engine=engine)
     if args.strategy == "ray":
         import ray.cloudpickle
 
