@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 from pathlib import Path
 
@@ -112,6 +114,13 @@ def test_overrides_copy_the_config_and_leave_the_given_one_unchanged() -> None:
     assert GRPO(cfg).config.steps == 20  # a later algorithm built from it shares nothing with the first
     sft_cfg = SFTConfig()
     assert SFT(sft_cfg, rounds=1, lora_alpha=32).config.policy.lora_alpha == 32 and sft_cfg.rounds == 3
+
+
+def test_no_setting_shares_a_name_with_a_constructor_argument() -> None:
+    for algorithm, config in ((GRPO, GRPOConfig), (SFT, SFTConfig)):
+        arguments = set(inspect.signature(algorithm.__init__).parameters) - {"self", "overrides"}
+        settings = {f.name for f in dataclasses.fields(config)} | {f.name for f in dataclasses.fields(PolicyConfig)}
+        assert arguments == {"config", "local_engine", "model"} and not arguments & settings
 
 
 def test_the_engine_kind_is_a_setting_and_a_loaded_engine_has_its_own_argument() -> None:
