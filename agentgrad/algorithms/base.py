@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from rich.console import Console
 
@@ -218,8 +218,8 @@ def with_overrides(config: C, overrides: Mapping[str, Any], algorithm: str, nest
             raise TypeError(f"{algorithm} has no setting {key!r}; the settings of {type(config).__name__} are: "
                             f"{', '.join(valid)}")
         inner[owner][key] = value
-    copied = dataclasses.replace(config, **top)  # type: ignore[type-var]
+    copied: Any = dataclasses.replace(config, **top)  # type: ignore[type-var]  # C is a dataclass, as fields() checked
     for name, values in inner.items():
         if values:
             copied = dataclasses.replace(copied, **{name: dataclasses.replace(getattr(copied, name), **values)})
-    return copied
+    return cast(C, copied)

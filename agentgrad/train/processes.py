@@ -88,7 +88,7 @@ def _check_picklable(agent: LitAgent, hooks: Sequence[Hook]) -> None:
         ) from exc
 
 
-async def _run_watching(store: Store, work: Any, processes: list[multiprocessing.process.BaseProcess]) -> Any:
+async def _run_watching(store: Store, work: Any, processes: Sequence[multiprocessing.process.BaseProcess]) -> Any:
     """Run the algorithm; report a runner process that dies and give its attempts up at once."""
     task = asyncio.ensure_future(work)
     reported: set[str] = set()
