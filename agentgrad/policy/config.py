@@ -42,7 +42,7 @@ class PolicyConfig:
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be 'local' or 'vllm', got {self.engine!r}")
         if isinstance(self.vllm_urls, str):
-            raise ValueError(f"vllm_urls is a list of server URLs, got the string {self.vllm_urls!r}: pass [{self.vllm_urls!r}]")
+            raise TypeError(f"vllm_urls is a list of server URLs, got the string {self.vllm_urls!r}: pass [{self.vllm_urls!r}]")
         object.__setattr__(self, "vllm_urls", tuple(self.vllm_urls))  # a list given is copied (a tuple), never shared
         if self.engine == "vllm" and self.vllm_replicas < 1 and not self.vllm_urls:
             raise ValueError(f"vllm_replicas must be at least 1 (or give vllm_urls), got {self.vllm_replicas}")
