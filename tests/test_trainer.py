@@ -79,7 +79,7 @@ def test_exceptions_fail_the_attempt_with_the_traceback_recorded_and_are_retried
 
 def test_dev_runs_the_data_once_without_the_configured_algorithm() -> None:
     class Exploding(ag.Algorithm):
-        async def run(self, train_data, val_data):  # type: ignore[no-untyped-def]
+        async def run(self, ctx, train_data, val_data):  # type: ignore[no-untyped-def]
             raise AssertionError("dev must not run the trainer's algorithm")
 
     results = ag.Trainer(Exploding(), store="memory").dev(lambda task: 0.5, [1, 2, 3])

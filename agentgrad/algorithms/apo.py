@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentgrad import semconv as sc
-from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
 from agentgrad.redact import redact, redact_known
 from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout, RolloutConfig, RolloutStatus, Span
 
@@ -96,9 +96,10 @@ class APO(Algorithm["APOResult"]):
         if self.val_batch_size is not None and self.val_batch_size < 1:
             raise ValueError(f"APO val_batch_size must be at least 1 (or None for all), got {self.val_batch_size}")
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
         from openai import AsyncOpenAI
 
+        self.bind(ctx)
         # ---- setup: the seed snapshot, the prompt to optimize, the data, the critic/editor endpoint
         if not train_data:
             raise ValueError("APO needs training tasks: the critic learns from the failures among them")

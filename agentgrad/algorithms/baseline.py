@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
 from agentgrad.types import RolloutConfig
 
 
@@ -21,7 +21,8 @@ class Baseline(Algorithm["dict[str, Evaluation]"]):
         self.success_threshold = success_threshold
         self.config = config
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> dict[str, Evaluation]:
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> dict[str, Evaluation]:
+        self.bind(ctx)
         results: dict[str, Evaluation] = {}
         for split, data in (("train", train_data), ("val", val_data)):
             if not data:

@@ -180,7 +180,9 @@ def main(args: argparse.Namespace) -> None:
                       + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else ""))
     began = time.perf_counter()
     engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
-    engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
+    from agentgrad.policy.config import PolicyConfig
+
+    policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
     checkpoints = str(run.checkpoints)
     algorithm: ag.Algorithm
     if args.algorithm == "grpo":
@@ -192,12 +194,12 @@ def main(args: argparse.Namespace) -> None:
                                     checkpoint_dir=checkpoints, checkpoint_every=args.checkpoint_every,
                                     prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                                     seed=args.seed, train_processes=args.train_processes,
-                                    **engine_config), engine=engine)
+                                    policy=policy), local_engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        algorithm = SFT(SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, **engine_config),
-                        engine=engine)
+        algorithm = SFT(SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
+                        local_engine=engine)
     if args.strategy == "ray":
         import ray.cloudpickle
 

@@ -1,7 +1,7 @@
 """One rank of a sharded policy update: the model under PyTorch FSDP2, its share of each step.
 
 Every rank receives the whole step's batch, splits it by tokens with the same deterministic
-rule (`split_by_tokens`), and runs the GRPO / SFT update of `agentgrad.algorithms` on its share
+rule (`split_by_tokens`), and runs the GRPO update of `agentgrad.algorithms` on its share
 with the loss divided by the whole step's response-token count. FSDP's reduce-scatter is set to
 sum rather than average the ranks' gradients, so the gradient, its global norm (clipping over
 the sharded DTensors) and the AdamW step are those of one process over the whole batch. Every
@@ -127,7 +127,7 @@ class ShardedPolicy:
 
     def run(self, step: Callable[..., Any], *args: Any) -> Any:
         """`step(self, *args)` on this rank: an algorithm's sharded update, written beside its loss
-        (`grpo.sharded_grpo_step`, `sft.sharded_sft_step`), so this module imports no algorithm."""
+        (`grpo.sharded_grpo_step`), so this module imports no algorithm."""
         self.model.train()
         return step(self, *args)
 
