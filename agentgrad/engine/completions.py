@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from agentgrad.engine.api import CompletionRequest, RequestError, read_json, validate
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.wire import generate, headers
+from agentgrad.semconv import weights_fingerprint
 
 
 async def completions(engine: Engine, names: list[str], request: Request) -> Response:
@@ -59,6 +60,6 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
     prompt_tokens = sum(len(g.prompt_token_ids) for g in generations if g is not None)
     completion_tokens = sum(len(c.token_ids) for g in generations if g is not None for c in g.completions)
     body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": parsed.model,
-            "system_fingerprint": f"agentgrad-weights-v{version}", "choices": choices,
+            "system_fingerprint": weights_fingerprint(version), "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}}
     return JSONResponse(body, headers=headers(version))
