@@ -48,14 +48,12 @@ from agentgrad.gateway.upstreams import (
 )
 from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.replicas import ReplicaPool
-from agentgrad.guard import bearer_ok, expected_authorization
+from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 32 * 2**20
-"""Larger request bodies get a 413."""
 MAX_UPSTREAM_CONNECTIONS = 1024
 
 _ROUTE = re.compile(

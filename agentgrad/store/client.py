@@ -29,6 +29,7 @@ from urllib.parse import quote, urlencode
 
 from pydantic import TypeAdapter
 
+from agentgrad.guard import TOKEN_ENV
 from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Operation
 from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.base import Store
@@ -59,8 +60,6 @@ FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 REQUEST_TIMEOUT_SECONDS = 60.0
 """Longest wait for one answer (a long-poll gets `LONG_POLL_SECONDS` more)."""
-
-TOKEN_ENV = "AGENTGRAD_TOKEN"
 
 ERRORS: dict[str, type[Exception]] = {
     "NotFoundError": NotFoundError,
