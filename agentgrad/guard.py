@@ -225,7 +225,7 @@ class Guard:
         if refusal is not None:
             await self._refuse(scope, send, refusal)
             return
-        if length is None and not chunked or length == b"0":
+        if (length is None and not chunked) or length == b"0":
             await self.app(scope, receive, send)
             return
         body = await self._read_body(receive)
@@ -353,4 +353,4 @@ def _deeper_than(shape: bytes, limit: int) -> bool | None:
         if len(inner) == len(shape):
             return None
         shape = inner
-    return True if shape else False
+    return bool(shape)

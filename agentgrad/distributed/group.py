@@ -203,7 +203,8 @@ class SpawnedGroup:
                 except Exception:  # queue.Empty: is the rank still alive?
                     if not self._processes[rank].is_alive():
                         self.close()
-                        raise RuntimeError(f"training process {rank} died (exit code {self._processes[rank].exitcode})")
+                        raise RuntimeError(
+                            f"training process {rank} died (exit code {self._processes[rank].exitcode})") from None
         errors = [payload for status, payload in answers if status == "error"]
         if errors:
             self.close()

@@ -20,11 +20,11 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -207,7 +207,7 @@ class Engine:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}")
-        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)  # noqa: E721
+        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
         request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)

@@ -208,7 +208,7 @@ def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[
                     return
                 if isinstance(item, Generation):
                     break
-                _, token, logprob, delta, top = item
+                delta = item[3]  # the event is (choice, token id, logprob, delta, top logprobs)
                 text = held.feed(delta)
                 if text and not message_open:
                     message_open = True

@@ -35,7 +35,9 @@ from urllib.parse import unquote
 import orjson
 
 from agentgrad import semconv as sc
+from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
@@ -46,8 +48,6 @@ from agentgrad.gateway.upstreams import (
     Upstream,
     post_with_retries,
 )
-from agentgrad.gateway.checks import answer_problem, request_problem
-from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import Store

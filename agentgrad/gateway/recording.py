@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentgrad import semconv as sc
 import agentgrad.gateway.responses as responses
+from agentgrad import semconv as sc
+from agentgrad.rollout.tracer import SpanSink
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
-from agentgrad.rollout.tracer import SpanSink
 from agentgrad.types import Span, SpanStatus
 
 if TYPE_CHECKING:

@@ -126,9 +126,9 @@ class ResponsesStream:
             self.started = event["response"]
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             self.text += event["delta"]
-        elif kind == "response.output_item.done" and isinstance(event.get("item"), dict):
-            if event["item"].get("type") == "function_call":
-                self.items.append(event["item"])
+        elif (kind == "response.output_item.done" and isinstance(event.get("item"), dict)
+              and event["item"].get("type") == "function_call"):
+            self.items.append(event["item"])
 
     def result(self) -> dict[str, Any]:
         if self.final is not None:

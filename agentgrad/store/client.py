@@ -31,8 +31,8 @@ from pydantic import TypeAdapter
 
 from agentgrad.guard import TOKEN_ENV
 from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Operation
-from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.base import Store
+from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.http11 import ConnectionPool, TransportError
 from agentgrad.store.span_batches import SpanBatches
 from agentgrad.store.transitions import as_requests

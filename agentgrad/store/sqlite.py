@@ -34,8 +34,18 @@ from agentgrad.store.sqlite_schema import (
     rollout_of,
 )
 from agentgrad.store.transitions import Clock
-from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout, RolloutStatus
-from agentgrad.types import Span, StoreStats, Worker
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Worker,
+)
 
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt exactly as the partial index `rollouts_waiting` is, so the planner uses it."""
