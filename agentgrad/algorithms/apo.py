@@ -501,7 +501,7 @@ class _StandIn(str):
             raise AttributeError(name)
         return self
 
-    def __getitem__(self, key: Any) -> _StandIn:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> _StandIn:
         return self
 
 

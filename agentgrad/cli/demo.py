@@ -22,12 +22,16 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 import agentgrad as ag
+
+if TYPE_CHECKING:  # the train extra: imported when the demo picks its algorithm
+    from agentgrad.algorithms.grpo import GRPOResult
+    from agentgrad.algorithms.sft import SFTResult
 
 console = Console()
 
@@ -87,7 +91,7 @@ def main(args: argparse.Namespace) -> None:
     engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
     engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
     checkpoints = str(Path(".agentgrad") / f"checkpoints-{time.strftime('%Y%m%d-%H%M%S')}")
-    algorithm: ag.Algorithm
+    algorithm: ag.Algorithm[GRPOResult | SFTResult]
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
@@ -105,7 +109,7 @@ def main(args: argparse.Namespace) -> None:
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
-    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store, strategy=args.strategy)
+    trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store, strategy=args.strategy)
     console.print(f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
                   f"on {engine.name} ({engine.device}, "
                   f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,9 +24,10 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
     if isinstance(prompt, str):
         prompts = [engine.tokenizer.encode(prompt)]
     elif prompt and isinstance(prompt[0], int):
-        prompts = [list(prompt)]  # type: ignore[arg-type]
+        prompts = [list(prompt)]
     else:
-        prompts = [engine.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]  # type: ignore[union-attr]
+        items = cast("list[str | list[int]]", prompt)  # not a list of ints: checked above
+        prompts = [engine.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in items]
     if not prompts:
         raise RequestError("prompt is empty", "prompt")
     params = parsed.params(top_logprobs=parsed.logprobs or 0)

@@ -121,7 +121,8 @@ class Engine:
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
         self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
         self.max_batch_size = max_batch_size
-        self.max_model_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 4096)
+        configured = getattr(self.model.config, "max_position_embeddings", 4096)
+        self.max_model_len: int = max_model_len if max_model_len else configured
         config_eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
         eos = {self.tokenizer.eos_token_id} | set(config_eos if isinstance(config_eos, list) else [config_eos])
         self.eos_token_ids = {t for t in eos if t is not None}

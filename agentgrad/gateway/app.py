@@ -98,7 +98,7 @@ class Gateway:
         self._default_router = default if isinstance(default, ReplicaPool) else None
         self._default = (
             None
-            if default is None or self._default_router is not None
+            if default is None or isinstance(default, ReplicaPool)
             else Upstream.of("default", default if isinstance(default, Backend) else Backend(default))
         )
         self.token = token
@@ -301,9 +301,9 @@ class Gateway:
             try:
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
                 if response.status >= 400:
-                    error = GatewayError.from_response(upstream, response.status, await response.read())
-                    error.retries = retries
-                    await self._fail(send, call, error)
+                    refused = GatewayError.from_response(upstream, response.status, await response.read())
+                    refused.retries = retries
+                    await self._fail(send, call, refused)
                 elif request.get("stream") and response.content_type == "text/event-stream":
                     await self._relay_stream(send, call, response, added, version, retries)
                 else:
@@ -311,7 +311,7 @@ class Gateway:
             finally:
                 response.release()
         finally:
-            if lease is not None:
+            if router is not None and lease is not None:
                 router.release(lease)
 
     async def _relay(

@@ -398,6 +398,7 @@ class SqliteStore(LocalStore):
                     self._get_attempt(self._conn, rollout_id, attempt_id)
                 elif not all_attempts:
                     attempt_id = self._get_rollout(self._conn, rollout_id).latest_attempt_id
+                params: tuple[str | None, ...]
                 if all_attempts and attempt_id is None:
                     sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
                 else:
@@ -472,7 +473,8 @@ class SqliteStore(LocalStore):
             )
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if name is not None:
             where.append("name = ?")
             params.append(name)
