@@ -92,19 +92,34 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentgrad.rollout.agent import AgentError, LitAgent
     from agentgrad.algorithms.apo import APO, APOResult
     from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
     from agentgrad.algorithms.baseline import Baseline
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig, GRPOResult
     from agentgrad.algorithms.sft import SFT, SFTConfig, SFTResult
-    from agentgrad.policy.config import PolicyConfig
-    from agentgrad.rollout.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
     from agentgrad.gateway import Backend, Gateway
+    from agentgrad.policy.config import PolicyConfig
+    from agentgrad.rollout.agent import AgentError, LitAgent
+    from agentgrad.rollout.emit import (
+        emit_annotation,
+        emit_exception,
+        emit_message,
+        emit_object,
+        emit_reward,
+        operation,
+    )
     from agentgrad.rollout.gateway_env import GatewayEnvHook
     from agentgrad.rollout.instrument import instrument_openai
     from agentgrad.rollout.naming import agent
     from agentgrad.rollout.runner import Hook, Runner
-    from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, Store, StoreError, open_store
+    from agentgrad.store import (
+        InvalidTransitionError,
+        MemoryStore,
+        NotFoundError,
+        SqliteStore,
+        Store,
+        StoreError,
+        open_store,
+    )
     from agentgrad.train.trainer import Trainer
     from agentgrad.types import LLM, PromptTemplate, Rollout, RolloutConfig

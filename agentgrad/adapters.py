@@ -225,7 +225,7 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
         outputs = sc.output_messages(span)
         if not outputs:
             continue
-        chat = messages + [chat_message(outputs[0])]
+        chat = [*messages, chat_message(outputs[0])]
         if chats and messages[: len(chats[-1])] == chats[-1]:
             chats[-1] = chat
         else:

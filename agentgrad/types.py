@@ -11,7 +11,7 @@ import re
 import string
 import time
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -310,7 +310,7 @@ class PromptTemplate(BaseModel):
         return {field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(self.template) if field}
 
 
-Resource = Annotated[Union[LLM, PromptTemplate], Field(discriminator="resource_type")]
+Resource = Annotated[LLM | PromptTemplate, Field(discriminator="resource_type")]
 NamedResources = dict[str, Resource]
 
 

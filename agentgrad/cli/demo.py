@@ -29,12 +29,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 import agentgrad as ag
 from agentgrad.redact import RedactingConsole
+
+if TYPE_CHECKING:  # the train extra: imported when the demo picks its algorithm
+    from agentgrad.algorithms.grpo import GRPOResult
+    from agentgrad.algorithms.sft import SFTResult
 
 console = RedactingConsole()
 
@@ -184,7 +188,7 @@ def main(args: argparse.Namespace) -> None:
 
     policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
     checkpoints = str(run.checkpoints)
-    algorithm: ag.Algorithm
+    algorithm: ag.Algorithm[GRPOResult | SFTResult]
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
@@ -204,7 +208,8 @@ def main(args: argparse.Namespace) -> None:
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
-    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store, strategy=args.strategy)
+    trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(
+        algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store, strategy=args.strategy)
     console.print(f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
                   f"on {engine.name} ({engine.device}, "
                   f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "

@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentgrad.cli import views
-from agentgrad.guard import check_exposure
+from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
-from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
+from agentgrad.store.client import StoreUnreachable
 
 console = RedactingConsole()
 

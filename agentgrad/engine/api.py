@@ -187,8 +187,8 @@ def validate(body: Any, schema: type[BaseModel], names: list[str]) -> Any:
         if name in REFUSED:
             raise RequestError(f"unsupported parameter {name!r}: {REFUSED[name]}", name)
         raise RequestError(f"unsupported parameter {name!r}: this engine does not implement it", name)
-    if parsed.model not in names:  # type: ignore[attr-defined]
-        raise RequestError(f"model {parsed.model!r} is not served here; this engine serves {names}", "model", 404, "not_found_error")
+    if body["model"] not in names:  # every request schema has a `model: str`, so it is the parsed one
+        raise RequestError(f"model {body['model']!r} is not served here; this engine serves {names}", "model", 404, "not_found_error")
     return parsed
 
 

@@ -24,6 +24,7 @@ from agentgrad.engine.constraints import json_object_grammar, json_schema_gramma
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.wire import generate, headers, stream, token_logprobs, usage
+from agentgrad.semconv import weights_fingerprint
 
 
 @dataclass
@@ -152,7 +153,7 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
         choices.append(choice)
     body: dict[str, Any] = {
         "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": parsed.model,
-        "system_fingerprint": f"agentgrad-weights-v{generation.version}", "choices": choices, "usage": usage(generation),
+        "system_fingerprint": weights_fingerprint(generation.version), "choices": choices, "usage": usage(generation),
     }
     if parsed.return_token_ids:
         body["prompt_token_ids"] = generation.prompt_token_ids
@@ -189,7 +190,7 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
         body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": parsed.model,
-                "system_fingerprint": f"agentgrad-weights-v{version}", "choices": choices, **extra}
+                "system_fingerprint": weights_fingerprint(version), "choices": choices, **extra}
         return f"data: {json.dumps(body)}\n\n"
 
     def ending(index: int, c: Completion) -> list[str]:

@@ -20,11 +20,11 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -121,7 +121,8 @@ class Engine:
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
         self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
         self.max_batch_size = max_batch_size
-        self.max_model_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 4096)
+        configured = getattr(self.model.config, "max_position_embeddings", 4096)
+        self.max_model_len: int = max_model_len if max_model_len else configured
         config_eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
         eos = {self.tokenizer.eos_token_id} | set(config_eos if isinstance(config_eos, list) else [config_eos])
         self.eos_token_ids = {t for t in eos if t is not None}
@@ -207,7 +208,7 @@ class Engine:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}")
-        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)  # noqa: E721
+        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
         request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)

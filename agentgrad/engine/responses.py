@@ -29,6 +29,7 @@ from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 from agentgrad.engine.tools import format_for
 from agentgrad.engine.wire import generate, headers, stream
+from agentgrad.semconv import weights_fingerprint
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -136,7 +137,7 @@ def _body(parsed: ResponsesRequest, response_id: str, created: int, status: str,
         "temperature": parsed.temperature, "top_p": parsed.top_p, "max_output_tokens": parsed.max_output_tokens,
         "text": parsed.text or {"format": {"type": "text"}}, "metadata": parsed.metadata or {}, "store": False,
         "previous_response_id": None, "reasoning": None, "truncation": "disabled", "error": None,
-        "incomplete_details": None, "usage": None, "system_fingerprint": f"agentgrad-weights-v{version}",
+        "incomplete_details": None, "usage": None, "system_fingerprint": weights_fingerprint(version),
     }
     if generation is not None:
         c = generation.completions[0]
@@ -207,7 +208,7 @@ def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[
                     return
                 if isinstance(item, Generation):
                     break
-                _, token, logprob, delta, top = item
+                delta = item[3]  # the event is (choice, token id, logprob, delta, top logprobs)
                 text = held.feed(delta)
                 if text and not message_open:
                     message_open = True

@@ -40,7 +40,9 @@ from urllib.parse import unquote
 import orjson
 
 from agentgrad import semconv as sc
+from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.secrets import StreamRedactor
 from agentgrad.gateway.upstreams import (
@@ -53,17 +55,13 @@ from agentgrad.gateway.upstreams import (
     Upstream,
     post_with_retries,
 )
-from agentgrad.gateway.checks import answer_problem, request_problem
-from agentgrad.gateway.replicas import ReplicaPool
-from agentgrad.guard import bearer_ok, expected_authorization
+from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
 from agentgrad.redact import redact_known_bytes
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 32 * 2**20
-"""Larger request bodies get a 413."""
 MAX_UPSTREAM_CONNECTIONS = 1024
 
 _ROUTE = re.compile(
@@ -115,7 +113,7 @@ class Gateway:
         self._default_router = default if isinstance(default, ReplicaPool) else None
         self._default = (
             None
-            if default is None or self._default_router is not None
+            if default is None or isinstance(default, ReplicaPool)
             else Upstream.of("default", default if isinstance(default, Backend) else Backend(default))
         )
         self.token = token
@@ -373,7 +371,7 @@ class Gateway:
             else:
                 await self._relay(send, call, payload, added, version, retries)
         finally:
-            if lease is not None:
+            if router is not None and lease is not None:
                 router.release(lease)
 
     async def _relay(

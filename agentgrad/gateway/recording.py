@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentgrad import semconv as sc
 import agentgrad.gateway.responses as responses
-from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad import semconv as sc
 from agentgrad.redact import redact_known
-from agentgrad.store import NotFoundError, Store
 from agentgrad.rollout.tracer import SpanSink
+from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.store import NotFoundError, Store
 from agentgrad.types import Span, SpanStatus
 
 if TYPE_CHECKING:
@@ -83,11 +83,13 @@ def _logprobs(operation: str, logprobs: Any) -> list[float] | None:
     return None if values is None else list(values)
 
 
+USAGE_KEYS = {CHAT_COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
+              COMPLETIONS_API: ("prompt_tokens", "completion_tokens"), RESPONSES_API: ("input_tokens", "output_tokens")}
+"""The names each OpenAI API gives its input and output token counts in `usage`."""
+
+
 def response_attributes(api: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
     """What the upstream answered, in the layout `agentgrad.semconv` describes."""
-    if api == RESPONSES_API:
-        return responses.response_attributes(response, version_header)
-    operation = OPERATIONS[api]
     attributes: dict[str, Any] = {}
     if response.get("id") is not None:
         attributes[sc.GEN_AI_RESPONSE_ID] = response["id"]
@@ -95,14 +97,24 @@ def response_attributes(api: str, response: dict[str, Any], version_header: str 
         attributes[sc.GEN_AI_RESPONSE_MODEL] = response["model"]
     usage = response.get("usage")
     if isinstance(usage, dict):
-        if usage.get("prompt_tokens") is not None:
-            attributes[sc.GEN_AI_INPUT_TOKENS] = usage["prompt_tokens"]
-        if usage.get("completion_tokens") is not None:
-            attributes[sc.GEN_AI_OUTPUT_TOKENS] = usage["completion_tokens"]
+        input_key, output_key = USAGE_KEYS[api]
+        if usage.get(input_key) is not None:
+            attributes[sc.GEN_AI_INPUT_TOKENS] = usage[input_key]
+        if usage.get(output_key) is not None:
+            attributes[sc.GEN_AI_OUTPUT_TOKENS] = usage[output_key]
     version = sc.model_version(version_header, response.get("system_fingerprint"))
     if version is not None:
         attributes[sc.WEIGHTS_VERSION] = version
+    if api == RESPONSES_API:
+        attributes.update(responses.output_attributes(response))
+    else:
+        attributes.update(_choice_attributes(OPERATIONS[api], response))
+    return attributes
 
+
+def _choice_attributes(operation: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A chat or text completion's choices: messages, finish reasons, token ids and logprobs of each."""
+    attributes: dict[str, Any] = {}
     choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
     attributes[sc.CHOICE_COUNT] = len(choices)
     attributes[sc.GEN_AI_FINISH_REASONS] = [c.get("finish_reason") or "" for c in choices]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,9 @@ from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.serving import ServerThread
 from agentgrad.store import Store
 from agentgrad.types import LLM
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class LocalPolicy:
         self.gateway_url: str | None = None
 
     @property
-    def model(self) -> torch.nn.Module:
+    def model(self) -> PreTrainedModel:
         return self.engine.model
 
     def start(self) -> None:

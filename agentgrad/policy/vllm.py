@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import torch
 
-from agentgrad.policy.local import LocalPolicy
-from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
 from agentgrad.engine import Engine
 from agentgrad.engine.model import resolve_model
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
-from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
 from agentgrad.gateway.replicas import ReplicaPool
+from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
+from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)

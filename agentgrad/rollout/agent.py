@@ -86,7 +86,7 @@ class FunctionAgent(LitAgent):
 
     def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
-        functools.update_wrapper(self, function)  # type: ignore[arg-type]
+        functools.update_wrapper(self, function)
         signature = inspect.signature(function)
         try:
             hints = typing.get_type_hints(function)

@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgrad.rollout import instrument
 from agentgrad.rollout.instrument import instrument_openai
@@ -64,8 +64,8 @@ class GatewayEnvHook(Hook):
     context instead.
     """
 
-    _active: dict[str, str] = {}  # attempt id -> route, for every attempt running in this process
-    _saved: dict[str, str | None] = {}
+    _active: ClassVar[dict[str, str]] = {}  # attempt id -> route, for every attempt running in this process
+    _saved: ClassVar[dict[str, str | None]] = {}
     _class_lock = threading.Lock()
 
     def __init__(self, gateway_url: str, api_key: str = "agentgrad") -> None:

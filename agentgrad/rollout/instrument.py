@@ -13,8 +13,8 @@ import threading
 from typing import Any
 
 from agentgrad.rollout.naming import current_agent
-from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
 from agentgrad.rollout.tracer import current_attempt
+from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
 
 _original_build_headers: Any = None
 _lock = threading.Lock()

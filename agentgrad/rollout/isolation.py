@@ -94,7 +94,7 @@ def _attempt_main(connection: Connection, agent: LitAgent, rollout: AttemptedRol
     with bind_attempt(rollout.rollout_id, rollout.attempt.attempt_id, _PipeSink(connection)):  # type: ignore[arg-type]
         try:
             answer: tuple[str, Any] = ("reward", asyncio.run(agent.run(rollout.input, resources, rollout)))
-        except BaseException as exc:  # noqa: BLE001 - every way an agent fails is its attempt's error
+        except BaseException as exc:
             emit_exception(exc)
             answer = ("error", describe(exc))
     connection.send(answer)

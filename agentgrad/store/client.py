@@ -29,9 +29,10 @@ from urllib.parse import quote, urlencode
 
 from pydantic import TypeAdapter
 
+from agentgrad.guard import TOKEN_ENV
 from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Operation
-from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.base import Store
+from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.http11 import ConnectionPool, TransportError
 from agentgrad.store.span_batches import SpanBatches
 from agentgrad.store.transitions import as_requests
@@ -61,8 +62,6 @@ FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 REQUEST_TIMEOUT_SECONDS = 60.0
 """Longest wait for one answer (a long-poll gets `LONG_POLL_SECONDS` more)."""
-
-TOKEN_ENV = "AGENTGRAD_TOKEN"
 
 ERRORS: dict[str, type[Exception]] = {
     "NotFoundError": NotFoundError,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
@@ -26,7 +27,7 @@ def problem(status: int, error: str, detail: str) -> Answer:
     return status, json.dumps({"error": error, "detail": detail}).encode()
 
 
-def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, error: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 

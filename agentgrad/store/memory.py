@@ -10,8 +10,18 @@ from typing import Any
 import agentgrad.store.transitions as t
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.transitions import Clock
-from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout
-from agentgrad.types import RolloutStatus, Span, StoreStats, Worker
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Worker,
+)
 
 
 class MemoryStore(LocalStore):

@@ -38,8 +38,18 @@ from agentgrad.store.sqlite_schema import (
     rollout_of,
 )
 from agentgrad.store.transitions import Clock
-from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout, RolloutStatus
-from agentgrad.types import Span, StoreStats, Worker
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Worker,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +122,9 @@ class SqliteStore(LocalStore):
                         self._conn.execute("RELEASE nested")
                     else:
                         self._conn.execute("ROLLBACK")
-                raise self._disk_full(exc) or exc
+                if (full := self._disk_full(exc)) is not None and full is not exc:
+                    raise full from exc
+                raise
             finally:
                 self._depth -= 1
             if not self._conn.in_transaction:
@@ -122,7 +134,9 @@ class SqliteStore(LocalStore):
             except sqlite3.Error as exc:
                 if not nested and self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
-                raise self._disk_full(exc) or exc
+                if (full := self._disk_full(exc)) is not None and full is not exc:
+                    raise full from exc
+                raise
             if self._full and not nested:
                 self._full = False
                 log.warning("store %s: writes succeed again (the disk has room)", self.path)
@@ -435,6 +449,7 @@ class SqliteStore(LocalStore):
                     self._get_attempt(self._conn, rollout_id, attempt_id)
                 elif not all_attempts:
                     attempt_id = self._get_rollout(self._conn, rollout_id).latest_attempt_id
+                params: tuple[str | None, ...]
                 if all_attempts and attempt_id is None:
                     sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
                 else:
@@ -509,7 +524,8 @@ class SqliteStore(LocalStore):
             )
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if name is not None:
             where.append("name = ?")
             params.append(name)
