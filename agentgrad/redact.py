@@ -107,7 +107,7 @@ def redact_logs() -> None:
 class RedactingConsole(Console):
     """A rich `Console` whose printed strings go through `redact` (the CLI's and the algorithms' console)."""
 
-    def print(self, *objects: Any, **options: Any) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **options: Any) -> None:
         markup = options.get("markup", self._markup)
         super().print(*(self._clean(o, markup) if isinstance(o, str) else o for o in objects), **options)
 

@@ -352,12 +352,12 @@ class Gateway:
                             payload = await response.read()  # a stall or a cut here: a 504 / 502 below
                 except GatewayError as error:
                     return await self._fail(send, call, error)
-                except asyncio.TimeoutError as exc:
+                except TimeoutError as exc:
                     return await self._fail(send, call, deadline.error(upstream, url, exc, retries))
                 except aiohttp.ClientError as exc:
                     message = f"upstream {upstream.name!r} at {url} broke off its answer: {type(exc).__name__}: {exc}"
-                    error = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
-                    return await self._fail(send, call, error)
+                    interrupted = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
+                    return await self._fail(send, call, interrupted)
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
                 if streamed:
                     return await self._relay_stream(send, call, response, added, version, retries, deadline)
@@ -365,9 +365,9 @@ class Gateway:
                 if response is not None:
                     response.release()
             if response.status >= 400:
-                error = GatewayError.from_response(upstream, response.status, payload)
-                error.retries = retries
-                await self._fail(send, call, error)
+                refused = GatewayError.from_response(upstream, response.status, payload)
+                refused.retries = retries
+                await self._fail(send, call, refused)
             else:
                 await self._relay(send, call, payload, added, version, retries)
         finally:
@@ -435,12 +435,12 @@ class Gateway:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
             if redactor is not None and (out := redactor.flush()):
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError, _BadChunk) as exc:
+        except (TimeoutError, aiohttp.ClientError, _BadChunk) as exc:
             if redactor is not None and (out := redactor.flush()):
                 await send({"type": "http.response.body", "body": out, "more_body": True})
             name = call.upstream.name if call.upstream else "?"
             if isinstance(exc, asyncio.TimeoutError):
-                error = deadline.error(call.upstream, call.upstream.urls[call.api], exc, retries)  # type: ignore[union-attr]
+                error = deadline.error(call.upstream, call.upstream.urls[call.api], exc, retries)  # type: ignore[union-attr,arg-type]
             elif isinstance(exc, _BadChunk):
                 message = f"upstream {name!r} sent a malformed stream chunk: {exc}"
                 error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)

@@ -285,7 +285,7 @@ async def post_with_retries(
             response = await session.post(url, data=body, headers=upstream.headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing reached the upstream
             error = deadline.error(upstream, url, exc)
-        except asyncio.TimeoutError as exc:  # it has the request and says nothing: a hung upstream
+        except TimeoutError as exc:  # it has the request and says nothing: a hung upstream
             raise deadline.error(upstream, url, exc, attempt) from None
         except aiohttp.ClientError as exc:  # refused, reset, or closed before a byte of answer (a stale pooled connection)
             error = GatewayError(

@@ -170,7 +170,7 @@ class Store(ABC):
                 pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
                 try:
                     await asyncio.wait_for(event.wait(), pause)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             with self._waiters_lock:

@@ -151,7 +151,7 @@ class StoreClient(Store):
                 if response.status < 500 or response.status in FINAL_5XX:
                     break
                 raise _ServerTrouble(f"HTTP {response.status}: {response.body[:500]!r}")
-            except (TransportError, asyncio.TimeoutError, _ServerTrouble) as exc:
+            except (TimeoutError, TransportError, _ServerTrouble) as exc:
                 if time.monotonic() + backoff > deadline:
                     raise StoreUnreachable(f"store server at {self.url} failed for {self.retry_seconds:.0f} s: {exc}") from exc
                 log.debug("store call %s %s failed (%s); retrying in %.2f s", method, path, exc, backoff)

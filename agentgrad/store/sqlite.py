@@ -134,7 +134,7 @@ class SqliteStore(LocalStore):
             except sqlite3.Error as exc:
                 if not nested and self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
-                if (full := self._disk_full(exc)) is not None and full is not exc:
+                if (full := self._disk_full(exc)) is not None:
                     raise full from exc
                 raise
             if self._full and not nested:

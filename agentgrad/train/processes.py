@@ -72,7 +72,7 @@ async def run_processes(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContex
         for process in processes:
             process.start()
         log.info("store served at %s to %d runner processes", url, len(processes))
-        return await _run_watching(ctx.store, algorithm.run(ctx, train_data, val_data), processes)  # type: ignore[no-any-return]
+        return await _run_watching(ctx.store, algorithm.run(ctx, train_data, val_data), processes)
     finally:
         await asyncio.to_thread(stop_processes, processes)
         if server is not None:

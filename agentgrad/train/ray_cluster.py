@@ -90,7 +90,7 @@ def start_runners(url: str, token: str, agent: LitAgent, per_node: int, concurre
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(RunnerActor)
-    actors = []
+    actors: list[Any] = []  # Ray's actor handles: their methods' `.remote` is not typed
     nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: n["NodeID"])
     for node_index, node in enumerate(nodes):
         for i in range(per_node):
@@ -145,7 +145,7 @@ class RayGroup:
         gpus = ray.cluster_resources().get("GPU", 0) >= world_size
         remote = ray.remote(num_gpus=1, num_cpus=0)(TrainingRank) if gpus else ray.remote(num_cpus=1)(TrainingRank)
         self.world_size = world_size
-        self.actors = [remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)]
+        self.actors: list[Any] = [remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)]
         master = ray.get(self.actors[0].address.remote())
         ray.get([a.setup.remote(master, FromConfig(config, state if r == 0 else None), policy_options)
                  for r, a in enumerate(self.actors)])
