@@ -35,6 +35,15 @@ OBJECT_SPAN = "agentgrad.object"
 EXCEPTION_SPAN = "agentgrad.exception"
 ANNOTATION_SPAN = "agentgrad.annotation"
 
+# ----------------------------------------------------------------------------- rollout metadata keys
+
+NO_MODEL_CALLS = "agentgrad.no_model_calls"
+"""In a rollout's metadata: it reported a reward, but no model call of it reached the gateway of the model being
+trained (its agent's client points elsewhere), so it has nothing to train on."""
+NO_REWARD = "agentgrad.no_reward"
+"""In a rollout's metadata: its agent returned no reward and emitted none (`RolloutConfig.missing_reward` says
+whether the rollout then failed or counts as reward 0)."""
+
 # ----------------------------------------------------------------------------- our attributes
 
 ROLLOUT_ID = "agentgrad.rollout_id"
@@ -70,6 +79,16 @@ UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
 """Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
 WEIGHTS_VERSION = "agentgrad.llm.weights_version"
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
+AGENT_REQUEST_PARAMS = {
+    "temperature": "agentgrad.llm.agent_request.temperature",
+    "top_p": "agentgrad.llm.agent_request.top_p",
+    "max_tokens": "agentgrad.llm.agent_request.max_tokens",
+}
+"""Sampling setting → what the agent's own request asked for, recorded where the gateway applied the trainer's
+sampling instead (`gen_ai.request.*` then holds what was used); absent when the agent set none."""
+SAMPLING_SOURCE = "agentgrad.llm.sampling"
+"""Whose sampling settings the call ran with: `trainer` (the agent's were overridden) or `agent` (the trainer's
+filled only what the agent left unset); absent when the gateway applied none."""
 LLM_API = "agentgrad.llm.api"
 """Which OpenAI API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API` or `RESPONSES_API` (a Responses
 call is a `chat` operation too; its input items and output are recorded as chat messages)."""

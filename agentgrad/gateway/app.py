@@ -19,6 +19,9 @@ only where no byte of an answer exists yet. Whatever goes wrong upstream, the ag
 JSON error (502 broken, 504 too slow; an error event ending a stream already begun) and the call is a span
 with that error. A call the agent hangs up on is cancelled upstream, and recorded as such.
 
+With a sampling plan (`set_sampling`, `sampling.py`), calls made inside a rollout run with the trainer's
+temperature, top-p and `max_tokens` for that rollout's mode (read from the store once per rollout).
+
 `POST …/v1/agentgrad/flush` returns once every call answered so far is in the store: the
 runner calls it on each proxied LLM's route before it closes an attempt (the flush barrier).
 
@@ -44,6 +47,7 @@ from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.responses import ResponsesStream
+from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
 from agentgrad.gateway.secrets import StreamRedactor
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
@@ -63,6 +67,8 @@ from agentgrad.store import Store
 log = logging.getLogger(__name__)
 
 MAX_UPSTREAM_CONNECTIONS = 1024
+MODE_CACHE_SIZE = 65536
+"""Rollout modes remembered for the sampling plan; past it the cache starts over (each id is read once more)."""
 
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
@@ -142,6 +148,24 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recording = 0
         self._recorded = asyncio.Event()
+        self.sampling: SamplingPlan | None = None
+        self._modes: dict[str, str | None] = {}  # rollout id -> its mode, for the sampling plan
+
+    def set_sampling(self, plan: SamplingPlan | None) -> None:
+        """Apply `plan` (the trainer's sampling per rollout mode) to every later call made inside a rollout."""
+        self.sampling = plan
+
+    async def _mode_of(self, rollout_id: str) -> str | None:
+        """The mode of a rollout (`train`, `val`, ...), read from the store once per rollout; None if unknown."""
+        if rollout_id not in self._modes:
+            if len(self._modes) >= MODE_CACHE_SIZE:
+                self._modes.clear()
+            try:
+                self._modes[rollout_id] = (await self.store.get_rollout(rollout_id)).mode
+            except Exception as exc:  # an unknown rollout (a hand-made route), or the store unreachable for now
+                log.debug("no mode for rollout %s: %s", rollout_id, exc)
+                return None
+        return self._modes[rollout_id]
 
     @property
     def models(self) -> list[str]:
@@ -280,6 +304,11 @@ class Gateway:
         call = Call(
             api, request, None, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"), started, start_time
         )
+        plan = self.sampling
+        if plan is not None and rollout_id is not None:
+            settings = plan.by_mode.get(await self._mode_of(rollout_id) or "")
+            if settings:
+                call.sampling = apply_sampling(api, request, settings, plan.source)
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the
         # upstream request is cancelled (its connection closed) rather than left running for nobody.
         work = asyncio.ensure_future(self._forward(call, send))

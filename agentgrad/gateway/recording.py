@@ -237,6 +237,8 @@ class Call:
     """Whether the upstream was asked for token ids (by the gateway or the client): says why they may be absent."""
     recorded: bool = False
     """Whether its span was queued (a call the agent hung up on is recorded once, by whoever gets there first)."""
+    sampling: dict[str, Any] = field(default_factory=dict)
+    """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for."""
 
     @property
     def operation(self) -> str:
@@ -255,6 +257,7 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
                       sc.UNRECORDED_REQUEST: f"{type(exc).__name__}: {exc}"}
     if call.agent:
         attributes[sc.AGENT_NAME] = call.agent
+    attributes.update(call.sampling)
     if call.upstream is not None:
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port
     attributes.update(response_attributes)

@@ -23,6 +23,8 @@ from agentgrad.types import LLM
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from agentgrad.gateway import SamplingPlan
+
 log = logging.getLogger(__name__)
 
 class LocalPolicy:
@@ -59,6 +61,8 @@ class LocalPolicy:
             self.engine.replace_model(adapted)
         self._servers: list[ServerThread] = []
         self.gateway_url: str | None = None
+        self.gateway: Any = None
+        self.sampling: SamplingPlan | None = None
 
     @property
     def model(self) -> PreTrainedModel:
@@ -84,6 +88,14 @@ class LocalPolicy:
                                "give the Trainer another gateway_port (0: any free port)") from None
         self._servers.append(server)
         self.gateway_url = server.url
+        self.gateway = gateway
+        gateway.set_sampling(self.sampling)
+
+    def set_sampling(self, plan: SamplingPlan | None) -> None:
+        """Have the gateway apply the trainer's sampling (per rollout mode) to every call of a rollout."""
+        self.sampling = plan
+        if self.gateway is not None:
+            self.gateway.set_sampling(plan)
 
     def stop(self) -> None:
         for server in reversed(self._servers):
