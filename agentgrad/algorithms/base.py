@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from rich.console import Console
 
+from agentgrad import semconv as sc
 from agentgrad.redact import RedactingConsole
 from agentgrad.store import Store
 from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
@@ -41,12 +42,15 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """How a batch of rollouts went. Failed rollouts count as reward 0 in `reward_mean`."""
+    """How a batch of rollouts went. Failed rollouts, and those that ended with no reward
+    (`RolloutConfig(missing_reward="zero")`), count as reward 0 in `reward_mean`; `no_reward` says how many
+    ended with none (failed for it or counted as 0)."""
 
     n: int
     succeeded: int
     reward_mean: float
     success_rate: float
+    no_reward: int = 0
 
     @classmethod
     def of(cls, rollouts: Sequence[Rollout], success_threshold: float = 1.0) -> Evaluation:
@@ -56,7 +60,36 @@ class Evaluation:
             succeeded=sum(r.status is RolloutStatus.SUCCEEDED for r in rollouts),
             reward_mean=statistics.fmean(rewards) if rewards else 0.0,
             success_rate=sum(reward >= success_threshold for reward in rewards) / len(rewards) if rewards else 0.0,
+            no_reward=count_no_reward(rollouts),
         )
+
+
+def count_no_reward(rollouts: Sequence[Rollout]) -> int:
+    """How many rollouts ended with no reward: their agent returned none and emitted none (the runner marks them)."""
+    return sum(bool(r.metadata.get(sc.NO_REWARD)) for r in rollouts)
+
+
+NO_MODEL_CALLS_FIX = (
+    "the agent's client calls another URL than the gateway of the model being trained. Build the client inside the "
+    "agent from the `llm` resource (OpenAI(base_url=llm.base_url, api_key=llm.api_key)), or let it read "
+    "OPENAI_BASE_URL when it is created during the rollout (a client built at import time, or given its own "
+    "base_url, keeps calling that URL); ag.instrument_openai() then names each call's attempt"
+)
+"""What to do when rewarded rollouts recorded no model call through the gateway."""
+
+
+async def flag_no_model_calls(store: Store, rollouts: Sequence[Rollout], calls: Sequence[int]) -> int:
+    """Mark (in their metadata) the rollouts that reported a reward but recorded no model call; returns how many."""
+    flagged = [r for r, n in zip(rollouts, calls) if n == 0 and r.reward is not None]
+    for rollout in flagged:
+        await store.update_rollout(rollout.rollout_id, metadata={sc.NO_MODEL_CALLS: True})
+    return len(flagged)
+
+
+def no_model_calls_error(algorithm: str, rollouts: int) -> RuntimeError:
+    """The error of a training step none of whose `rollouts` (rewarded) recorded a model call: nothing to train on."""
+    return RuntimeError(f"{algorithm}: none of the step's {rollouts} rewarded rollouts made a model call through the "
+                        f"gateway, so there is nothing to train on: {NO_MODEL_CALLS_FIX}")
 
 
 TOP_ERRORS = 3

@@ -33,7 +33,7 @@ from agentgrad.rollout.agent import LitAgent, agent_threads, as_agent
 from agentgrad.rollout.emit import emit_exception, emit_reward
 from agentgrad.rollout.isolation import ISOLATIONS, AttemptProcesses, describe
 from agentgrad.rollout.tracer import SpanSink, bind_attempt, get_tracer
-from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, ROLLOUT_ID, ROLLOUT_SPAN
+from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, NO_REWARD, ROLLOUT_ID, ROLLOUT_SPAN
 from agentgrad.store import NotFoundError, Store, StoreError
 from agentgrad.types import (
     LLM,
@@ -51,6 +51,11 @@ POLL_SECONDS = 0.02
 MAX_POLL_SECONDS = 0.2
 HEARTBEAT_SECONDS = 2.0
 GATEWAY_FLUSH_SECONDS = 10.0
+NO_REWARD_ERROR = (
+    "the agent reported no reward: it returned None and never called ag.emit_reward(value). Return the reward "
+    "(a float) from the agent, or call emit_reward before it returns; to count such a rollout as reward 0 instead, "
+    "run it with RolloutConfig(missing_reward='zero') (GRPO(missing_reward='zero'))"
+)
 
 
 class Hook:
@@ -281,6 +286,18 @@ class Runner:
         return await asyncio.get_running_loop().run_in_executor(
             self._threads, self._processes.run, self.agent, item, resources, self.sink, parent)
 
+    async def _no_reward(self, item: AttemptedRollout) -> bool:
+        """Whether the attempt ended with no reward span either; if so, its rollout's metadata says so."""
+        try:
+            attempts = await self.store.query_attempts(item.rollout_id)
+            if any(a.attempt_id == item.attempt.attempt_id and a.reward is not None for a in attempts):
+                return False
+            await self.store.update_rollout(item.rollout_id, metadata={NO_REWARD: True})
+        except StoreError as exc:
+            log.warning("rollout %s: could not check for its reward: %s", item.rollout_id, exc)
+            return False
+        return True
+
     async def run_rollout(self, item: AttemptedRollout) -> None:
         """Run the agent on one claimed rollout and close its attempt."""
         rollout_id, attempt_id = item.rollout_id, item.attempt.attempt_id
@@ -322,6 +339,8 @@ class Runner:
             if proxied:
                 await self.flush_gateways([llm.base_url for llm in proxied])
             await self.sink.flush()
+            if status is AttemptStatus.SUCCEEDED and reward is None and await self._no_reward(item):
+                status, error = (AttemptStatus.FAILED, NO_REWARD_ERROR) if item.config.missing_reward == "fail" else (status, None)
             try:
                 await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)
             except StoreError as exc:
