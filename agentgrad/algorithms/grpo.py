@@ -26,12 +26,21 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext, with_overrides
+from agentgrad.algorithms.base import (
+    Algorithm,
+    Evaluation,
+    RunContext,
+    count_no_reward,
+    flag_no_model_calls,
+    no_model_calls_error,
+    with_overrides,
+)
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
+from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
 from agentgrad.policy.checkpoints import (
     latest_checkpoint,
     load_sharded_checkpoint,
@@ -40,7 +49,11 @@ from agentgrad.policy.checkpoints import (
 )
 from agentgrad.policy.config import PolicyConfig, make_policy
 from agentgrad.policy.local import LocalPolicy
-from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
+from agentgrad.semconv import is_llm_call
+from agentgrad.types import MissingReward, Rollout, RolloutConfig, RolloutStatus
+
+IDENTICAL_STEPS = 3
+"""Steps in a row whose every group sampled identical rollouts before GRPO says so (once)."""
 
 
 @dataclass
@@ -54,7 +67,10 @@ class GRPOConfig:
     seed: int = 0  # task order (reproducible; a resumed run continues it)
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
+    top_p: float = 1.0  # nucleus sampling of training rollouts
     max_tokens: int = 48  # per model call
+    sampling: SamplingSource = "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    missing_reward: MissingReward = "fail"  # a rollout whose agent reports no reward fails ("zero": counts as reward 0)
     rollout_timeout: float = 600.0  # seconds an attempt may take
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
     agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
@@ -74,6 +90,7 @@ class GRPOConfig:
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # ---- validation
+    max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
     val_every: int = 5  # validate every k steps (and always before the first and after the last)
     val_size: int | None = None  # validation tasks used (default: all)
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
@@ -85,6 +102,10 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.policy, PolicyConfig):
             raise TypeError(f"GRPOConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
+        SamplingPlan(source=self.sampling)  # checks it
+        RolloutConfig(missing_reward=self.missing_reward)
+        if self.max_failed_steps < 0:
+            raise ValueError(f"max_failed_steps must be >= 0 (0: never stop), got {self.max_failed_steps}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.group_size}")
         if self.keep_checkpoints < 0:
@@ -326,6 +347,10 @@ class StepBatch:
     rewards: list[float]  # of every rollout that succeeded
     groups_kept: int  # groups whose rewards differ (all of them when skip_uniform_groups is off)
     sampled: list[Trajectory]  # every trajectory of a successful rollout, kept or not
+    rewarded: int = 0  # successful rollouts
+    model_calls: int = 0  # LLM-call spans of the successful rollouts
+    groups_compared: int = 0  # groups with at least two successful rollouts
+    groups_identical: int = 0  # ... whose rollouts all sampled the same tokens
 
 
 class GRPO(Algorithm["GRPOResult"]):
@@ -372,7 +397,10 @@ class GRPO(Algorithm["GRPOResult"]):
                                            {"algorithm": "grpo", "purpose": "train"})
         val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
                                          {"algorithm": "grpo", "purpose": "val"})
-        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        # ---- the trainer's sampling, applied by the gateway to each call whatever the agent asks
+        policy.set_sampling(SamplingPlan({"train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+                                          "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens}}, cfg.sampling))
+        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
 
         # ---- resume from the newest checkpoint, if any
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
@@ -389,7 +417,8 @@ class GRPO(Algorithm["GRPOResult"]):
             rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config,
                                                metadata=[{"step": step}] * len(val_data))
             result = Evaluation.of(rollouts, cfg.success_threshold)
-            await self.log_metrics(step, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean})
+            await self.log_metrics(step, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean,
+                                          "val/no_reward": result.no_reward})
             return result
 
         initial = await validate(start)
@@ -397,6 +426,7 @@ class GRPO(Algorithm["GRPOResult"]):
             self.console.print(f"validation before step {start}: accuracy {initial.success_rate:.3f} "
                                f"reward {initial.reward_mean:.3f} ({initial.n} tasks)")
         final = initial
+        failed_steps = identical_steps = 0
         progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("{task.description}"), console=self.console, transient=False)
         with progress:
@@ -410,9 +440,22 @@ class GRPO(Algorithm["GRPOResult"]):
                 rollouts = await self.run_rollouts(requests, mode="train", resources_id=train_id, config=rollout_config,
                                                    metadata=[{"step": step, "group": g} for g in groups])
                 rollout_seconds = time.perf_counter() - began
+                failed_steps = failed_steps + 1 if all(r.status is not RolloutStatus.SUCCEEDED for r in rollouts) else 0
+                if cfg.max_failed_steps and failed_steps >= cfg.max_failed_steps:
+                    failures = self.last_failures.describe("train", self.store) if self.last_failures else ""
+                    raise RuntimeError(f"GRPO stopped at step {step}: every rollout failed in {failed_steps} step(s) in a "
+                                       f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}")
 
                 # ---- adapt: spans → trajectories; advantages within each task's group
                 batch = await self._batch(rollouts, groups)
+                if batch.rewarded and not batch.model_calls:
+                    raise no_model_calls_error("GRPO", batch.rewarded)
+                identical_steps = identical_steps + 1 if batch.groups_compared == batch.groups_identical > 0 else 0
+                if identical_steps == IDENTICAL_STEPS:
+                    self.console.print(
+                        f"for {IDENTICAL_STEPS} steps in a row every group's rollouts sampled the same tokens, so GRPO "
+                        "has nothing to compare: the calls run greedily (an agent pinning temperature=0 under "
+                        "sampling='agent', or a backend ignoring the temperature)", highlight=False, markup=False)
                 generated = sum(t.response_length for t in batch.sampled)  # every rollout's, kept or not
 
                 # ---- optimize: clipped policy gradient over the response tokens
@@ -430,6 +473,7 @@ class GRPO(Algorithm["GRPOResult"]):
                     "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
                     "train/groups_used": batch.groups_kept,
                     "train/failed_rollouts": len(rollouts) - len(finished),
+                    "train/no_reward": count_no_reward(rollouts),
                     "train/response_length": generated / max(len(batch.sampled), 1),
                     **{f"train/{k}": v for k, v in stats.items()},
                     "perf/rollout_seconds": rollout_seconds,
@@ -462,12 +506,24 @@ class GRPO(Algorithm["GRPOResult"]):
         """The step's trajectories with their advantages; groups whose rewards are all equal are dropped."""
         cfg = self.config
         scored: list[tuple[Rollout, int, list[Trajectory]]] = []
+        calls: list[int] = []
         for rollout, group in zip(rollouts, groups):
             if rollout.status is not RolloutStatus.SUCCEEDED:
                 continue  # no reward to learn from; counted in train/failed_rollouts
             spans = await self.store.query_spans(rollout.rollout_id)
+            calls.append(sum(is_llm_call(s) for s in spans))
             trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match)
             scored.append((rollout, group, trajectories))
+        flagged = await flag_no_model_calls(self.store, [r for r, _, _ in scored], calls)
+        if flagged and sum(calls):
+            self.console.print(f"{flagged} of {len(scored)} rewarded rollouts made no model call through the gateway "
+                               f"(marked in their metadata): some agent calls bypass it", highlight=False, markup=False)
+        samples: dict[int, set[tuple[tuple[int, ...], ...]]] = {}
+        sizes: dict[int, int] = {}
+        for _, group, trajectories in scored:
+            samples.setdefault(group, set()).add(tuple(tuple(t.token_ids) for t in trajectories))
+            sizes[group] = sizes.get(group, 0) + 1
+        compared = [g for g, size in sizes.items() if size > 1]
         rewards = [r.reward or 0.0 for r, _, _ in scored]
         advantages = group_advantages(rewards, [g for _, g, _ in scored], cfg.normalize_std)
         by_group: dict[int, list[float]] = {}
@@ -480,7 +536,9 @@ class GRPO(Algorithm["GRPOResult"]):
             if group in useful
             for trajectory in trajectories
         ]
-        return StepBatch(pairs, rewards, len(useful), [t for _, _, trajectories in scored for t in trajectories])
+        return StepBatch(pairs, rewards, len(useful), [t for _, _, trajectories in scored for t in trajectories],
+                         rewarded=len(scored), model_calls=sum(calls), groups_compared=len(compared),
+                         groups_identical=sum(len(samples[g]) == 1 for g in compared))
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

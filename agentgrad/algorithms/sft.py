@@ -20,14 +20,23 @@ from typing import Any
 import torch
 
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext, with_overrides
+from agentgrad.algorithms.base import (
+    Algorithm,
+    Evaluation,
+    RunContext,
+    flag_no_model_calls,
+    no_model_calls_error,
+    with_overrides,
+)
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
 from agentgrad.policy.config import PolicyConfig, make_policy
 from agentgrad.policy.local import LocalPolicy
-from agentgrad.types import RolloutConfig, RolloutStatus
+from agentgrad.semconv import is_llm_call
+from agentgrad.types import MissingReward, Rollout, RolloutConfig, RolloutStatus
 
 
 @dataclass
@@ -41,7 +50,10 @@ class SFTConfig:
     seed: int = 0  # task order and batch shuffling
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
+    top_p: float = 1.0  # nucleus sampling of the collection rollouts
     max_tokens: int = 48  # per model call
+    sampling: SamplingSource = "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    missing_reward: MissingReward = "fail"  # a rollout whose agent reports no reward fails ("zero": counts as reward 0)
     rollout_timeout: float = 600.0  # seconds an attempt may take
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
     agent_match: str | None = None  # fine-tune only this agent's calls (regex on its ag.agent name; unnamed: model)
@@ -62,6 +74,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.policy, PolicyConfig):
             raise TypeError(f"SFTConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
+        SamplingPlan(source=self.sampling)  # checks it
+        RolloutConfig(missing_reward=self.missing_reward)
         for name in ("rounds", "tasks_per_round", "samples_per_task", "epochs", "batch_size"):
             if getattr(self, name) < (0 if name == "rounds" else 1):
                 raise ValueError(f"{name} must be at least {0 if name == 'rounds' else 1}, got {getattr(self, name)}")
@@ -104,7 +118,9 @@ class SFT(Algorithm["SFTResult"]):
                                            {"algorithm": "sft", "purpose": "collect"})
         val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
                                          {"algorithm": "sft", "purpose": "val"})
-        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        policy.set_sampling(SamplingPlan({"train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+                                          "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens}}, cfg.sampling))
+        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
         sampler = TaskSampler(len(train_data), cfg.seed)
         shuffle = random.Random(cfg.seed)
@@ -129,6 +145,8 @@ class SFT(Algorithm["SFTResult"]):
             # ---- keep: rewarded attempts, each distinct token sequence once
             kept: dict[tuple[int, ...], Trajectory] = {}
             rewards = []
+            read: list[Rollout] = []
+            calls: list[int] = []
             for rollout in rollouts:
                 if rollout.status is not RolloutStatus.SUCCEEDED:
                     continue
@@ -136,8 +154,13 @@ class SFT(Algorithm["SFTResult"]):
                 if (rollout.reward or 0.0) < cfg.reward_threshold:
                     continue
                 spans = await self.store.query_spans(rollout.rollout_id)
+                read.append(rollout)
+                calls.append(sum(is_llm_call(s) for s in spans))
                 for trajectory in to_trajectories(spans, reward=rollout.reward, agent_match=cfg.agent_match):
                     kept.setdefault(tuple(trajectory.token_ids), trajectory)
+            await flag_no_model_calls(self.store, read, calls)
+            if read and not sum(calls):
+                raise no_model_calls_error("SFT", len(read))
             data = list(kept.values())
             # ---- fine-tune: NLL of the model-written tokens
             loss = await asyncio.to_thread(self._fine_tune, policy, optimizer, data, shuffle) if data else float("nan")

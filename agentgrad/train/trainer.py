@@ -49,6 +49,12 @@ STRATEGIES: dict[str, Callable[..., Any]] = {"threads": run_threads, "processes"
 log = logging.getLogger(__name__)
 
 
+def bypassing_base_url(gateway_url: str) -> str | None:
+    """`OPENAI_BASE_URL` of this process when it names another endpoint than the trainer's gateway, else None."""
+    value = os.environ.get("OPENAI_BASE_URL")
+    return value if value and value.rstrip("/") != gateway_url.rstrip("/") else None
+
+
 def default_store_path() -> Path:
     return Path(".agentgrad") / f"run-{time.strftime('%Y%m%d-%H%M%S')}.db"
 
@@ -188,6 +194,12 @@ class Trainer(Generic[R]):
 
             ctx.console.print(f"gateway of the model being trained: {gateway} (the runners' OPENAI_BASE_URL)",
                               highlight=False, markup=False)
+            if (elsewhere := bypassing_base_url(gateway)) is not None:
+                ctx.console.print(
+                    f"warning: OPENAI_BASE_URL was {elsewhere} when the trainer started: an OpenAI() client built "
+                    "before the run (at import time) keeps calling it, so its calls never reach the model being "
+                    "trained; build the client inside the agent (from its `llm` resource, or with no arguments)",
+                    highlight=False, markup=False)
             with openai_environment(gateway):
                 return await strategy(algorithm, agent, ctx, layout, train_data, val_data)
         finally:
@@ -202,7 +214,9 @@ class Trainer(Generic[R]):
             return None
         latest = await ctx.store.get_latest_resources()
         given = {**(latest.resources if latest else {}), **(self.resources or {})}
-        if any(isinstance(r, LLM) for r in given.values()):
+        # an LLM this trainer was given, or a stored endpoint of its own, serves this run; a stored gateway route
+        # (proxied) is an earlier run's policy, whose gateway stopped with that run
+        if any(isinstance(r, LLM) and (not r.proxied or name in (self.resources or {})) for name, r in given.items()):
             return None
         try:
             from agentgrad.policy.local import LocalPolicy
