@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from agentgrad.rollout import instrument
-from agentgrad.rollout.instrument import instrument_openai
+from agentgrad.rollout.instrument import disable_agents_sdk_tracing, instrument_openai
 from agentgrad.rollout.runner import Hook
 from agentgrad.semconv import gateway_route
 
@@ -72,6 +72,7 @@ class GatewayEnvHook(Hook):
         base = gateway_url.rstrip("/")
         self.root = base[: -len("/v1")] if base.endswith("/v1") else base
         self.api_key = api_key
+        disable_agents_sdk_tracing()  # routed here, the Agents SDK would upload its traces with the gateway's key
 
     def route(self, rollout_id: str, attempt_id: str) -> str:
         return gateway_route(self.root, rollout_id, attempt_id)
