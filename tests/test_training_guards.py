@@ -14,7 +14,8 @@ from rich.console import Console
 
 import agentgrad as ag
 from agentgrad import semconv
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo import GRPO, IDENTICAL_STEPS, GRPOConfig
+from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.serving import ServerThread
 from tests.fake_openai import FakeLLM, app
 
@@ -35,8 +36,9 @@ def captured() -> tuple[Console, io.StringIO]:
 
 
 @pytest.mark.model
-def test_a_grpo_step_whose_agent_bypasses_the_gateway_stops_with_how_to_route_it(
-    engine: Any, elsewhere: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("algorithm", ["GRPO", "SFT"])
+def test_a_training_step_whose_agent_bypasses_the_gateway_stops_with_how_to_route_it(
+    engine: Any, elsewhere: str, monkeypatch: pytest.MonkeyPatch, algorithm: str
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", elsewhere)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-hosted")
@@ -48,9 +50,11 @@ def test_a_grpo_step_whose_agent_bypasses_the_gateway_stops_with_how_to_route_it
 
     store = ag.MemoryStore()
     console, out = captured()
-    with pytest.raises(RuntimeError, match="none of the step's 4 rewarded rollouts made a model call through the gateway"
-                       ) as raised:
-        ag.Trainer(GRPO(GRPOConfig(**SMALL), local_engine=engine), store=store, console=console).fit(bypassing, TASKS)
+    trained = (GRPO(GRPOConfig(**SMALL), local_engine=engine) if algorithm == "GRPO" else
+               SFT(SFTConfig(rounds=1, tasks_per_round=2, samples_per_task=2, max_tokens=8), local_engine=engine))
+    with pytest.raises(RuntimeError, match=f"{algorithm}: none of the step's 4 rewarded rollouts made a model call "
+                       "through the gateway") as raised:
+        ag.Trainer(trained, store=store, console=console).fit(bypassing, TASKS)
     assert "OpenAI(base_url=llm.base_url, api_key=llm.api_key)" in str(raised.value)
     assert f"warning: OPENAI_BASE_URL was {elsewhere} when the trainer started" in out.getvalue()
     rollouts = asyncio.run(store.query_rollouts(mode="train"))
@@ -82,6 +86,22 @@ def test_an_agent_pinning_temperature_zero_trains_on_varied_groups_and_validates
     assert {s.attributes["gen_ai.request.temperature"] for s in val} == {0.0}
     assert {s.attributes[semconv.AGENT_REQUEST_PARAMS["temperature"]] for s in train + val} == {0}
     assert len({tuple(s.attributes[semconv.RESPONSE_TOKEN_IDS]) for s in train}) > 1  # the group varies
+
+
+@pytest.mark.model
+def test_groups_sampled_identically_for_several_steps_are_reported_once_with_the_likely_cause(engine: Any) -> None:
+    @ag.rollout
+    def pinned(task: dict[str, Any], llm: ag.LLM) -> float:
+        OpenAI(base_url=llm.base_url, api_key=llm.api_key).chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": task["question"]}], temperature=0)
+        return 1.0
+
+    console, out = captured()
+    config = GRPOConfig(**{**SMALL, "steps": IDENTICAL_STEPS + 1, "prompts_per_step": 1, "max_tokens": 4,
+                           "sampling": "agent"})  # the agent's temperature=0 is kept
+    ag.Trainer(GRPO(config, local_engine=engine), store="memory", console=console).fit(pinned, TASKS)
+    assert out.getvalue().count(f"for {IDENTICAL_STEPS} steps in a row every group's rollouts sampled the same") == 1
+    assert "temperature=0" in out.getvalue()
 
 
 @pytest.mark.model
