@@ -65,6 +65,7 @@ class GRPOConfig:
     prompts_per_step: int = 8  # tasks sampled per step
     group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
     seed: int = 0  # task order (reproducible; a resumed run continues it)
+    max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of training rollouts
@@ -90,7 +91,6 @@ class GRPOConfig:
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # ---- validation
-    max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
     val_every: int = 5  # validate every k steps (and always before the first and after the last)
     val_size: int | None = None  # validation tasks used (default: all)
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
