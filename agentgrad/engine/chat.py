@@ -3,7 +3,9 @@
 Tool calls and structured output are planned here (`plan`), shared with `/v1/responses`:
 `tool_choice` `required` or a named function, and `response_format` `json_object` /
 `json_schema`, become a grammar the engine decodes under; `auto` lets the model choose and
-parses what it wrote. The token ids and logprobs returned are always those sampled.
+parses what it wrote. The token ids returned are always those sampled; under a grammar the
+logprobs are the model's before the grammar's mask, and `allowed_tokens` (with
+`return_token_ids`) says how many tokens the grammar allowed at each position (1: forced).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from agentgrad.engine.constraints import json_object_grammar, json_schema_gramma
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.wire import generate, headers, stream, token_logprobs, usage
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD
 
 
 @dataclass
@@ -149,6 +152,8 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
             choice["tool_call_parse_error"] = reply.error
         if parsed.return_token_ids:
             choice["token_ids"] = c.token_ids
+            if c.allowed_tokens is not None:
+                choice[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
         choices.append(choice)
     body: dict[str, Any] = {
         "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": parsed.model,
@@ -208,6 +213,8 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
         elif rest:
             out.append(chunk([{"index": index, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}]))
         last: dict[str, Any] = {"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}
+        if parsed.return_token_ids and c.allowed_tokens is not None:  # the whole choice's, once
+            last[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
         if reply.error:
             last["tool_call_parse_error"] = reply.error
         out.append(chunk([last]))

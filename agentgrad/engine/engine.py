@@ -4,7 +4,8 @@ Generation runs in one background thread with continuous batching: requests that
 while a batch decodes join it at the next step (their prompts are prefilled and their KV
 cache rows merged in), and finished rows leave it. Each sampled token comes with its
 log-probability under the distribution it was actually drawn from (after temperature and
-top-p), which is what RL needs as the old policy.
+top-p), which is what RL needs as the old policy; under a grammar, the model's distribution
+before the grammar's mask, with how many tokens the grammar allowed (`sampling.py`).
 
 Training uses `engine.model` (fp32 master weights). Sampling may use a bf16 copy, which is
 ~2.7× faster on CPUs with AVX512-bf16; `publish()` copies the trained weights into it and
@@ -52,6 +53,7 @@ class Completion:
     text: str
     finish_reason: str  # "stop" (end of turn or a stop string), "length", or "cancelled" (`Engine.cancel`)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, when asked for
+    allowed_tokens: list[int] | None = None  # per token, how many tokens the grammar allowed (1: forced); None: no grammar
 
 
 @dataclass
@@ -86,6 +88,7 @@ class _Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
+    allowed: list[int] = field(default_factory=list)  # per token, how many the grammar allowed (constrained rows)
     matcher: Any = None  # an llguidance matcher when the request has a grammar
     text: str = ""
     streamed: int = 0
@@ -405,7 +408,8 @@ class Engine:
         batch.last = sampled.tokens.to(self.device)
         top_ids = sampled.top_ids.tolist() if sampled.top_ids is not None else None
         top_values = sampled.top_logprobs.tolist() if sampled.top_logprobs is not None else None
-        for i, (row, token, logprob) in enumerate(zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist())):
+        for i, (row, token, logprob, count) in enumerate(zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist(),
+                                                             sampled.allowed)):
             if row.finish_reason is not None:  # its request failed or was cancelled earlier in this step
                 continue
             k = row.request.params.top_logprobs
@@ -414,6 +418,8 @@ class Engine:
             try:
                 if row.matcher is not None and not row.matcher.consume_token(token):
                     raise RuntimeError(f"the grammar refused token {token}: {row.matcher.get_error()}")
+                if count is not None:
+                    row.allowed.append(count)
                 self._append(row, token, logprob, top)
             except Exception as exc:  # this request fails alone; the batch goes on
                 log.exception("a request failed while generating")
@@ -470,7 +476,8 @@ class Engine:
 
     def _resolve(self, request: _Request) -> None:
         if not request.future.done():
-            completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top) for r in request.rows]
+            completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top,
+                                      r.allowed if r.matcher is not None else None) for r in request.rows]
             request.future.set_result(Generation(request.prompt_ids, completions, request.version))
 
     def _drop_finished(self, batch: Batch) -> Batch | None:

@@ -8,7 +8,8 @@ streaming events. Nothing is stored: `store: true` and `previous_response_id` ar
 an agent sends its whole history each turn (the Agents SDK does by default).
 
 With `return_token_ids: true` the response (and the `response.completed` event) carries
-`prompt_token_ids`, `token_ids` and `token_logprobs`: what was sampled, text or tool call.
+`prompt_token_ids`, `token_ids` and `token_logprobs`: what was sampled, text or tool call (and,
+under a grammar, `allowed_tokens`: how many tokens it allowed at each position).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 from agentgrad.engine.tools import format_for
 from agentgrad.engine.wire import generate, headers, stream
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -147,6 +149,8 @@ def _body(parsed: ResponsesRequest, response_id: str, created: int, status: str,
                          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + out}
         if parsed.return_token_ids:
             body.update(prompt_token_ids=generation.prompt_token_ids, token_ids=c.token_ids, token_logprobs=c.logprobs)
+            if c.allowed_tokens is not None:
+                body[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
     return body
 
 
