@@ -38,11 +38,19 @@ class Plan:
     grammar: str | None = None
     finish_after: list[str] = field(default_factory=list)
     fmt: toolfmt.ToolFormat = toolfmt.HERMES  # how this model writes calls
+    forced: bool = False  # tool_choice required or named: the reply is a call, or nothing
 
     def reply(self, completion: Completion) -> tuple[toolfmt.ParsedReply, str]:
-        """The reply as text and tool calls, and its finish reason (`tool_calls` when it called)."""
+        """The reply as text and tool calls, and its finish reason (`tool_calls` when it called).
+
+        A forced call that did not finish (cut at `max_tokens` or the context: finish `length`) is
+        never returned as text: no content, no calls, the finish reason and an error that says so."""
         parsed = toolfmt.parse_reply(completion.text, self.tools)
         finish = "tool_calls" if parsed.tool_calls and completion.finish_reason == "stop" else completion.finish_reason
+        if self.forced and not parsed.tool_calls:
+            parsed = toolfmt.ParsedReply(None, error=(
+                f"the forced tool call ended unfinished (finish_reason {finish!r}) after {len(completion.token_ids)} tokens: "
+                "raise max_tokens, or leave it unset (the context left over)"))
         return parsed, finish
 
 
@@ -68,6 +76,7 @@ def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | 
     else:
         result = Plan(specs, list(tools or []), fmt=fmt)
         if choice == "required":
+            result.forced = True
             # one call unless parallel calls are asked for: a small model forced to call tends to call forever
             result.grammar = toolfmt.call_grammar(specs, only, parallel is True, fmt)
         elif parallel is False:
@@ -210,7 +219,7 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
             if trailing.strip():
                 delta["content"] = trailing
             out.append(chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]))
-        elif rest:
+        elif rest and reply.content is not None:  # a forced call cut short is no text
             out.append(chunk([{"index": index, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}]))
         last: dict[str, Any] = {"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}
         if parsed.return_token_ids and c.allowed_tokens is not None:  # the whole choice's, once

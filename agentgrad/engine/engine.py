@@ -452,7 +452,7 @@ class Engine:
                 if row.finish_reason is None and row.text.find(marker, max(0, checked - len(marker) + 1)) >= 0:
                     row.finish_reason = "stop"
             if row.finish_reason is None and (
-                len(row.token_ids) >= params.max_tokens
+                (params.max_tokens is not None and len(row.token_ids) >= params.max_tokens)
                 or len(row.request.prompt_ids) + len(row.token_ids) >= self.max_model_len
             ):
                 row.finish_reason = "length"

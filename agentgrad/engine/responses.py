@@ -24,7 +24,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from agentgrad.engine.api import DEFAULT_MAX_TOKENS, RequestError, _Strict, read_json, text_of, validate
+from agentgrad.engine.api import RequestError, _Strict, read_json, text_of, validate
 from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_checked
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
@@ -165,7 +165,7 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     the_plan = plan(tools, choice, parsed.parallel_tool_calls, response_format, format_for(engine.tokenizer))
     ids = prompt_ids(engine, chat_messages(parsed), the_plan.rendered_tools)
     logprobs = LOGPROBS_INCLUDE in (parsed.include or [])
-    params = SamplingParams(max_tokens=parsed.max_output_tokens or DEFAULT_MAX_TOKENS,
+    params = SamplingParams(max_tokens=parsed.max_output_tokens,  # absent: up to the context left
                             temperature=1.0 if parsed.temperature is None else parsed.temperature,
                             top_p=1.0 if parsed.top_p is None else parsed.top_p, seed=parsed.seed,
                             top_logprobs=(parsed.top_logprobs or 0) if logprobs else 0,

@@ -167,3 +167,16 @@ def test_constrained_and_free_requests_batch_together_without_changing_each_othe
     assert [r.choices[0].message.content for r in replies[::2]] == [alone] * 3
     assert all((r.choices[0].message.content or "").startswith("{") for r in replies[1::2])
 
+
+def test_a_forced_tool_call_cut_at_max_tokens_is_a_length_finish_never_text(engine: Engine, api: openai.OpenAI) -> None:
+    for choice in ("required", {"type": "function", "function": {"name": "calculate"}}):
+        reply = api.chat.completions.create(model=engine.name, messages=ASK, tools=[WEATHER, CALC], tool_choice=choice,  # type: ignore[arg-type]
+                                            temperature=0, max_tokens=3)
+        message = reply.choices[0].message
+        assert reply.choices[0].finish_reason == "length"
+        assert message.content is None and not message.tool_calls
+        assert "max_tokens" in extra(reply.choices[0])["tool_call_parse_error"]
+    chunks = list(api.chat.completions.create(model=engine.name, messages=ASK, tools=[CALC], tool_choice="required",
+                                              temperature=0, max_tokens=3, stream=True))
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
