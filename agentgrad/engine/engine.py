@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ BATCH_WINDOW_SECONDS = 0.01
 """When idle, how long to wait after a request for more to arrive before starting a batch."""
 MAX_BATCH_WINDOW_SECONDS = 0.1
 PREFIX_CACHE_SIZE = 4
+SAMPLED_TURNS = 512
+"""How many recent chat completions `chat_prompt_ids` remembers, to render them again with the ids sampled."""
 FINISHED_SHARE_TO_DROP = 0.25
 """Finished rows ride along in a batch (computed, their tokens ignored) until they are this share of
 it, or new requests join: dropping them copies the whole KV cache, which cost a third of decoding
@@ -135,6 +138,12 @@ class Engine:
         self._constrainer: Any = None
         self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
         self._prefixes: dict[tuple[int, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        # what `chat_prompt_ids` rendered (prompt ids -> text), and each chat completion since: the text of the prompt
+        # and what was sampled -> those exact ids (see `chat_prompt_ids`); least recently used first
+        self._rendered: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        self._sampled: OrderedDict[str, list[int]] = OrderedDict()
+        self._sampled_lock = threading.Lock()
+        self._lossless: bool | None = None
         self._waiting: list[_Request] = []
         self._cv = threading.Condition()
         self._closed = False
@@ -181,7 +190,15 @@ class Engine:
 
     def chat_prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of a chat, ready for the assistant's turn: the model's chat template, with tools
-        and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`)."""
+        and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`).
+
+        Where the rendered text begins with an earlier chat prompt of this engine plus what was sampled
+        for it (the agent sent the reply back unedited, and its tool results or next question follow),
+        those exact ids are reused and only the rest is tokenized: a model often samples a tokenization
+        that re-tokenizing the same text would not give (`")]` as two tokens), and the next call's
+        prompt then continues the previous prompt + completion token for token, so a tool round merges
+        into one trajectory (`adapters.to_trajectories`). An edited history falls back to tokenizing it all.
+        """
         from agentgrad.engine.tools import format_for, render_history, template_supports_tools
 
         if template_supports_tools(self.tokenizer):
@@ -189,10 +206,55 @@ class Engine:
         else:
             rendered = render_history(list(messages), list(tools) if tools else None, format_for(self.tokenizer))
             tools_arg = None
-        ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
+        text = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=False)
+        if not isinstance(text, str) or not self._round_trips():
+            ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            return list(ids)
+        with self._sampled_lock:
+            known = max((k for k in self._sampled if text.startswith(k)), key=len, default="")
+            head = list(self._sampled[known]) if known else []
+            if known:
+                self._sampled.move_to_end(known)
+        ids = head + (self._tokenize(text[len(known):]) if len(known) < len(text) else [])
+        with self._sampled_lock:
+            self._rendered[tuple(ids)] = text
+            self._rendered.move_to_end(tuple(ids))
+            while len(self._rendered) > SAMPLED_TURNS:
+                self._rendered.popitem(last=False)
+        return ids
+
+    def _tokenize(self, text: str) -> list[int]:
+        """Ids of rendered chat text, as `apply_chat_template(tokenize=True)` makes them."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _round_trips(self) -> bool:
+        """Whether decoding ids gives back the exact text they came from (byte-level BPE does), which
+        remembering sampled turns by their text relies on; checked once."""
+        if self._lossless is None:
+            probe = "<|im_start|>x\n [f(a=\"1 + 2\")]  é\n\n\tdone.<|im_end|>\n"
+            ids = self._tokenize(probe)
+            self._lossless = self._detokenize(ids) == probe and self._tokenize(self._detokenize(ids)) == ids
+        return self._lossless
+
+    def _detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _remember_sampled(self, request: _Request) -> None:
+        """A chat prompt's completions, by the text they render to, with the ids sampled (`chat_prompt_ids`)."""
+        with self._sampled_lock:
+            text = self._rendered.get(tuple(request.prompt_ids))
+        if text is None:
+            return
+        turns = {text + self._detokenize(row.token_ids): request.prompt_ids + row.token_ids
+                 for row in request.rows if row.finish_reason in ("stop", "length") and row.token_ids}
+        with self._sampled_lock:
+            for key, ids in turns.items():
+                self._sampled[key] = ids
+                self._sampled.move_to_end(key)
+            while len(self._sampled) > SAMPLED_TURNS:
+                self._sampled.popitem(last=False)
 
     # ------------------------------------------------------------------ requests
 
@@ -476,6 +538,10 @@ class Engine:
 
     def _resolve(self, request: _Request) -> None:
         if not request.future.done():
+            try:
+                self._remember_sampled(request)
+            except Exception:  # only a missed merge
+                log.exception("could not remember a completion's sampled ids")
             completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top,
                                       r.allowed if r.matcher is not None else None) for r in request.rows]
             request.future.set_result(Generation(request.prompt_ids, completions, request.version))
