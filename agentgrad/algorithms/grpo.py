@@ -466,7 +466,8 @@ class GRPO(Algorithm["GRPOResult"]):
             if rollout.status is not RolloutStatus.SUCCEEDED:
                 continue  # no reward to learn from; counted in train/failed_rollouts
             spans = await self.store.query_spans(rollout.rollout_id)
-            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match)
+            # tokens a grammar forced are no choice of the policy's: out of the loss (docs/constrained-decoding.md)
+            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match, skip_forced=True)
             scored.append((rollout, group, trajectories))
         rewards = [r.reward or 0.0 for r, _, _ in scored]
         advantages = group_advantages(rewards, [g for _, g, _ in scored], cfg.normalize_std)
