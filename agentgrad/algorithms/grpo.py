@@ -512,7 +512,8 @@ class GRPO(Algorithm["GRPOResult"]):
                 continue  # no reward to learn from; counted in train/failed_rollouts
             spans = await self.store.query_spans(rollout.rollout_id)
             calls.append(sum(is_llm_call(s) for s in spans))
-            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match)
+            # tokens a grammar forced are no choice of the policy's: out of the loss (docs/constrained-decoding.md)
+            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match, skip_forced=True)
             scored.append((rollout, group, trajectories))
         flagged = await flag_no_model_calls(self.store, [r for r, _, _ in scored], calls)
         if flagged and sum(calls):

@@ -133,6 +133,8 @@ def _choice_attributes(operation: str, response: dict[str, Any]) -> dict[str, An
         prefix = sc.choice_prefix(i)
         if choice.get("token_ids") is not None:
             attributes[prefix + "response_token_ids"] = choice["token_ids"]
+        if isinstance(choice.get(sc.ALLOWED_TOKENS_FIELD), list):
+            attributes[prefix + "response_allowed_tokens"] = choice[sc.ALLOWED_TOKENS_FIELD]
         logprobs = _logprobs(operation, choice.get("logprobs"))
         if logprobs is not None:
             attributes[prefix + "response_logprobs"] = logprobs
@@ -168,7 +170,7 @@ class StreamAssembler:
                     choice["text"] = ""
             if delta_choice.get("finish_reason") is not None:
                 choice["finish_reason"] = delta_choice["finish_reason"]
-            for key in ("token_ids",):
+            for key in ("token_ids", sc.ALLOWED_TOKENS_FIELD):
                 if delta_choice.get(key) is not None:
                     choice.setdefault(key, []).extend(delta_choice[key])
             if delta_choice.get("prompt_token_ids") is not None:

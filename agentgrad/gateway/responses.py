@@ -99,6 +99,8 @@ def output_attributes(response: dict[str, Any]) -> dict[str, Any]:
         attributes[sc.PROMPT_TOKEN_IDS] = response["prompt_token_ids"]
     if isinstance(response.get("token_ids"), list):
         attributes[sc.RESPONSE_TOKEN_IDS] = response["token_ids"]
+    if isinstance(response.get(sc.ALLOWED_TOKENS_FIELD), list):
+        attributes[sc.RESPONSE_ALLOWED_TOKENS] = response[sc.ALLOWED_TOKENS_FIELD]
     logprobs = response.get("token_logprobs")
     if not isinstance(logprobs, list):  # else the sampled tokens' logprobs of the text, when `include` asked
         parts = [p for item in response.get("output") or () if isinstance(item, dict) and item.get("type") == "message"

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from agentgrad.redact import redact, remember_secret
-from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +184,12 @@ class Added:
                 return False
             answer.pop("usage", None)
         if self.token_ids:
-            for key in ("prompt_token_ids", "token_ids", "token_logprobs"):  # the last two: a Responses body
+            for key in ("prompt_token_ids", "token_ids", "token_logprobs", ALLOWED_TOKENS_FIELD):  # the last three: a Responses body
                 answer.pop(key, None)
         for choice in answer.get("choices") or ():
             if self.token_ids:
                 choice.pop("token_ids", None)
+                choice.pop(ALLOWED_TOKENS_FIELD, None)
                 choice.pop("prompt_token_ids", None)
             if self.logprobs and "logprobs" in choice:
                 choice["logprobs"] = None
