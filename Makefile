@@ -13,7 +13,7 @@ QWEN := $(VENV)/.qwen
 FRAMEWORK_ENVS := crewai autogen
 FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
 
-.PHONY: demo test test-fast model qwen bench clean envs vllm browser docs
+.PHONY: demo test test-fast lint model qwen bench clean envs vllm browser docs
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -89,11 +89,19 @@ docs: $(DOCS_INSTALLED)
 demo: $(MODEL)
 	$(VENV)/bin/agentgrad demo
 
+# lint, the formatter's check and types, with the versions the dev extra pins (CONTRIBUTING.md); `make test` runs it first
+LINT_PATHS := agentgrad
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy
+
 test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(FRAMEWORK_INSTALLED)
+	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q
 
 test-fast: $(INSTALLED) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) $(DOCS_VENV) site .agentgrad .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) $(DOCS_VENV) site .agentgrad .pytest_cache .ruff_cache .mypy_cache

@@ -35,11 +35,17 @@ _EXPORTS = {
     "instrument_openai": "agentgrad.rollout.instrument",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
+    "RunContext": "agentgrad.algorithms.base",
+    "Evaluation": "agentgrad.algorithms.base",
     "GRPO": "agentgrad.algorithms.grpo",
     "GRPOConfig": "agentgrad.algorithms.grpo",
+    "GRPOResult": "agentgrad.algorithms.grpo",
     "SFT": "agentgrad.algorithms.sft",
     "SFTConfig": "agentgrad.algorithms.sft",
+    "SFTResult": "agentgrad.algorithms.sft",
+    "PolicyConfig": "agentgrad.policy.config",
     "APO": "agentgrad.algorithms.apo",
+    "APOResult": "agentgrad.algorithms.apo",
     # stores
     "Store": "agentgrad.store",
     "MemoryStore": "agentgrad.store",
@@ -52,7 +58,7 @@ _EXPORTS = {
     "InvalidTransitionError": "agentgrad.store",
 }
 
-_TRAIN_EXTRA = {"GRPO", "GRPOConfig", "SFT", "SFTConfig"}
+_TRAIN_EXTRA = {"GRPO", "GRPOConfig", "GRPOResult", "SFT", "SFTConfig", "SFTResult"}
 """Names that need the `train` extra (torch, transformers, ...)."""
 _TRAIN_MODULES = {"torch", "transformers", "gguf", "accelerate", "peft", "safetensors"}
 
@@ -86,18 +92,34 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentgrad.rollout.agent import AgentError, LitAgent
-    from agentgrad.algorithms.apo import APO
-    from agentgrad.algorithms.base import Algorithm
+    from agentgrad.algorithms.apo import APO, APOResult
+    from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
     from agentgrad.algorithms.baseline import Baseline
-    from agentgrad.algorithms.grpo import GRPO, GRPOConfig
-    from agentgrad.algorithms.sft import SFT, SFTConfig
-    from agentgrad.rollout.emit import emit_annotation, emit_exception, emit_message, emit_object, emit_reward, operation
+    from agentgrad.algorithms.grpo import GRPO, GRPOConfig, GRPOResult
+    from agentgrad.algorithms.sft import SFT, SFTConfig, SFTResult
     from agentgrad.gateway import Backend, Gateway
+    from agentgrad.policy.config import PolicyConfig
+    from agentgrad.rollout.agent import AgentError, LitAgent
+    from agentgrad.rollout.emit import (
+        emit_annotation,
+        emit_exception,
+        emit_message,
+        emit_object,
+        emit_reward,
+        operation,
+    )
     from agentgrad.rollout.gateway_env import GatewayEnvHook
     from agentgrad.rollout.instrument import instrument_openai
     from agentgrad.rollout.naming import agent
     from agentgrad.rollout.runner import Hook, Runner
-    from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, Store, StoreError, open_store
+    from agentgrad.store import (
+        InvalidTransitionError,
+        MemoryStore,
+        NotFoundError,
+        SqliteStore,
+        Store,
+        StoreError,
+        open_store,
+    )
     from agentgrad.train.trainer import Trainer
     from agentgrad.types import LLM, PromptTemplate, Rollout, RolloutConfig

@@ -5,6 +5,8 @@
 - `to_trajectories`: consecutive calls merged into one token sequence when each prompt continues
   the previous prompt + response token for token; tokens the model did not write (tool results,
   user turns) are masked out of the loss. A prompt that does not continue starts a new sequence.
+  With `skip_forced` (RL), tokens a grammar forced (the only one it allowed) are masked out too:
+  the policy made no choice there (docs/constrained-decoding.md).
 - `to_chats`: the conversations as chat messages, for SFT and for a critic to read.
 
 `agent_match` (a regular expression, `re.search`) keeps the calls of one agent of a multi-agent
@@ -36,6 +38,15 @@ class LLMCall:
     prompt_token_ids: list[int]
     response_token_ids: list[int]
     response_logprobs: list[float] | None
+    response_allowed_tokens: list[int] | None = None  # under a grammar: per token, how many it allowed (1: forced)
+
+    @property
+    def forced(self) -> list[bool]:
+        """Per response token, whether a grammar forced it (allowed it alone); all False without a grammar."""
+        allowed = self.response_allowed_tokens
+        if allowed is None or len(allowed) != len(self.response_token_ids):
+            return [False] * len(self.response_token_ids)
+        return [count == 1 for count in allowed]
 
     @property
     def temperature(self) -> float:
@@ -74,7 +85,8 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
             continue
         for choice in recorded_choices(span):
             if choice.prompt_token_ids and choice.response_token_ids is not None:
-                calls.append(LLMCall(span, choice.prompt_token_ids, choice.response_token_ids, choice.response_logprobs))
+                calls.append(LLMCall(span, choice.prompt_token_ids, choice.response_token_ids, choice.response_logprobs,
+                                     choice.response_allowed_tokens))
     return calls
 
 
@@ -159,25 +171,32 @@ class Trajectory:
 
 
 def to_trajectories(
-    spans: Sequence[Span], *, reward: float | None = None, agent_match: str | None = None
+    spans: Sequence[Span], *, reward: float | None = None, agent_match: str | None = None, skip_forced: bool = False
 ) -> list[Trajectory]:
-    """Merge consecutive calls whose prompt continues the previous prompt + response exactly."""
+    """Merge consecutive calls whose prompt continues the previous prompt + response exactly.
+
+    `skip_forced` (what RL wants): a token a grammar forced gets `loss_mask` 0. Its recorded logprob
+    is the model's before the grammar's mask, but it was never sampled from that distribution, and
+    under the mask its probability was 1 whatever the weights: it carries no policy gradient.
+    Supervised fine-tuning keeps it (the model learns to write the format unconstrained).
+    """
     final = final_reward(spans) if reward is None else reward
     trajectories: list[Trajectory] = []
     current: Trajectory | None = None
     for call in llm_calls(spans, agent_match):
         logprobs = call.response_logprobs or [0.0] * len(call.response_token_ids)
+        written = [0 if skip_forced and forced else 1 for forced in call.forced]
         prompt = call.prompt_token_ids
         if current is not None and len(prompt) >= len(current.token_ids) and prompt[: len(current.token_ids)] == current.token_ids:
             extra = prompt[len(current.token_ids) :]
             current.token_ids += extra + call.response_token_ids
-            current.loss_mask += [0] * len(extra) + [1] * len(call.response_token_ids)
+            current.loss_mask += [0] * len(extra) + written
             current.logprobs += [0.0] * len(extra) + logprobs
             current.span_ids.append(call.span.span_id)
             continue
         current = Trajectory(
             token_ids=list(prompt) + call.response_token_ids,
-            loss_mask=[0] * len(prompt) + [1] * len(call.response_token_ids),
+            loss_mask=[0] * len(prompt) + written,
             logprobs=[0.0] * len(prompt) + list(logprobs),
             prompt_length=len(prompt),
             reward=final,
@@ -225,7 +244,7 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
         outputs = sc.output_messages(span)
         if not outputs:
             continue
-        chat = messages + [chat_message(outputs[0])]
+        chat = [*messages, chat_message(outputs[0])]
         if chats and messages[: len(chats[-1])] == chats[-1]:
             chats[-1] = chat
         else:

@@ -37,10 +37,13 @@ from typing import Any
 import orjson
 
 TOKEN_ENV = "AGENTGRAD_TOKEN"
+"""The environment variable with the bearer token: servers default `--token` to it, clients (the store client,
+the runner's LLM key) send it."""
 ALLOWED_HOSTS_ENV = "AGENTGRAD_ALLOWED_HOSTS"
 """Comma-separated extra names this server answers to without a token (beyond loopback names)."""
 MAX_BODY_BYTES = 32 * 2**20
-"""Default request body limit; the store server allows more (span batches with token ids)."""
+"""Default request body limit (the gateway's and the engine's: larger bodies get a 413); the store server allows
+more (span batches with token ids)."""
 MAX_JSON_DEPTH = 100
 """Deepest JSON nesting accepted: far beyond any real request, far below where parsers fail."""
 
@@ -222,7 +225,7 @@ class Guard:
         if refusal is not None:
             await self._refuse(scope, send, refusal)
             return
-        if length is None and not chunked or length == b"0":
+        if (length is None and not chunked) or length == b"0":
             await self.app(scope, receive, send)
             return
         body = await self._read_body(receive)
@@ -350,4 +353,4 @@ def _deeper_than(shape: bytes, limit: int) -> bool | None:
         if len(inner) == len(shape):
             return None
         shape = inner
-    return True if shape else False
+    return bool(shape)

@@ -6,7 +6,8 @@ under `agentgrad.`. Every attribute value is an OTel-legal value (a primitive or
 primitives), so structured values (messages, tool definitions, objects) are JSON strings.
 
 Layout of the token attributes of an LLM-call span:
-- `agentgrad.llm.prompt_token_ids`, `.response_token_ids`, `.response_logprobs`: choice 0,
+- `agentgrad.llm.prompt_token_ids`, `.response_token_ids`, `.response_logprobs` (and
+  `.response_allowed_tokens` under a grammar): choice 0,
   the only one when n=1.
 - For n>1, choice i ≥ 1 lives under `agentgrad.llm.choices.{i}.response_token_ids` and
   `.response_logprobs` (and `.prompt_token_ids` when its prompt differs from choice 0's: a
@@ -35,6 +36,15 @@ OBJECT_SPAN = "agentgrad.object"
 EXCEPTION_SPAN = "agentgrad.exception"
 ANNOTATION_SPAN = "agentgrad.annotation"
 
+# ----------------------------------------------------------------------------- rollout metadata keys
+
+NO_MODEL_CALLS = "agentgrad.no_model_calls"
+"""In a rollout's metadata: it reported a reward, but no model call of it reached the gateway of the model being
+trained (its agent's client points elsewhere), so it has nothing to train on."""
+NO_REWARD = "agentgrad.no_reward"
+"""In a rollout's metadata: its agent returned no reward and emitted none (`RolloutConfig.missing_reward` says
+whether the rollout then failed or counts as reward 0)."""
+
 # ----------------------------------------------------------------------------- our attributes
 
 ROLLOUT_ID = "agentgrad.rollout_id"
@@ -58,6 +68,12 @@ LLM_PREFIX = "agentgrad.llm."
 PROMPT_TOKEN_IDS = "agentgrad.llm.prompt_token_ids"
 RESPONSE_TOKEN_IDS = "agentgrad.llm.response_token_ids"
 RESPONSE_LOGPROBS = "agentgrad.llm.response_logprobs"
+RESPONSE_ALLOWED_TOKENS = "agentgrad.llm.response_allowed_tokens"
+"""Per response token of a call decoded under a grammar (JSON schema, forced tool call), how many tokens the
+grammar allowed there: 1 is a forced token, not the policy's choice (RL leaves it out of the loss). Absent
+for an unconstrained call. The logprobs of such a call are the model's before the mask (docs/constrained-decoding.md)."""
+ALLOWED_TOKENS_FIELD = "allowed_tokens"
+"""The engine's answer field carrying `RESPONSE_ALLOWED_TOKENS`, next to `token_ids` (with `return_token_ids`)."""
 CHOICE_COUNT = "agentgrad.llm.n"
 CHOICE_PREFIX = "agentgrad.llm.choices."
 LLM_PROMPT = "agentgrad.llm.prompt"
@@ -70,6 +86,16 @@ UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
 """Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
 WEIGHTS_VERSION = "agentgrad.llm.weights_version"
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
+AGENT_REQUEST_PARAMS = {
+    "temperature": "agentgrad.llm.agent_request.temperature",
+    "top_p": "agentgrad.llm.agent_request.top_p",
+    "max_tokens": "agentgrad.llm.agent_request.max_tokens",
+}
+"""Sampling setting → what the agent's own request asked for, recorded where the gateway applied the trainer's
+sampling instead (`gen_ai.request.*` then holds what was used); absent when the agent set none."""
+SAMPLING_SOURCE = "agentgrad.llm.sampling"
+"""Whose sampling settings the call ran with: `trainer` (the agent's were overridden) or `agent` (the trainer's
+filled only what the agent left unset); absent when the gateway applied none."""
 LLM_API = "agentgrad.llm.api"
 """Which OpenAI API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API` or `RESPONSES_API` (a Responses
 call is a `chat` operation too; its input items and output are recorded as chat messages)."""
@@ -237,6 +263,7 @@ class RecordedChoice:
     response_logprobs: list[float] | None
     finish_reason: str | None
     message: dict[str, Any] | None
+    response_allowed_tokens: list[int] | None = None  # per token, how many the grammar allowed (1: forced); None: none
 
 
 def recorded_choices(span: _HasAttributes) -> list[RecordedChoice]:
@@ -255,6 +282,7 @@ def recorded_choices(span: _HasAttributes) -> list[RecordedChoice]:
                 prompt_token_ids=attributes.get(prefix + "prompt_token_ids", prompt),
                 response_token_ids=attributes.get(prefix + "response_token_ids"),
                 response_logprobs=attributes.get(prefix + "response_logprobs"),
+                response_allowed_tokens=attributes.get(prefix + "response_allowed_tokens"),
                 finish_reason=(reasons[i] or None) if i < len(reasons) else None,
                 message=messages[i] if i < len(messages) else None,
             )

@@ -138,7 +138,7 @@ class ServerThread:
 
         self.host = host
         self._server = uvicorn.Server(uvicorn_config(app, host, port, **uvicorn_options))
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
+        self._server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]  # uvicorn<0.29; not main thread
         self._thread = threading.Thread(target=self._run, name=f"uvicorn-{host}:{port}", daemon=True)
         self.port = port
 

@@ -11,7 +11,7 @@ import re
 import string
 import time
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -65,6 +65,10 @@ UNRESPONSIVE_SECONDS = 30.0
 """Default silence after which an attempt is given up: 15 missed heartbeats of a runner (it sends one every 2 s)."""
 
 
+MissingReward = Literal["fail", "zero"]
+"""What a rollout that ends with no reward becomes (`RolloutConfig.missing_reward`)."""
+
+
 class RolloutConfig(BaseModel):
     """Retry policy of a rollout: how long an attempt may take and how often it is retried.
 
@@ -92,6 +96,12 @@ class RolloutConfig(BaseModel):
     retry_on: list[AttemptStatus] = Field(
         default_factory=lambda: [AttemptStatus.FAILED, AttemptStatus.TIMEOUT, AttemptStatus.UNRESPONSIVE],
         description="Attempt outcomes that send the rollout back to the queue while attempts remain.",
+    )
+    missing_reward: MissingReward = Field(
+        "fail",
+        description="What an attempt whose agent returned no reward and emitted none becomes: 'fail' (the attempt "
+        "fails, with a message naming `emit_reward`) or 'zero' (it succeeds with no reward, counted as 0). Either "
+        "way the rollout's metadata says it had none.",
     )
 
 
@@ -310,7 +320,7 @@ class PromptTemplate(BaseModel):
         return {field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(self.template) if field}
 
 
-Resource = Annotated[Union[LLM, PromptTemplate], Field(discriminator="resource_type")]
+Resource = Annotated[LLM | PromptTemplate, Field(discriminator="resource_type")]
 NamedResources = dict[str, Resource]
 
 

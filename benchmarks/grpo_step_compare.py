@@ -46,8 +46,12 @@ def child(steps: int) -> None:
     engine = Engine()
     after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     config = GRPOConfig(steps=steps, prompts_per_step=8, group_size=8, val_every=0, skip_uniform_groups=False, seed=0)
+    import inspect
+
+    # the loaded Engine's argument was `engine=` before it became `local_engine=`: older checkouts run this too
+    engine_argument = "local_engine" if "local_engine" in inspect.signature(GRPO.__init__).parameters else "engine"
     with tempfile.TemporaryDirectory() as store_dir:
-        result = ag.Trainer(GRPO(config, engine=engine), n_runners=4, runner_concurrency=16,
+        result = ag.Trainer(GRPO(config, **{engine_argument: engine}), n_runners=4, runner_concurrency=16,
                             store=f"{store_dir}/store.db").fit(calc.calc_agent, train)
     timed = result.history[1:] or result.history
 

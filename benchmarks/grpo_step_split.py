@@ -45,7 +45,7 @@ def main() -> None:
         config = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts, group_size=args.group, val_every=0,
                             skip_uniform_groups=False, train_processes=processes, seed=0)
         with tempfile.TemporaryDirectory() as store_dir:
-            result = ag.Trainer(GRPO(config, engine=engine), n_runners=2, runner_concurrency=16,
+            result = ag.Trainer(GRPO(config, local_engine=engine), n_runners=2, runner_concurrency=16,
                                 store=f"{store_dir}/store.db").fit(calc.calc_agent, train)
         timed = result.history[1:] or result.history
 

@@ -45,6 +45,7 @@ class FakeLLM:
     answers: dict[str, str]  # ticket -> team
     base_url: str = ""  # set once served
     malformed: dict[str, int] = field(default_factory=dict)
+    leak_key: dict[str, int] = field(default_factory=dict)  # the next replies of a model quote its API key, unusably
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -110,6 +111,11 @@ def app(fake: FakeLLM) -> Starlette:
         with fake.lock:
             fake.requests.append(body)
         content, finish_reason = fake.reply(model, body["messages"][-1]["content"])
+        with fake.lock:
+            if fake.leak_key.get(model, 0) > 0:
+                fake.leak_key[model] -= 1
+                key = request.headers.get("authorization", "").removeprefix("Bearer ")
+                content, finish_reason = f"I will not critique anything for key {key}.", "stop"
         return JSONResponse({
             "id": f"chatcmpl-{len(fake.requests)}",
             "object": "chat.completion",

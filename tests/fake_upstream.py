@@ -60,16 +60,50 @@ class FakeUpstream:
         self.stream_gate: threading.Event | None = None
         self.break_stream_after: int | None = None  # chunks sent before the connection drops
         self.echo_key_in_errors = False  # failures quote the Authorization header, as careless upstreams do
+        self.echo_key_in_answers = False  # so do successful chat answers (streamed too)
         self.answers: deque[Any] = deque()  # raw JSON bodies to answer the next chat calls with, as they are
         self.bad_chunk: str | None = None  # a `data:` payload sent after the first chunk of the next stream
         self.drop_token_ids = False  # answer as an upstream that ignores `return_token_ids` does
-        self.app = Starlette(
+        self.fault: str | None = None  # every POST until reset: one of FAULTS
+        self.arrived = threading.Event()  # a request reached the fault
+        self.hung_up = threading.Event()  # ...and its client (the gateway) then closed the connection
+        self._routes = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
             ]
         )
+
+    FAULTS = ("die after headers", "hang before headers", "hang after headers", "hang mid-stream")
+
+    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        fault = self.fault
+        if fault is None or scope["type"] != "http" or scope["method"] != "POST":
+            return await self._routes(scope, receive, send)
+        assert fault in self.FAULTS, fault
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        self.requests.append(json.loads(body))
+        self.arrived.set()
+        if fault == "hang mid-stream":
+            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "policy",
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "par"}, "finish_reason": None}]}
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+            await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True})
+        elif fault != "hang before headers":
+            headers = [(b"content-type", b"application/json"), (b"content-length", b"1000")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b'{"id": "chatcmpl-fake", "cho', "more_body": True})
+            if fault == "die after headers":
+                raise ConnectionAbortedError("fake upstream dies after its headers")
+        try:  # hang until the client goes away
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        finally:
+            self.hung_up.set()
 
     def fail_next(self, status: int, times: int = 1, headers: dict[str, str] | None = None) -> None:
         self.failures.extend([(status, headers or {})] * times)
@@ -152,6 +186,9 @@ class FakeUpstream:
             return JSONResponse(self.answers.popleft())
         prompt_ids = list(render(body["messages"]).encode())
         replies = [self._reply(body, i) for i in range(body.get("n", 1))]
+        if self.echo_key_in_answers:
+            for reply in replies:
+                reply["content"] = f"{reply['content'] or ''} (you called with {request.headers.get('authorization')})"
         headers = {"x-agentgrad-model-version": str(VERSION)}
         if body.get("stream"):
             return StreamingResponse(

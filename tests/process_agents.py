@@ -57,3 +57,35 @@ def unchanged_calc(task: dict) -> float:
     text = reply.choices[0].message.content or ""
     digits = "".join(c for c in text if c.isdigit())
     return 1.0 / (1.0 + abs(int(digits) - task["answer"])) if digits else 0.0
+
+
+@ag.rollout
+def exits_hard(task: dict) -> float:
+    """Leaves the interpreter without a trace: no exception to catch (`os._exit`), or a segfault."""
+    ag.emit_message("about to go")
+    if task.get("segfault"):
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    os._exit(task.get("code", 7))
+
+
+@ag.rollout
+async def interrupts(task: dict) -> float:
+    """Raises what a Ctrl+C would, or exits, from async code (`task['raise']`: 'interrupt' or 'exit')."""
+    if task["raise"] == "interrupt":
+        raise KeyboardInterrupt("agent pressed Ctrl+C")
+    raise SystemExit(3)
+
+
+@ag.rollout
+def rewards_in_a_process(task: dict) -> float:
+    ag.emit_message(f"pid {os.getpid()}")
+    return float(task["n"])
+
+
+@ag.rollout
+def hangs(task: dict) -> float:
+    ag.emit_message("hanging")
+    time.sleep(task.get("seconds", 60))
+    return 1.0

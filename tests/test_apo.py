@@ -344,3 +344,22 @@ def test_cli_apo_says_what_is_missing(tmp_path: Path, fake: FakeLLM, monkeypatch
     assert "does not define seed_prompt, train_data, val_data" in run("--agent-file", str(tmp_path / "half.py"))
     assert "rounds must be an integer of at least 0, got -1" in run("--rounds", "-1")
     assert "cannot call model 'gpt-nope'" in run("--critic-model", "gpt-nope", "--val-batch-size", "4")
+
+
+def test_cli_apo_never_prints_or_stores_a_key_the_endpoint_echoes_in_an_unusable_reply(
+    tmp_path: Path, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = "apo-endpoint-key-424242"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    fake.leak_key["critic-model"] = 1
+    path = tmp_path / "apo.db"
+    assert cli.main(["apo", "--base-url", fake.base_url, "--model", "agent-model", "--critic-model", "critic-model",
+                     "--editor-model", "editor-model", "--rounds", "1", "--train-batch-size", "4",
+                     "--store", str(path)]) == 0
+    printed = capsys.readouterr()
+    unusable = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+    assert len(unusable) == 1 and "for key [redacted]" in unusable[0]  # the echo was there
+    for text in (printed.out, printed.err, caplog.text):
+        assert key not in text
+    assert key.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("apo.db*"))

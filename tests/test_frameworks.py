@@ -151,7 +151,7 @@ async def test_one_grpo_step_on_the_langchain_agent_writes_a_checkpoint(engine: 
     config = GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=64, micro_batch_size=4, val_every=0,
                         checkpoint_dir=str(tmp_path / "checkpoints"), skip_uniform_groups=False)
     log = tmp_path / "runner-langchain.log"
-    result = await run("langchain", GRPO(config, engine=engine), store, TASKS[:2], log=log)
+    result = await run("langchain", GRPO(config, local_engine=engine), store, TASKS[:2], log=log)
     assert result.checkpoint and (Path(result.checkpoint) / "model.safetensors").exists(), log.read_text()
     (step,) = result.history
     assert step["train/failed_rollouts"] == 0 and step["train/model_version"] >= 1

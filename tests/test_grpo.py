@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 from pathlib import Path
 
@@ -10,9 +12,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig, TaskSampler, group_advantages, grpo_update, policy_loss
-from agentgrad.policy.checkpoints import TRAINER_STATE, latest_checkpoint, prune_checkpoints
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig, group_advantages, grpo_update, policy_loss
+from agentgrad.algorithms.sampling import TaskSampler
+from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.policy.checkpoints import TRAINER_STATE, latest_checkpoint, prune_checkpoints
+from agentgrad.policy.config import PolicyConfig
 
 
 def test_advantages_are_normalized_within_each_group() -> None:
@@ -89,10 +94,48 @@ def test_task_sampler_is_reproducible_and_resumes_where_it_left_off() -> None:
 
 
 def test_settings_are_checked() -> None:
-    with pytest.raises(TypeError, match="no setting 'learning_rat'"):
+    with pytest.raises(TypeError, match="no setting 'learning_rat'; the settings of GRPOConfig are: .*learning_rate"):
         GRPO(learning_rat=1e-5)
+    with pytest.raises(TypeError, match="no setting 'epochs'.*lora_rank"):  # an SFT setting; the list names the policy's too
+        GRPO(epochs=2)
+    with pytest.raises(TypeError, match="SFT has no setting 'group_size'"):
+        SFT(group_size=4)
     with pytest.raises(ValueError, match="group_size must be at least 2"):
         GRPO(group_size=1)
+    with pytest.raises(ValueError, match="vllm_transport must be auto, file, lora or nccl, got 'x'"):
+        GRPO(vllm_transport="x")
+
+
+def test_overrides_copy_the_config_and_leave_the_given_one_unchanged() -> None:
+    cfg = GRPOConfig()
+    grpo = GRPO(cfg, steps=3, lora_rank=8)
+    assert (grpo.config.steps, grpo.config.policy.lora_rank) == (3, 8)
+    assert (cfg.steps, cfg.policy.lora_rank) == (20, 0)  # the caller's config is not theirs to change
+    assert GRPO(cfg).config.steps == 20  # a later algorithm built from it shares nothing with the first
+    sft_cfg = SFTConfig()
+    assert SFT(sft_cfg, rounds=1, lora_alpha=32).config.policy.lora_alpha == 32 and sft_cfg.rounds == 3
+
+
+def test_no_setting_shares_a_name_with_a_constructor_argument() -> None:
+    for algorithm, config in ((GRPO, GRPOConfig), (SFT, SFTConfig)):
+        arguments = set(inspect.signature(algorithm.__init__).parameters) - {"self", "overrides"}
+        settings = {f.name for f in dataclasses.fields(config)} | {f.name for f in dataclasses.fields(PolicyConfig)}
+        assert arguments == {"config", "local_engine", "model"} and not arguments & settings
+
+
+def test_the_engine_kind_is_a_setting_and_a_loaded_engine_has_its_own_argument() -> None:
+    assert GRPO(engine="vllm", vllm_urls=["http://127.0.0.1:18101"]).config.policy == PolicyConfig(
+        engine="vllm", vllm_urls=("http://127.0.0.1:18101",))
+    assert SFT(engine="vllm").config.policy.engine == "vllm"
+    assert GRPO().config.policy.engine == "local"
+
+    class NotAnEngineKind:  # what a loaded Engine passed as engine= used to be
+        pass
+
+    with pytest.raises(TypeError, match="local_engine="):
+        GRPO(engine=NotAnEngineKind())
+    with pytest.raises(ValueError, match="engine must be 'local' or 'vllm', got 'sglang'"):
+        GRPO(engine="sglang")
 
 
 def test_pruning_keeps_the_newest_complete_checkpoints_and_the_one_being_written(tmp_path: Path) -> None:

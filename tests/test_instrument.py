@@ -123,3 +123,22 @@ async def test_outside_a_rollout_the_instrumented_client_adds_nothing(served: Se
     await served.gateway.flush()
     (span,) = await served.store.query_spans(None)
     assert span.rollout_id is None and span.parent_id is None
+
+
+AGENTS_SDK_TRACES = """
+import sys
+{before}
+import agentgrad as ag
+ag.instrument_openai()
+from agents.tracing import get_trace_provider
+print(type(get_trace_provider().create_trace("rollout")).__name__)
+"""
+
+
+@pytest.mark.parametrize("before", ["", "from agents.tracing import get_trace_provider; get_trace_provider().create_trace('x')"],
+                         ids=["sdk-imported-after", "sdk-already-tracing"])
+def test_instrumenting_openai_turns_off_the_agents_sdks_trace_upload(before: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_AGENTS_DISABLE_TRACING"}
+    out = subprocess.run([sys.executable, "-c", AGENTS_SDK_TRACES.format(before=before)], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert out.strip() == "NoOpTrace"

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from agentgrad.algorithms.base import RunContext
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 from agentgrad.store import MemoryStore
 from agentgrad.types import Rollout, RolloutStatus, Span
@@ -47,10 +48,10 @@ async def batch_of(attempts: list[tuple[float, list[tuple[list[int], list[int]]]
         await store.add_spans([call(rollout, attempt_id, t, prompt, response) for t, (prompt, response) in enumerate(calls)])
         finished.append(rollout.model_copy(update={"status": RolloutStatus.SUCCEEDED, "reward": reward}))
     grpo = GRPO(GRPOConfig())
-    grpo.store = store
-    batch, _, kept, _ = await grpo._batch(finished, [0] * len(finished))
-    assert kept == 1
-    return batch
+    grpo.bind(RunContext(store=store))
+    batch = await grpo._batch(finished, [0] * len(finished))
+    assert batch.groups_kept == 1
+    return batch.scored
 
 
 async def test_a_tool_call_and_its_answer_are_one_trajectory_trained_with_the_attempt_advantage() -> None:

@@ -49,8 +49,10 @@ def test_other_import_errors_are_not_blamed_on_the_train_extra() -> None:
 
 
 async def test_an_algorithm_run_outside_a_trainer_says_to_use_one() -> None:
+    with pytest.raises(TypeError, match=r"ag\.Trainer\(algorithm=Baseline\(\.\.\.\).*\.fit\(agent"):
+        await ag.Baseline().run(ag.MemoryStore(), ["task"], None)  # type: ignore[arg-type]  # a store, not a RunContext
     with pytest.raises(RuntimeError, match=r"ag\.Trainer\(algorithm=Baseline\(\.\.\.\).*\.fit\(agent"):
-        await ag.Baseline().run(["task"], None)
+        ag.Baseline().store  # noqa: B018  # no run, no context
 
 
 def test_store_and_agent_errors_are_exported() -> None:

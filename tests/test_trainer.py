@@ -79,8 +79,36 @@ def test_exceptions_fail_the_attempt_with_the_traceback_recorded_and_are_retried
 
 def test_dev_runs_the_data_once_without_the_configured_algorithm() -> None:
     class Exploding(ag.Algorithm):
-        async def run(self, train_data, val_data):  # type: ignore[no-untyped-def]
+        async def run(self, ctx, train_data, val_data):  # type: ignore[no-untyped-def]
             raise AssertionError("dev must not run the trainer's algorithm")
 
     results = ag.Trainer(Exploding(), store="memory").dev(lambda task: 0.5, [1, 2, 3])
     assert results["train"].n == 3 and results["train"].reward_mean == 0.5
+
+
+def test_a_task_that_is_not_json_is_refused_with_its_index_and_value_before_anything_starts(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from agentgrad.store import StoreError
+
+    class Point:
+        def __repr__(self) -> str:
+            return "Point(1, 2)"
+
+    trainer = ag.Trainer(store="memory")
+
+    async def no_model(agent):  # type: ignore[no-untyped-def]
+        raise AssertionError("the local model was about to load")
+
+    monkeypatch.setattr(trainer, "_local_policy", no_model)
+    with pytest.raises(StoreError, match=r"task 2 of train_data\['where'\] is Point\(1, 2\), a Point"):
+        trainer.fit(lambda task: 1.0, [{"where": 1}, {"where": 2}, {"where": Point()}])
+    with pytest.raises(StoreError, match=r"task 0 of val_data\['n'\] is nan"):
+        trainer.fit(lambda task: 1.0, [{"n": 1}], [{"n": float("nan")}])
+
+    def asks_for_a_model(task: dict, llm: ag.LLM) -> float:
+        return 1.0
+
+    with pytest.raises(StoreError, match="task 0 of train_data"):
+        trainer.dev(asks_for_a_model, [Point()])
+    assert asyncio.run(trainer.store.query_rollouts()) == []  # nothing was enqueued

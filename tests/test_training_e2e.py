@@ -45,7 +45,7 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     config = dict(prompts_per_step=2, group_size=4, max_tokens=16, val_every=0, checkpoint_dir=str(checkpoints),
                   checkpoint_every=1, keep_checkpoints=1, learning_rate=1e-5, success_threshold=0.99)
     store = SqliteStore(tmp_path / "run.db")
-    result = ag.Trainer(GRPO(GRPOConfig(steps=3, **config), engine=own_engine), n_runners=2, runner_concurrency=8,
+    result = ag.Trainer(GRPO(GRPOConfig(steps=3, **config), local_engine=own_engine), n_runners=2, runner_concurrency=8,
                         store=store).fit(close_enough, train, val)
     assert [h["step"] for h in result.history] == [1, 2, 3]
     assert own_engine.version >= 1  # at least one step had signal and updated the weights
@@ -62,7 +62,7 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     assert first_run_rollouts == 3 * 2 * 4
 
     # a new run on the same checkpoint folder picks up at step 3 and only runs step 4
-    resumed = ag.Trainer(GRPO(GRPOConfig(steps=4, **config), engine=own_engine), n_runners=2, runner_concurrency=8,
+    resumed = ag.Trainer(GRPO(GRPOConfig(steps=4, **config), local_engine=own_engine), n_runners=2, runner_concurrency=8,
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == first_run_rollouts + 2 * 4
@@ -76,7 +76,7 @@ def test_sft_keeps_rewarded_rollouts_and_fine_tunes_on_them(tmp_path: Path, own_
     version = own_engine.version
     result = ag.Trainer(
         SFT(SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.3, max_tokens=16,
-                      epochs=1, checkpoint_dir=str(tmp_path / "sft")), engine=own_engine),
+                      epochs=1, checkpoint_dir=str(tmp_path / "sft")), local_engine=own_engine),
         n_runners=2, runner_concurrency=8, store=store,
     ).fit(close_enough, train, val)
     (round_,) = result.history
@@ -148,15 +148,16 @@ class RecordingGRPO(GRPO):
 
     batches: list[list[Any]]
 
-    def _update(self, policy: Any, optimizer: Any, batch: list[Any], reference: Any) -> dict[str, float]:
-        self.batches.append(list(batch))
-        return super()._update(policy, optimizer, batch, reference)
+    async def _batch(self, rollouts: list[Any], groups: list[int]) -> Any:
+        batch = await super()._batch(rollouts, groups)
+        self.batches.append(list(batch.scored))
+        return batch
 
 
 def test_a_grpo_step_with_agent_match_trains_on_the_matched_agents_calls_alone(own_engine: Engine) -> None:
     store = ag.MemoryStore()
     grpo = RecordingGRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
-                                    skip_uniform_groups=False, agent_match="^writer$"), engine=own_engine)
+                                    skip_uniform_groups=False, agent_match="^writer$"), local_engine=own_engine)
     grpo.batches = []
     instrument_openai()
     try:

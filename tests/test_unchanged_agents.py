@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import agentgrad as ag
-from agentgrad.algorithms.base import Algorithm
+from agentgrad.algorithms.base import Algorithm, RunContext
 from agentgrad.gateway import Backend, Gateway
 from agentgrad.semconv import is_llm_call
 from agentgrad.serving import ServerThread, free_port
@@ -27,8 +27,9 @@ class ServesAGateway(Algorithm[list[ag.Rollout]]):
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> list[ag.Rollout]:
-        with ServerThread(Gateway(self.store, default=Backend(self.upstream, system="vllm")), port=self.gateway_port) as gw:
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> list[ag.Rollout]:
+        self.bind(ctx)
+        with ServerThread(Gateway(ctx.store, default=Backend(self.upstream, system="vllm")), port=ctx.gateway_port) as gw:
             llm = ag.LLM(base_url=gw.url + "/v1", model="policy", proxied=True)  # flushed before each attempt ends
             return await self.run_rollouts(train_data, mode="train", resources_id=await self.publish({"llm": llm}))
 
@@ -87,7 +88,7 @@ def test_an_unchanged_openai_agent_trains_for_a_grpo_step_with_no_failed_rollout
     engine = Engine(sampling_dtype="float32", device="cpu")
     try:
         grpo = GRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
-                               skip_uniform_groups=False), engine=engine)
+                               skip_uniform_groups=False), local_engine=engine)
         tasks = [{"question": f"What is {a} + {b}?", "answer": a + b} for a, b in [(12, 30), (7, 8), (41, 1), (5, 5)]]
         trainer = ag.Trainer(grpo, store="memory" if strategy == "threads" else None, strategy=strategy,  # type: ignore[arg-type]
                              n_runners=2, runner_concurrency=2)

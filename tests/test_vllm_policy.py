@@ -18,11 +18,12 @@ import torch
 
 import agentgrad as ag
 from agentgrad import semconv
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo import GRPO
 from agentgrad.algorithms.sft import SFT, SFTConfig
-from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.engine.model import resolve_model
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.policy.config import PolicyConfig
+from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
 from agentgrad.store import MemoryStore, SqliteStore
 from examples.calc_agent import build_messages, make_splits
@@ -142,7 +143,7 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
                   checkpoint_every=1, keep_checkpoints=1, learning_rate=1e-5, success_threshold=0.99, engine="vllm",
                   vllm_urls=[vllm_server.url], tis_cap=2.0)
     store = SqliteStore(tmp_path / "run.db")
-    result = ag.Trainer(GRPO(GRPOConfig(steps=1, **config)), n_runners=1, runner_concurrency=8,
+    result = ag.Trainer(GRPO(steps=1, **config), n_runners=1, runner_concurrency=8,
                         store=store).fit(close_enough, train, val)
     assert [h["step"] for h in result.history] == [1]
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1"]
@@ -154,7 +155,7 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
         assert [m.step for m in asyncio.run(metric(name))] == [1], name
     # step 1 samples and scores the same weights; later steps add the fp32 updates bf16 serving rounds away
     assert 0 <= asyncio.run(metric("train/logprob_diff"))[0].value < LOGPROB_MEAN_TOLERANCE
-    resumed = ag.Trainer(GRPO(GRPOConfig(steps=2, **config)), n_runners=1, runner_concurrency=8,
+    resumed = ag.Trainer(GRPO(steps=2, **config), n_runners=1, runner_concurrency=8,
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2]  # step 1 restored from the checkpoint, step 2 run
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-2"]
@@ -166,7 +167,7 @@ def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_v
     store = MemoryStore()
     # a low threshold (within 9 of the answer) keeps some of 16 samples even from the untrained model
     config = SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.1, max_tokens=16, epochs=1,
-                       engine="vllm", vllm_urls=[vllm_server.url])
+                       policy=PolicyConfig(engine="vllm", vllm_urls=[vllm_server.url]))
     result = ag.Trainer(SFT(config), n_runners=1, runner_concurrency=8, store=store).fit(close_enough, train, val)
     (round_,) = result.history
     assert round_["train/kept"] > 0 and round_["train/loss"] == round_["train/loss"]  # trained: not NaN

@@ -19,17 +19,26 @@ import json
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
 from agentgrad import semconv as sc
-from agentgrad.algorithms.base import Algorithm, Evaluation
-from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout, RolloutConfig, RolloutStatus, Span
+from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
+from agentgrad.redact import redact, redact_known
+from agentgrad.types import (
+    LLM,
+    NamedResources,
+    PromptTemplate,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutConfig,
+    RolloutStatus,
+    Span,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +93,6 @@ class APO(Algorithm["APOResult"]):
     rollout_config: RolloutConfig | None = None  # timeout and retries of each rollout
     rollout_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
     seed: int = 0  # for the order of training tasks and the validation sample
-    _tally: Counter[str] = field(default_factory=Counter, init=False, repr=False)  # this round's counts
 
     def __post_init__(self) -> None:
         for name in ("rounds", "beam_width", "branch_factor", "train_batch_size", "critic_examples", "max_tries"):
@@ -95,9 +103,10 @@ class APO(Algorithm["APOResult"]):
         if self.val_batch_size is not None and self.val_batch_size < 1:
             raise ValueError(f"APO val_batch_size must be at least 1 (or None for all), got {self.val_batch_size}")
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
         from openai import AsyncOpenAI
 
+        self.bind(ctx)
         # ---- setup: the seed snapshot, the prompt to optimize, the data, the critic/editor endpoint
         if not train_data:
             raise ValueError("APO needs training tasks: the critic learns from the failures among them")
@@ -125,132 +134,169 @@ class APO(Algorithm["APOResult"]):
             critic_model = critic_model or llm.model
         editor_model = self.editor_model or critic_model
         client = AsyncOpenAI(base_url=base_url, api_key=api_key)
+        search = Search(client, critic_model, editor_model, name, seed_snapshot, val_tasks, train_order, batch_size)
         try:
-            # ---- round 0: score the seed prompt (an agent that fails on every task stops the search here)
-            seed_runs = await self.validate(seed_snapshot.resources_id, val_tasks, 0)
-            if not any(r.status is RolloutStatus.SUCCEEDED for r in seed_runs):
-                attempts = await self.store.query_attempts(seed_runs[0].rollout_id)
-                error = attempts[-1].error if attempts else f"the rollout is still {seed_runs[0].status.value}"
-                raise APOError(f"every validation rollout of the seed prompt failed, the first with: {error}; "
-                               "APO needs an agent that runs (try it with Trainer.dev)")
-            seed_score = Evaluation.of(seed_runs).reward_mean
-            await self.store.update_resources(seed_snapshot.resources_id, {
-                "algorithm": "apo", "prompt_name": name, "round": 0, "parent": None,
-                "status": "seed", "score": seed_score,
-            })
-            best = Candidate(seed_snapshot.resources_id, seed_prompt, 0, None, seed_score)
-            beam = [best]
-            tried = {seed_prompt.template: best.resources_id}  # template -> the snapshot that first held it
-            round_best: list[float | None] = [seed_score]
-            await self.log_metrics(0, {"apo/best_score": seed_score, "apo/round_best": seed_score,
-                                       "apo/beam_mean": seed_score})
-            self.console.print(f"[bold]APO[/bold] round 0: seed prompt {best.resources_id} scores {seed_score:.3f} "
-                               f"on {len(val_tasks)} validation tasks")
-
+            seed = best = await self.score_seed(search, seed_prompt)
+            beam, round_best = [seed], [seed.score]
+            tried = {seed_prompt.template: seed.resources_id}  # template -> the snapshot that first held it
             for round_ in range(1, self.rounds + 1):
                 started = time.monotonic()
-                self._tally = Counter()
-
-                # ---- collect: every prompt in the beam runs the same batch of training tasks
-                offset = (round_ - 1) * batch_size
-                batch = [train_order[(offset + i) % len(train_order)] for i in range(batch_size)]
-                train_runs = await asyncio.gather(*(
-                    self.run_rollouts(batch, mode="train", resources_id=parent.resources_id, config=self.rollout_config,
-                                      metadata=[{"apo_round": round_}] * len(batch), timeout=self.rollout_timeout)
-                    for parent in beam
-                ))
-
-                # ---- textual gradient: the critic reads each prompt's failures and says what to change
-                critiques = await asyncio.gather(*(
-                    self.criticize(client, critic_model, parent.prompt, runs) for parent, runs in zip(beam, train_runs)
-                ))
-
-                # ---- edit: the editor rewrites each criticized prompt `branch_factor` times
-                edits = [
-                    (parent, critique, EDIT_STYLES[i % len(EDIT_STYLES)])
-                    for parent, critique in zip(beam, critiques) if critique is not None
-                    for i in range(self.branch_factor)
-                ]
-                rewrites = await asyncio.gather(*(
-                    self.edit(client, editor_model, parent.prompt, critique, style) for parent, critique, style in edits
-                ))
-
-                # ---- check and publish: every rewrite becomes a snapshot; a broken one is rejected with the reason
-                candidates: list[Candidate] = []
-                rows: dict[str, list[str]] = {}  # the round's table in publish order: id, parent, score, status, change
-                for (parent, critique, style), template in zip(edits, rewrites):
-                    if template is None:
-                        continue  # no usable reply after `max_tries`: counted in `skipped`, nothing to store
-                    prompt = parent.prompt.model_copy(update={"template": template})
-                    reason = check_rewrite(parent.prompt, prompt)
-                    if reason is None and template in tried:
-                        reason = f"same template as {tried[template]}"
-                    resources_id = await self.publish({**seed_snapshot.resources, name: prompt}, {
-                        "algorithm": "apo", "prompt_name": name, "round": round_, "parent": parent.resources_id,
-                        "critique": critique, "edit_style": style,
-                        "status": "rejected" if reason else "pending", "reason": reason,
-                    })
-                    tried.setdefault(template, resources_id)
-                    self._tally["candidates"] += 1
-                    rows[resources_id] = [resources_id, parent.resources_id, "-",
-                                          f"rejected: {reason}" if reason else "pending",
-                                          changes(parent.prompt.template, template)]
-                    if reason:
-                        self._tally["rejected"] += 1
-                    else:
-                        candidates.append(Candidate(resources_id, prompt, round_, parent.resources_id))
-
-                # ---- score the new candidates on the validation tasks
-                scores = [Evaluation.of(runs).reward_mean for runs in await asyncio.gather(*(
-                    self.validate(c.resources_id, val_tasks, round_) for c in candidates
-                ))]
-                for candidate, score in zip(candidates, scores):
-                    candidate.score = score
-                    await self.store.update_resources(candidate.resources_id, {"status": "scored", "score": score})
-                    rows[candidate.resources_id][2:4] = [f"{score:.3f}", "scored"]
-
-                # ---- select: the best `beam_width` of the old beam and the new candidates (old ones win ties)
-                beam = sorted(beam + candidates, key=lambda c: -c.score_or_zero)[: self.beam_width]
+                outcome = await self.search_round(search, round_, beam, tried)
+                beam = outcome.beam
                 if beam[0].score_or_zero > best.score_or_zero:
                     best = beam[0]
-                round_best.append(max(scores) if scores else None)
-
-                # ---- log
-                train_rewards = [Evaluation.of(runs).reward_mean for runs in train_runs]
-                metrics = {
-                    "apo/best_score": best.score_or_zero,
-                    "apo/beam_mean": sum(c.score_or_zero for c in beam) / len(beam),
-                    "apo/train_reward_mean": sum(train_rewards) / len(train_rewards),
-                    "apo/candidates": self._tally["candidates"],
-                    "apo/scored": len(candidates),
-                    "apo/rejected": self._tally["rejected"],
-                    "apo/unusable_replies": self._tally["unusable"],
-                    "apo/skipped": self._tally["skipped"],
-                    "apo/no_failures": self._tally["no_failures"],
-                    "perf/round_seconds": time.monotonic() - started,
-                }
-                if scores:
-                    metrics["apo/round_best"] = max(scores)
-                await self.log_metrics(round_, metrics)
-                self.console.print(round_table(round_, list(rows.values())))
-                self.console.print(
-                    f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
-                    f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · scored {len(candidates)}, "
-                    f"rejected {self._tally['rejected']}, critic/editor replies given up {self._tally['skipped']}, "
-                    f"prompts without failures to learn from {self._tally['no_failures']}"
-                )
+                round_best.append(max(outcome.scores) if outcome.scores else None)
+                await self.report_round(round_, outcome, best, time.monotonic() - started)
         finally:
             await client.close()
+        return await self.publish_best(search, seed, best, round_best)
 
-        # ---- publish the best prompt as the latest resources, for whatever runs next
-        final = await self.publish({**seed_snapshot.resources, name: best.prompt}, {
-            "algorithm": "apo", "prompt_name": name, "status": "best", "source": best.resources_id,
+    # ------------------------------------------------------------------ the phases of a run
+
+    async def score_seed(self, search: Search, seed_prompt: PromptTemplate) -> Candidate:
+        """Round 0: score the seed prompt; an agent that fails on every task stops the search here."""
+        seed_id = search.seed.resources_id
+        seed_runs = await self.validate(seed_id, search.val_tasks, 0)
+        if not any(r.status is RolloutStatus.SUCCEEDED for r in seed_runs):
+            attempts = await self.store.query_attempts(seed_runs[0].rollout_id)
+            error = attempts[-1].error if attempts else f"the rollout is still {seed_runs[0].status.value}"
+            raise APOError(f"every validation rollout of the seed prompt failed, the first with: {error}; "
+                           "APO needs an agent that runs (try it with Trainer.dev)")
+        seed_score = Evaluation.of(seed_runs).reward_mean
+        await self.store.update_resources(seed_id, {
+            "algorithm": "apo", "prompt_name": search.prompt_name, "round": 0, "parent": None,
+            "status": "seed", "score": seed_score,
+        })
+        await self.log_metrics(0, {"apo/best_score": seed_score, "apo/round_best": seed_score,
+                                   "apo/beam_mean": seed_score})
+        self.console.print(f"[bold]APO[/bold] round 0: seed prompt {seed_id} scores {seed_score:.3f} "
+                           f"on {len(search.val_tasks)} validation tasks")
+        return Candidate(seed_id, seed_prompt, 0, None, seed_score)
+
+    async def search_round(self, search: Search, round_: int, beam: list[Candidate], tried: dict[str, str]) -> Round:
+        """One round: collect, criticize, edit, check and publish, score, select. `tried` gains the new templates."""
+        # ---- collect: every prompt in the beam runs the same batch of training tasks
+        batch = search.train_batch(round_)
+        train_runs = await asyncio.gather(*(
+            self.run_rollouts(batch, mode="train", resources_id=parent.resources_id, config=self.rollout_config,
+                              metadata=[{"apo_round": round_}] * len(batch), timeout=self.rollout_timeout)
+            for parent in beam
+        ))
+
+        # ---- textual gradient: the critic reads each prompt's failures and says what to change
+        critiques = await asyncio.gather(*(
+            self.criticize(search.client, search.critic_model, parent.prompt, runs)
+            for parent, runs in zip(beam, train_runs)
+        ))
+
+        # ---- edit: the editor rewrites each criticized prompt `branch_factor` times
+        edits = [
+            (parent, critique.text, EDIT_STYLES[i % len(EDIT_STYLES)])
+            for parent, critique in zip(beam, critiques) if critique.text is not None
+            for i in range(self.branch_factor)
+        ]
+        rewrites = await asyncio.gather(*(
+            self.edit(search.client, search.editor_model, parent.prompt, critique, style)
+            for parent, critique, style in edits
+        ))
+
+        # ---- check and publish, then score the candidates that passed on the validation tasks
+        candidates, rows, published = await self.publish_rewrites(
+            search, round_, [(*edit, rewrite.text) for edit, rewrite in zip(edits, rewrites)], tried)
+        await self.score_candidates(search, round_, candidates)
+        for candidate in candidates:
+            rows[candidate.resources_id][2:4] = [f"{candidate.score_or_zero:.3f}", "scored"]
+
+        # ---- select: the best `beam_width` of the old beam and the new candidates (old ones win ties)
+        train_rewards = [Evaluation.of(runs).reward_mean for runs in train_runs]
+        return Round(
+            beam=sorted(beam + candidates, key=lambda c: -c.score_or_zero)[: self.beam_width],
+            scored=candidates,
+            rows=list(rows.values()),
+            train_reward_mean=sum(train_rewards) / len(train_rewards),
+            tally=sum((reply.tally for reply in [*critiques, *rewrites]), published),
+        )
+
+    async def publish_rewrites(
+        self, search: Search, round_: int, rewrites: Sequence[tuple[Candidate, str, str, str | None]],
+        tried: dict[str, str],
+    ) -> tuple[list[Candidate], dict[str, list[str]], Tally]:
+        """Every usable rewrite (parent, critique, style, template) becomes a snapshot; a broken one is rejected
+        with the reason. Returns the candidates to score, the round's table rows by snapshot (id, parent, score,
+        status, change; in publish order), and the count of snapshots and rejections."""
+        candidates: list[Candidate] = []
+        rows: dict[str, list[str]] = {}
+        rejected = 0
+        for parent, critique, style, template in rewrites:
+            if template is None:
+                continue  # no usable reply after `max_tries`: counted in `skipped`, nothing to store
+            prompt = parent.prompt.model_copy(update={"template": template})
+            reason = check_rewrite(parent.prompt, prompt)
+            if reason is None and template in tried:
+                reason = f"same template as {tried[template]}"
+            resources_id = await self.publish({**search.seed.resources, search.prompt_name: prompt}, {
+                "algorithm": "apo", "prompt_name": search.prompt_name, "round": round_,
+                "parent": parent.resources_id, "critique": critique, "edit_style": style,
+                "status": "rejected" if reason else "pending", "reason": reason,
+            })
+            tried.setdefault(template, resources_id)
+            rows[resources_id] = [resources_id, parent.resources_id, "-",
+                                  f"rejected: {reason}" if reason else "pending",
+                                  changes(parent.prompt.template, template)]
+            if reason:
+                rejected += 1
+            else:
+                candidates.append(Candidate(resources_id, prompt, round_, parent.resources_id))
+        return candidates, rows, Tally(candidates=len(rows), rejected=rejected)
+
+    async def score_candidates(self, search: Search, round_: int, candidates: Sequence[Candidate]) -> None:
+        """Score each candidate on the validation tasks (its mean reward), in its snapshot's metadata too."""
+        runs = await asyncio.gather(*(self.validate(c.resources_id, search.val_tasks, round_) for c in candidates))
+        for candidate, candidate_runs in zip(candidates, runs):
+            candidate.score = Evaluation.of(candidate_runs).reward_mean
+            await self.store.update_resources(candidate.resources_id, {"status": "scored", "score": candidate.score})
+
+    async def report_round(self, round_: int, outcome: Round, best: Candidate, seconds: float) -> None:
+        """The round's metrics in the store, its table and a summary line on the console."""
+        tally, scores = outcome.tally, outcome.scores
+        metrics = {
+            "apo/best_score": best.score_or_zero,
+            "apo/beam_mean": sum(c.score_or_zero for c in outcome.beam) / len(outcome.beam),
+            "apo/train_reward_mean": outcome.train_reward_mean,
+            "apo/candidates": tally.candidates,
+            "apo/scored": len(outcome.scored),
+            "apo/rejected": tally.rejected,
+            "apo/unusable_replies": tally.unusable,
+            "apo/skipped": tally.skipped,
+            "apo/no_failures": tally.no_failures,
+            "perf/round_seconds": seconds,
+        }
+        if scores:
+            metrics["apo/round_best"] = max(scores)
+        await self.log_metrics(round_, metrics)
+        self.console.print(round_table(round_, outcome.rows))
+        self.console.print(
+            f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
+            f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · scored {len(outcome.scored)}, "
+            f"rejected {tally.rejected}, critic/editor replies given up {tally.skipped}, "
+            f"prompts without failures to learn from {tally.no_failures}"
+        )
+
+    async def publish_best(
+        self, search: Search, seed: Candidate, best: Candidate, round_best: list[float | None]
+    ) -> APOResult:
+        """Publish the best prompt as the latest resources, for whatever runs next."""
+        seed_score = seed.score_or_zero
+        final = await self.publish({**search.seed.resources, search.prompt_name: best.prompt}, {
+            "algorithm": "apo", "prompt_name": search.prompt_name, "status": "best", "source": best.resources_id,
             "round": best.round, "score": best.score_or_zero,
         })
         self.console.print(f"[bold]APO[/bold] best prompt: {best.resources_id} from round {best.round}, "
                            f"score {best.score_or_zero:.3f} (seed {seed_score:.3f}), published as {final}:")
         self.console.print(best.prompt.template, markup=False, highlight=False)
         return APOResult(best.prompt, best.score_or_zero, final, best.resources_id, seed_score, round_best)
+
+    # ------------------------------------------------------------------ rollouts and model calls
 
     async def validate(self, resources_id: str, tasks: Sequence[Any], round_: int) -> list[Rollout]:
         """Run the validation tasks with the prompt of snapshot `resources_id`; its score is their mean reward."""
@@ -259,8 +305,8 @@ class APO(Algorithm["APOResult"]):
             metadata=[{"apo_round": round_}] * len(tasks), timeout=self.rollout_timeout,
         )
 
-    async def criticize(self, client: Any, model: str, prompt: PromptTemplate, runs: Sequence[Rollout]) -> str | None:
-        """The critic's textual gradient of `prompt` from its failed runs; None when none failed or
+    async def criticize(self, client: Any, model: str, prompt: PromptTemplate, runs: Sequence[Rollout]) -> Reply:
+        """The critic's textual gradient of `prompt` from its failed runs; no text when none failed or
         the critic gave no usable reply."""
         failed = sorted(
             (r for r in runs if r.status is not RolloutStatus.SUCCEEDED or r.reward is None
@@ -268,8 +314,7 @@ class APO(Algorithm["APOResult"]):
             key=lambda r: r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else float("-inf"),
         )[: self.critic_examples]
         if not failed:
-            self._tally["no_failures"] += 1
-            return None
+            return Reply(None, Tally(no_failures=1))
         parts = [f"## Prompt template\n<template>\n{prompt.template}\n</template>\n",
                  f"## Failed runs ({len(failed)} shown of the {len(runs)} runs of this batch)"]
         for i, run in enumerate(failed, 1):
@@ -282,8 +327,8 @@ class APO(Algorithm["APOResult"]):
         messages = [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
         return await self.ask(client, model, messages, "critique", self.critic_temperature)
 
-    async def edit(self, client: Any, model: str, prompt: PromptTemplate, critique: str, style: str) -> str | None:
-        """The editor's rewrite of `prompt` along `critique`; None when it gave no usable reply."""
+    async def edit(self, client: Any, model: str, prompt: PromptTemplate, critique: str, style: str) -> Reply:
+        """The editor's rewrite of `prompt` along `critique`; no text when it gave no usable reply."""
         names = ", ".join(sorted(prompt.placeholders())) or "none"
         syntax = ("Python str.format syntax: {name} is a placeholder, literal braces are written {{ and }}"
                   if prompt.engine == "f-string" else "Jinja syntax: {{ name }} is a placeholder")
@@ -294,7 +339,7 @@ class APO(Algorithm["APOResult"]):
 
     async def ask(
         self, client: Any, model: str, messages: list[dict[str, str]], tag: str, temperature: float
-    ) -> str | None:
+    ) -> Reply:
         """The text between `<tag>` markers of the model's reply, tried up to `max_tries` times.
 
         A malformed reply or a passing API error costs a try; a wrong model name or key stops the run.
@@ -307,18 +352,17 @@ class APO(Algorithm["APOResult"]):
                 choice = reply.choices[0] if reply.choices else None
                 if choice is not None and choice.finish_reason == "length":
                     raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
-                return between_markers(choice.message.content if choice else None, tag)
+                text = between_markers(redact_known(choice.message.content or "") if choice else None, tag)
+                return Reply(text, Tally(unusable=attempt - 1))  # the tries before this one were unusable
             except openai.APIStatusError as exc:
                 if exc.status_code in (401, 403, 404):  # wrong key, URL or model name: no retry will help
-                    raise APOError(f"APO cannot call model {model!r} at {client.base_url}: {exc}") from exc
+                    raise APOError(redact(f"APO cannot call model {model!r} at {client.base_url}: {exc}")) from exc
                 problem = f"{type(exc).__name__}: {exc}"
             except (openai.APIError, ValueError) as exc:
                 problem = str(exc)
-            self._tally["unusable"] += 1
             log.warning("APO %s reply from %s unusable (try %d of %d): %s",
-                        tag, model, attempt, self.max_tries, problem)
-        self._tally["skipped"] += 1
-        return None
+                        tag, model, attempt, self.max_tries, redact(problem))
+        return Reply(None, Tally(unusable=self.max_tries, skipped=1))
 
 
 class APOError(RuntimeError):
@@ -338,6 +382,62 @@ class Candidate:
     @property
     def score_or_zero(self) -> float:
         return self.score if self.score is not None else 0.0
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What became of one round's critic and editor replies and rewrites: counts that add up across the round."""
+
+    candidates: int = 0  # rewrites published as snapshots
+    rejected: int = 0  # of them, those `check_rewrite` (or a repeated template) rejected
+    unusable: int = 0  # critic/editor replies that could not be used (malformed, or an API error): each cost a try
+    skipped: int = 0  # critiques and rewrites given up after `max_tries` unusable replies
+    no_failures: int = 0  # prompts of the beam whose training runs all succeeded: nothing for the critic to read
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A critic's or editor's answer: the text between its markers (None when there is none), and its counts."""
+
+    text: str | None
+    tally: Tally
+
+
+@dataclass(frozen=True)
+class Search:
+    """What every round of one run shares: the critic's and editor's endpoint, the seed, the tasks."""
+
+    client: Any  # openai.AsyncOpenAI
+    critic_model: str
+    editor_model: str
+    prompt_name: str
+    seed: ResourcesSnapshot
+    val_tasks: list[Any]  # every prompt is scored on these same tasks
+    train_order: list[Any]  # the training tasks, shuffled once; each round takes the next `batch_size`
+    batch_size: int
+
+    def train_batch(self, round_: int) -> list[Any]:
+        """The training tasks of round `round_` (from 1), going round the shuffled tasks."""
+        offset = (round_ - 1) * self.batch_size
+        return [self.train_order[(offset + i) % len(self.train_order)] for i in range(self.batch_size)]
+
+
+@dataclass(frozen=True)
+class Round:
+    """The outcome of one search round."""
+
+    beam: list[Candidate]  # the best `beam_width` prompts after the round, best first
+    scored: list[Candidate]  # the round's new candidates that passed the checks, scored
+    rows: list[list[str]]  # the round's table: id, parent, score, status, change, in publish order
+    train_reward_mean: float  # over the beam's training runs
+    tally: Tally
+
+    @property
+    def scores(self) -> list[float]:
+        return [c.score_or_zero for c in self.scored]
 
 
 @dataclass(frozen=True)
@@ -403,7 +503,7 @@ class _StandIn(str):
             raise AttributeError(name)
         return self
 
-    def __getitem__(self, key: Any) -> _StandIn:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> _StandIn:
         return self
 
 

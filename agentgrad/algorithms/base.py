@@ -1,27 +1,56 @@
-"""What every algorithm shares: a store to work through, running a batch of tasks, logging metrics."""
+"""What every algorithm shares: the context it runs in, running a batch of tasks, logging metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from rich.console import Console
 
+from agentgrad import semconv as sc
+from agentgrad.redact import RedactingConsole
 from agentgrad.store import Store
 from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
+
+if TYPE_CHECKING:
+    from agentgrad.distributed.group import TrainingGroup
+
+DEFAULT_CONSOLE: Console = RedactingConsole()
+"""Where an algorithm reports when its context names no console."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What an algorithm runs in, laid out by the trainer's strategy and passed to `Algorithm.run`.
+
+    `store`: where rollouts are queued and spans read. `gateway_port`: where an algorithm that serves
+    the model it trains (GRPO, SFT) puts its gateway on loopback (0: any free port); the runners'
+    `OPENAI_BASE_URL` points there. `console`: where progress is printed. `launcher`: what starts the
+    training ranks of a sharded update (`train_processes > 1`): None for local processes, Ray's
+    `RayGroup` under `strategy="ray"`.
+    """
+
+    store: Store
+    gateway_port: int = 0
+    console: Console = field(default=DEFAULT_CONSOLE)
+    launcher: Callable[..., TrainingGroup] | None = None
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """How a batch of rollouts went. Failed rollouts count as reward 0 in `reward_mean`."""
+    """How a batch of rollouts went. Failed rollouts, and those that ended with no reward
+    (`RolloutConfig(missing_reward="zero")`), count as reward 0 in `reward_mean`; `no_reward` says how many
+    ended with none (failed for it or counted as 0)."""
 
     n: int
     succeeded: int
     reward_mean: float
     success_rate: float
+    no_reward: int = 0
 
     @classmethod
     def of(cls, rollouts: Sequence[Rollout], success_threshold: float = 1.0) -> Evaluation:
@@ -31,7 +60,36 @@ class Evaluation:
             succeeded=sum(r.status is RolloutStatus.SUCCEEDED for r in rollouts),
             reward_mean=statistics.fmean(rewards) if rewards else 0.0,
             success_rate=sum(reward >= success_threshold for reward in rewards) / len(rewards) if rewards else 0.0,
+            no_reward=count_no_reward(rollouts),
         )
+
+
+def count_no_reward(rollouts: Sequence[Rollout]) -> int:
+    """How many rollouts ended with no reward: their agent returned none and emitted none (the runner marks them)."""
+    return sum(bool(r.metadata.get(sc.NO_REWARD)) for r in rollouts)
+
+
+NO_MODEL_CALLS_FIX = (
+    "the agent's client calls another URL than the gateway of the model being trained. Build the client inside the "
+    "agent from the `llm` resource (OpenAI(base_url=llm.base_url, api_key=llm.api_key)), or let it read "
+    "OPENAI_BASE_URL when it is created during the rollout (a client built at import time, or given its own "
+    "base_url, keeps calling that URL); ag.instrument_openai() then names each call's attempt"
+)
+"""What to do when rewarded rollouts recorded no model call through the gateway."""
+
+
+async def flag_no_model_calls(store: Store, rollouts: Sequence[Rollout], calls: Sequence[int]) -> int:
+    """Mark (in their metadata) the rollouts that reported a reward but recorded no model call; returns how many."""
+    flagged = [r for r, n in zip(rollouts, calls) if n == 0 and r.reward is not None]
+    for rollout in flagged:
+        await store.update_rollout(rollout.rollout_id, metadata={sc.NO_MODEL_CALLS: True})
+    return len(flagged)
+
+
+def no_model_calls_error(algorithm: str, rollouts: int) -> RuntimeError:
+    """The error of a training step none of whose `rollouts` (rewarded) recorded a model call: nothing to train on."""
+    return RuntimeError(f"{algorithm}: none of the step's {rollouts} rewarded rollouts made a model call through the "
+                        f"gateway, so there is nothing to train on: {NO_MODEL_CALLS_FIX}")
 
 
 TOP_ERRORS = 3
@@ -84,38 +142,46 @@ R = TypeVar("R", covariant=True)
 class Algorithm(Generic[R]):
     """Base of algorithms, generic over what `run` returns (which `Trainer.fit` returns too).
 
-    The trainer sets `store` (and `console`) before calling `run`.
+    `run(ctx, train_data, val_data)` starts by binding its `RunContext` (`self.bind(ctx)`); the
+    helpers below (`store`, `console`, `run_rollouts`, ...) read it from there.
     """
 
-    _store: Store | None = None
-    console: Console = Console()
+    ctx: RunContext | None = None
+    """The context of the run in progress (or of the last one), bound by `run` itself."""
     last_failures: Failures | None = None
     """What `run_rollouts` found wrong in its latest batch."""
-    rollout_config: RolloutConfig | None = None
-    """Retry policy of rollouts queued without one; the `processes` strategy sets a heartbeat rule here."""
     serves_gateway: bool = False
-    """Whether `run` serves the model it trains through a gateway on `gateway_port` (GRPO, SFT)."""
-    gateway_port: int = 0
-    """Where that gateway listens on loopback: the trainer sets it (`Trainer(gateway_port=...)`)."""
+    """Whether `run` serves the model it trains through a gateway on `ctx.gateway_port` (GRPO, SFT)."""
+
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
+        raise NotImplementedError
+
+    def bind(self, ctx: RunContext) -> RunContext:
+        """Take `ctx` as this run's context (the first thing `run` does); returns it."""
+        if not isinstance(ctx, RunContext):
+            name = type(self).__name__
+            raise TypeError(f"{name}.run takes a RunContext first, then train_data and val_data, not a "
+                            f"{type(ctx).__name__}: algorithms run inside a trainer, ag.Trainer(algorithm={name}(...), "
+                            "n_runners=...).fit(agent, train_data, val_data), or await "
+                            f"{name.lower()}.run(RunContext(store=...), train_data, val_data) on a store runners serve")
+        self.ctx = ctx
+        return ctx
 
     @property
     def store(self) -> Store:
-        if self._store is None:
+        if self.ctx is None:
             name = type(self).__name__
             raise RuntimeError(
                 f"{name} has no store to queue rollouts in: algorithms run inside a trainer, "
                 f"ag.Trainer(algorithm={name}(...), n_runners=...).fit(agent, train_data, val_data), "
-                f"which also starts the runners that execute the agent (or set {name.lower()}.store = a Store "
-                "that other runners serve, then await run(...))"
+                "which also starts the runners that execute the agent (or await "
+                f"{name.lower()}.run(RunContext(store=...), train_data, val_data) on a store other runners serve)"
             )
-        return self._store
+        return self.ctx.store
 
-    @store.setter
-    def store(self, store: Store) -> None:
-        self._store = store
-
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
-        raise NotImplementedError
+    @property
+    def console(self) -> Console:
+        return self.ctx.console if self.ctx is not None else DEFAULT_CONSOLE
 
     async def publish(self, resources: NamedResources, metadata: dict[str, Any] | None = None) -> str:
         """Store a new version of the resources; returns its id for the rollouts to run with."""
@@ -142,7 +208,7 @@ class Algorithm(Generic[R]):
         Rollouts that did not succeed are reported on the console with their most frequent errors
         (and kept in `last_failures`), so a run whose every rollout fails says why.
         """
-        config = config or self.rollout_config or RolloutConfig()
+        config = config or RolloutConfig()
         requests = [
             {"input": task, "mode": mode, "resources_id": resources_id, "config": config,
              "metadata": metadata[i] if metadata else {}}
@@ -165,10 +231,29 @@ class Algorithm(Generic[R]):
 C = TypeVar("C")
 
 
-def with_overrides(config: C, overrides: Mapping[str, Any], algorithm: str) -> C:
-    """`config` with keyword overrides applied; an unknown name is a TypeError naming it."""
+def with_overrides(config: C, overrides: Mapping[str, Any], algorithm: str, nested: Mapping[str, type] | None = None) -> C:
+    """A copy of `config` (a dataclass) with keyword overrides applied; `config` itself is unchanged.
+
+    A name of a field of a `nested` config (`{"policy": PolicyConfig}`) goes to that field's copy, so
+    `GRPO(engine="vllm")` sets `config.policy.engine`. An unknown name is a TypeError listing the
+    valid ones; values are checked by the configs' own `__post_init__`.
+    """
+    nested = nested or {}
+    own = {f.name for f in dataclasses.fields(config) if f.init}  # type: ignore[arg-type]
+    inner: dict[str, dict[str, Any]] = {name: {} for name in nested}
+    top: dict[str, Any] = {}
     for key, value in overrides.items():
-        if not hasattr(config, key):
-            raise TypeError(f"{algorithm} has no setting {key!r}; see {type(config).__name__}")
-        setattr(config, key, value)
-    return config
+        if key in own:
+            top[key] = value
+            continue
+        owner = next((name for name, kind in nested.items() if key in {f.name for f in dataclasses.fields(kind)}), None)
+        if owner is None:
+            valid = sorted(own | {f.name for kind in nested.values() for f in dataclasses.fields(kind)})
+            raise TypeError(f"{algorithm} has no setting {key!r}; the settings of {type(config).__name__} are: "
+                            f"{', '.join(valid)}")
+        inner[owner][key] = value
+    copied: Any = dataclasses.replace(config, **top)  # type: ignore[type-var]  # C is a dataclass, as fields() checked
+    for name, values in inner.items():
+        if values:
+            copied = dataclasses.replace(copied, **{name: dataclasses.replace(getattr(copied, name), **values)})
+    return cast(C, copied)

@@ -7,21 +7,23 @@ from typing import Any
 
 from rich.table import Table
 
-from agentgrad.algorithms.base import Algorithm, Evaluation
+from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
 from agentgrad.types import RolloutConfig
 
 
 class Baseline(Algorithm["dict[str, Evaluation]"]):
     """Evaluate each split once; write `<split>/reward_mean`, `<split>/success_rate` metrics.
 
-    A rollout is a success when its reward reaches `success_threshold`.
+    A rollout is a success when its reward reaches `success_threshold`. One whose agent reported no reward
+    fails (`RolloutConfig.missing_reward`, default 'fail'; 'zero' counts it as 0); the table says how many had none.
     """
 
     def __init__(self, success_threshold: float = 1.0, config: RolloutConfig | None = None) -> None:
         self.success_threshold = success_threshold
         self.config = config
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> dict[str, Evaluation]:
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> dict[str, Evaluation]:
+        self.bind(ctx)
         results: dict[str, Evaluation] = {}
         for split, data in (("train", train_data), ("val", val_data)):
             if not data:
@@ -34,6 +36,7 @@ class Baseline(Algorithm["dict[str, Evaluation]"]):
                     f"{split}/reward_mean": result.reward_mean,
                     f"{split}/success_rate": result.success_rate,
                     f"{split}/completed_rate": result.succeeded / result.n,
+                    f"{split}/no_reward": result.no_reward,
                 },
             )
             results[split] = result
@@ -43,8 +46,8 @@ class Baseline(Algorithm["dict[str, Evaluation]"]):
 
 def results_table(results: dict[str, Evaluation], title: str = "Baseline") -> Table:
     table = Table(title=title)
-    for column in ("split", "rollouts", "completed", "reward mean", "success rate"):
+    for column in ("split", "rollouts", "completed", "no reward", "reward mean", "success rate"):
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, r in results.items():
-        table.add_row(split, str(r.n), str(r.succeeded), f"{r.reward_mean:.3f}", f"{r.success_rate:.1%}")
+        table.add_row(split, str(r.n), str(r.succeeded), str(r.no_reward), f"{r.reward_mean:.3f}", f"{r.success_rate:.1%}")
     return table

@@ -5,14 +5,16 @@ turn each rollout's spans into token sequences (the exact ids the engine sampled
 logprobs), normalize rewards within each task's group, and take a clipped policy-gradient
 step on the response tokens. The engine serves the new weights from the next request on.
 
-Read top to bottom: config, the two pieces of math (advantages, loss), then the loop.
+Read top to bottom: the config; the math (group advantages, the clipped per-token loss, the
+truncated importance-sampling weights, and the update that aggregates them as a token mean over
+the step); the update in its local and sharded forms; then the loop (collect, adapt, optimize,
+log, validate and checkpoint).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -24,51 +26,93 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
-from agentgrad.policy.config import check_engine_config, make_policy
-from agentgrad.policy.checkpoints import latest_checkpoint, load_sharded_checkpoint, prune_checkpoints, save_sharded_checkpoint
-from agentgrad.policy.local import LocalPolicy
+from agentgrad.algorithms.base import (
+    Algorithm,
+    Evaluation,
+    RunContext,
+    count_no_reward,
+    flag_no_model_calls,
+    no_model_calls_error,
+    with_overrides,
+)
+from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
-from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
+from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
+from agentgrad.policy.checkpoints import (
+    latest_checkpoint,
+    load_sharded_checkpoint,
+    prune_checkpoints,
+    save_sharded_checkpoint,
+)
+from agentgrad.policy.config import PolicyConfig, make_policy
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.semconv import is_llm_call
+from agentgrad.types import MissingReward, Rollout, RolloutConfig, RolloutStatus
+
+IDENTICAL_STEPS = 3
+"""Steps in a row whose every group sampled identical rollouts before GRPO says so (once)."""
 
 
 @dataclass
 class GRPOConfig:
+    """Every hyper-parameter of a GRPO run; `GRPO(config, name=value)` overrides copy it, never change it."""
+
+    # ---- the run
     steps: int = 20  # policy updates
     prompts_per_step: int = 8  # tasks sampled per step
     group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
+    seed: int = 0  # task order (reproducible; a resumed run continues it)
+    max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
+    # ---- sampling the rollouts
+    temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
+    top_p: float = 1.0  # nucleus sampling of training rollouts
+    max_tokens: int = 48  # per model call
+    sampling: SamplingSource = "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    missing_reward: MissingReward = "fail"  # a rollout whose agent reports no reward fails ("zero": counts as reward 0)
+    rollout_timeout: float = 600.0  # seconds an attempt may take
+    resource_name: str = "llm"  # name of the LLM resource the agent asks for
+    agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
+    # ---- advantages
+    normalize_std: bool = True  # divide advantages by the group's reward std (GRPO); False: mean-centred only (Dr. GRPO)
+    skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
+    # ---- the loss: clipped surrogate, token mean over the step (DAPO's token-level aggregation)
+    clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
+    kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy; the base weights under LoRA)
+    # ---- the optimizer
     learning_rate: float = 1e-5  # AdamW
     weight_decay: float = 0.0
-    max_grad_norm: float = 1.0  # gradient clipping
-    clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
-    kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy)
-    temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
-    max_tokens: int = 48  # per model call
+    max_grad_norm: float = 1.0  # gradient clipping (global norm)
     micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the step
     updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
-    normalize_std: bool = True  # divide advantages by the group's reward std (False: Dr. GRPO)
-    skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
+    train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
+    # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    # ---- validation
     val_every: int = 5  # validate every k steps (and always before the first and after the last)
     val_size: int | None = None  # validation tasks used (default: all)
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
+    # ---- checkpoints
     checkpoint_dir: str | None = None  # where step-N checkpoints go; a run resumes from the newest
     checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
     keep_checkpoints: int = 2  # the newest k step-N folders stay, older ones are deleted (0: keep all); each holds weights and optimizer
-    lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
-    lora_alpha: int = 16
-    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each step)
-    vllm_replicas: int = 1  # engine="vllm": servers started on loopback (one core each on a CPU)
-    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead of starting any
-    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl", or "auto" (see weight_sync)
-    tis_cap: float | None = None  # truncated importance sampling: weigh each token by min(p_trainer/p_sampler, cap)
-    resource_name: str = "llm"  # name of the LLM resource the agent asks for
-    agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
-    rollout_timeout: float = 600.0  # seconds an attempt may take
-    train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
-    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, PolicyConfig):
+            raise TypeError(f"GRPOConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
+        SamplingPlan(source=self.sampling)  # checks it
+        RolloutConfig(missing_reward=self.missing_reward)
+        if self.max_failed_steps < 0:
+            raise ValueError(f"max_failed_steps must be >= 0 (0: never stop), got {self.max_failed_steps}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.group_size}")
+        if self.keep_checkpoints < 0:
+            raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
+        for name in ("steps", "prompts_per_step", "micro_batch_size", "updates_per_step", "train_processes"):
+            if getattr(self, name) < (0 if name == "steps" else 1):
+                raise ValueError(f"{name} must be at least {0 if name == 'steps' else 1}, got {getattr(self, name)}")
 
 
 # ----------------------------------------------------------------------------- the math
@@ -77,7 +121,11 @@ class GRPOConfig:
 def group_advantages(
     rewards: Sequence[float], groups: Sequence[Hashable], normalize_std: bool = True, eps: float = 1e-6
 ) -> list[float]:
-    """Each reward minus its group's mean, divided by the group's std (population) when asked."""
+    """Each reward minus its group's mean, divided by the group's std (population) when asked.
+
+    `normalize_std=True` is GRPO's advantage; False keeps only the mean-centring (Dr. GRPO), which
+    does not up-weight the groups whose rewards barely differ.
+    """
     members: dict[Hashable, list[float]] = {}
     for reward, group in zip(rewards, groups):
         members.setdefault(group, []).append(reward)
@@ -118,201 +166,19 @@ def policy_loss(
     return loss, diagnostics
 
 
-# ----------------------------------------------------------------------------- the loop
+def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: per token min(p_trainer / p_sampler, cap), no gradient through it,
+    and where the cap bit. With `cap=None`, weights of one (off).
 
-
-@dataclass
-class GRPOResult:
-    steps: int
-    initial: Evaluation | None
-    final: Evaluation | None
-    checkpoint: str | None
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-class GRPO(Algorithm["GRPOResult"]):
-    """`GRPO(GRPOConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
-
-    serves_gateway = True
-
-    def __init__(self, config: GRPOConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
-                 **overrides: Any) -> None:
-        self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO")
-        if self.config.group_size < 2:
-            raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.config.group_size}")
-        if self.config.keep_checkpoints < 0:
-            raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.config.keep_checkpoints}")
-        check_engine_config(self.config)
-        self.engine = engine
-        self.model_name = model
-        self.group: TrainingGroup | None = None
-
-    training_launcher: Callable[..., TrainingGroup] | None = None
-    """Where the training ranks of `train_processes > 1` run: local processes, or Ray actors (set by strategy="ray")."""
-
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
-        cfg = self.config
-        if not train_data:
-            raise ValueError("GRPO needs training tasks")
-        policy = make_policy(cfg, self.store, self.engine, self.model_name, gateway_port=self.gateway_port)
-        self.policy = policy
-        try:
-            with policy:
-                return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
-        finally:
-            if self.group is not None:
-                self.group.close()
-                self.group = None
-
-    def follow(self) -> None:
-        """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""
-        from agentgrad.engine.model import load_model
-
-        follow(lambda: self.engine.model if self.engine is not None else load_model(self.model_name)[0])
-
-    async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> GRPOResult:
-        cfg = self.config
-        engine = policy.engine
-        # ---- resources: the agent's other resources, plus the policy behind the gateway
-        train_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
-                                           {"algorithm": "grpo", "purpose": "train"})
-        val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
-                                         {"algorithm": "grpo", "purpose": "val"})
-        # the strategy's retry policy (a lost runner's rollout is retried), with this run's timeout
-        rollout_config = (self.rollout_config or RolloutConfig()).model_copy(update={"timeout_seconds": cfg.rollout_timeout})
-        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.lora_rank == 0 else None
-        # ---- the update sharded over several processes (agentgrad.distributed), when asked
-        self.group = open_group(cfg.train_processes, policy, self.training_launcher, learning_rate=cfg.learning_rate,
-                                weight_decay=cfg.weight_decay, kl_reference=cfg.kl_coef > 0)
-
-        # ---- resume from the newest checkpoint, if any
-        checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        start, history = 0, []
-        if (found := latest_checkpoint(checkpoint_dir)) is not None:
-            state = policy.load(found, optimizer) if self.group is None else load_sharded_checkpoint(self.group, policy, found)
-            start, history = state["step"], state.get("history", [])
-            self.console.print(f"resumed from {found} (step {start})")
-        sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
-
-        async def validate(step: int) -> Evaluation | None:
-            if not val_data:
-                return None
-            rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config,
-                                               metadata=[{"step": step}] * len(val_data))
-            result = Evaluation.of(rollouts, cfg.success_threshold)
-            await self.log_metrics(step, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean})
-            return result
-
-        initial = await validate(start)
-        if initial is not None:
-            self.console.print(f"validation before step {start}: accuracy {initial.success_rate:.3f} "
-                               f"reward {initial.reward_mean:.3f} ({initial.n} tasks)")
-        final = initial
-        progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=self.console, transient=False)
-        with progress:
-            bar = progress.add_task("", total=cfg.steps, completed=start)
-            for step in range(start + 1, cfg.steps + 1):
-                began = time.perf_counter()
-                # ---- collect: group_size rollouts of each sampled task
-                tasks = [train_data[i] for i in sampler.take(cfg.prompts_per_step)]
-                requests = [task for task in tasks for _ in range(cfg.group_size)]
-                groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
-                rollouts = await self.run_rollouts(requests, mode="train", resources_id=train_id, config=rollout_config,
-                                                   metadata=[{"step": step, "group": g} for g in groups])
-                rollout_seconds = time.perf_counter() - began
-
-                # ---- adapt: spans → trajectories; advantages within each task's group
-                batch, rewards, kept_groups, sampled = await self._batch(rollouts, groups)
-                generated = sum(t.response_length for t in sampled)  # every rollout's, kept or not
-
-                # ---- optimize: clipped policy gradient over the response tokens
-                update_began = time.perf_counter()
-                stats = await asyncio.to_thread(self._update, policy, optimizer, batch, reference) if batch else {}
-                update_seconds = time.perf_counter() - update_began
-                sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
-
-                # ---- log
-                finished = [r for r in rollouts if r.status is RolloutStatus.SUCCEEDED]
-                metrics = {
-                    "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,
-                    "train/reward_std": statistics.pstdev(rewards) if rewards else 0.0,
-                    "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
-                    "train/groups_used": kept_groups,
-                    "train/failed_rollouts": len(rollouts) - len(finished),
-                    "train/response_length": generated / max(len(sampled), 1),
-                    **{f"train/{k}": v for k, v in stats.items()},
-                    "perf/rollout_seconds": rollout_seconds,
-                    "perf/update_seconds": update_seconds,
-                    "perf/sync_seconds": sync_seconds,
-                    "perf/step_seconds": time.perf_counter() - began,
-                    "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
-                    "train/model_version": engine.version,
-                }
-                await self.log_metrics(step, metrics)
-                history.append({"step": step, **metrics})
-                description = (f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
-                               f"loss {stats.get('loss', 0.0):+.3f} groups {kept_groups}/{len(tasks)} "
-                               f"{metrics['perf/step_seconds']:.1f}s")
-
-                # ---- validate and checkpoint
-                if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
-                    final = await validate(step)
-                    if final is not None:
-                        description += f" | val acc {final.success_rate:.3f}"
-                progress.update(bar, advance=1, description=description)
-                progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
-                if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
-                    state = {"step": step, "history": history, "config": asdict(cfg)}
-                    if self.group is None:
-                        policy.save(checkpoint_dir / f"step-{step}", optimizer, state)
-                    else:
-                        save_sharded_checkpoint(self.group, policy, checkpoint_dir / f"step-{step}", state)
-                    prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
-        last = latest_checkpoint(checkpoint_dir)
-        return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
-
-    async def _batch(
-        self, rollouts: list[Rollout], groups: list[int]
-    ) -> tuple[list[tuple[Trajectory, float]], list[float], int, list[Trajectory]]:
-        """Trajectories with their advantages (groups whose rewards are all equal are dropped), the
-        rewards, how many groups were kept, and every trajectory sampled."""
-        cfg = self.config
-        scored: list[tuple[Rollout, int, list[Trajectory]]] = []
-        for rollout, group in zip(rollouts, groups):
-            if rollout.status is not RolloutStatus.SUCCEEDED:
-                continue  # no reward to learn from; counted in train/failed_rollouts
-            spans = await self.store.query_spans(rollout.rollout_id)
-            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match)
-            scored.append((rollout, group, trajectories))
-        rewards = [r.reward or 0.0 for r, _, _ in scored]
-        advantages = group_advantages(rewards, [g for _, g, _ in scored], cfg.normalize_std)
-        by_group: dict[int, list[float]] = {}
-        for reward, (_, group, _) in zip(rewards, scored):
-            by_group.setdefault(group, []).append(reward)
-        useful = {g for g, values in by_group.items() if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)}
-        batch = [
-            (trajectory, advantage)
-            for advantage, (_, group, trajectories) in zip(advantages, scored)
-            if group in useful
-            for trajectory in trajectories
-        ]
-        return batch, rewards, len(useful), [t for _, _, trajectories in scored for t in trajectories]
-
-    def _update(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer,
-                batch: list[tuple[Trajectory, float]], reference: torch.nn.Module | None) -> dict[str, float]:
-        if self.group is not None:  # every rank updates its shard; rank 0's full weights go to the engine
-            stats = self.group.call("run", sharded_grpo_step, batch, self.config, policy.engine.tokenizer.pad_token_id)
-            sync_began = time.perf_counter()
-            deliver(policy, self.group.call("full_state_dict"))
-            return {**stats, "sync_seconds": time.perf_counter() - sync_began}
-        with policy.engine.training() as model:
-            stats = grpo_update(model, optimizer, batch, self.config, policy.engine.tokenizer.pad_token_id, reference)
-        sync_began = time.perf_counter()
-        policy.engine.publish()
-        policy.sync()  # vLLM: the new weights reach the servers before the next rollout
-        return {**stats, "sync_seconds": time.perf_counter() - sync_began}
+    The sampler (vLLM in bf16, or any engine) and the trainer's forward pass give slightly
+    different probabilities; the ratio corrects the gradient for sampling from the sampler.
+    """
+    if cap is None:
+        ones = torch.ones_like(sampler_logprobs)
+        return ones, torch.zeros_like(ones)
+    ratio = (trainer_logprobs.detach() - sampler_logprobs).exp()
+    return ratio.clamp(max=cap), (ratio > cap).float()
 
 
 def grpo_update(
@@ -328,7 +194,9 @@ def grpo_update(
 ) -> dict[str, float]:
     """`updates_per_step` AdamW steps over (trajectory, advantage) pairs, in micro-batches.
 
-    The loss is the mean over every response token of the batch (each token weighs the same).
+    Loss aggregation: the token mean over the step, as DAPO aggregates it (every response token of
+    the step weighs the same, whatever its sequence's length), not GRPO's mean of per-sequence means.
+    Each token's loss is `policy_loss` times its TIS weight (`tis_weights`, off unless `policy.tis_cap`).
     One rank of a sharded update (`agentgrad.distributed`) passes its share of the step as
     `batch`, the whole step's `total_tokens`, and the `micro_batches` every rank must run (a
     pass with nothing left to score runs on an idle sequence with zero weight).
@@ -358,7 +226,7 @@ def grpo_update(
                 token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
                                                None if ref is None else ref[i], cfg.kl_coef)
                 # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
-                weight, truncated = tis_weights(new_logprobs, old, cfg.tis_cap)
+                weight, truncated = tis_weights(new_logprobs, old, cfg.policy.tis_cap)
                 loss = loss + (token_loss * weight * mask).sum() / total_tokens
                 sums["logprob_diff"] += float(((new_logprobs.detach() - old).abs() * mask).sum())
                 sums["tis_truncated"] += float((truncated * mask).sum())
@@ -381,6 +249,9 @@ def grpo_update(
     }
 
 
+# ----------------------------------------------------------------------------- the update, local or sharded
+
+
 def sharded_grpo_step(sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, float]], cfg: GRPOConfig,
                       pad_token_id: int) -> dict[str, float]:
     """`grpo_update` on one rank's share of the whole step's `batch` (run by `ShardedPolicy.run` on every
@@ -397,38 +268,278 @@ def sharded_grpo_step(sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, 
     return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
 
 
-def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
-                cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Truncated importance sampling: per token min(p_trainer / p_sampler, cap), no gradient through it,
-    and where the cap bit. With `cap=None`, weights of one (off).
+class LocalUpdate:
+    """The update in this process: AdamW over the policy's trainable weights (and a frozen reference
+    for the KL term); after each step the engine serves the new weights and the policy syncs them."""
 
-    The sampler (vLLM in bf16, or any engine) and the trainer's forward pass give slightly
-    different probabilities; the ratio corrects the gradient for sampling from the sampler.
+    def __init__(self, policy: LocalPolicy, cfg: GRPOConfig) -> None:
+        self.policy, self.cfg = policy, cfg
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.policy.lora_rank == 0 else None
+
+    def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
+        """One step's update; its statistics, with `sync_seconds` (new weights into the engine and servers)."""
+        engine = self.policy.engine
+        with engine.training() as model:
+            stats = grpo_update(model, self.optimizer, batch, self.cfg, engine.tokenizer.pad_token_id, self.reference)
+        began = time.perf_counter()
+        engine.publish()
+        self.policy.sync()  # vLLM: the new weights reach the servers before the next rollout
+        return {**stats, "sync_seconds": time.perf_counter() - began}
+
+    def save(self, directory: Path, state: dict[str, Any]) -> None:
+        self.policy.save(directory, self.optimizer, state)
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        return self.policy.load(directory, self.optimizer)
+
+    def close(self) -> None:
+        pass
+
+
+class ShardedUpdate:
+    """The update sharded over a training group (FSDP2): every rank updates its shard, then rank 0's
+    full weights go to the engine and the servers (`deliver`)."""
+
+    def __init__(self, group: TrainingGroup, policy: LocalPolicy, cfg: GRPOConfig) -> None:
+        self.group, self.policy, self.cfg = group, policy, cfg
+
+    def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
+        stats = self.group.call("run", sharded_grpo_step, batch, self.cfg, self.policy.engine.tokenizer.pad_token_id)
+        began = time.perf_counter()
+        deliver(self.policy, self.group.call("full_state_dict"))
+        return {**stats, "sync_seconds": time.perf_counter() - began}
+
+    def save(self, directory: Path, state: dict[str, Any]) -> None:
+        save_sharded_checkpoint(self.group, self.policy, directory, state)
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        return load_sharded_checkpoint(self.group, self.policy, directory)
+
+    def close(self) -> None:
+        self.group.close()
+
+
+def open_update(policy: LocalPolicy, cfg: GRPOConfig, launcher: Callable[..., TrainingGroup] | None) -> LocalUpdate | ShardedUpdate:
+    """The sharded update when a training group is asked for (`train_processes > 1`, or torchrun), else the local one."""
+    group = open_group(cfg.train_processes, policy, launcher, learning_rate=cfg.learning_rate,
+                       weight_decay=cfg.weight_decay, kl_reference=cfg.kl_coef > 0)
+    return LocalUpdate(policy, cfg) if group is None else ShardedUpdate(group, policy, cfg)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class GRPOResult:
+    steps: int
+    initial: Evaluation | None
+    final: Evaluation | None
+    checkpoint: str | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class StepBatch:
+    """One step's rollouts turned into training data."""
+
+    scored: list[tuple[Trajectory, float]]  # (trajectory, advantage) of the groups kept, what the update trains on
+    rewards: list[float]  # of every rollout that succeeded
+    groups_kept: int  # groups whose rewards differ (all of them when skip_uniform_groups is off)
+    sampled: list[Trajectory]  # every trajectory of a successful rollout, kept or not
+    rewarded: int = 0  # successful rollouts
+    model_calls: int = 0  # LLM-call spans of the successful rollouts
+    groups_compared: int = 0  # groups with at least two successful rollouts
+    groups_identical: int = 0  # ... whose rollouts all sampled the same tokens
+
+
+class GRPO(Algorithm["GRPOResult"]):
+    """`GRPO(GRPOConfig(...), local_engine=..., name=value, ...)`; without an engine, loads `model` (default SmolLM2).
+
+    Keyword overrides copy the config (`dataclasses.replace`), never change it; a `PolicyConfig`
+    field name (`engine="vllm"`, `lora_rank=8`, `tis_cap=2.0`, ...) sets `config.policy`'s.
+    `local_engine` is a built-in `Engine` already loaded in this process, whose weights are trained.
     """
-    if cap is None:
-        ones = torch.ones_like(sampler_logprobs)
-        return ones, torch.zeros_like(ones)
-    ratio = (trainer_logprobs.detach() - sampler_logprobs).exp()
-    return ratio.clamp(max=cap), (ratio > cap).float()
 
+    serves_gateway = True
 
-class TaskSampler:
-    """Tasks in a fresh random order each epoch, reproducible from the seed; `skip` resumes a run."""
+    def __init__(self, config: GRPOConfig | None = None, *, local_engine: Engine | None = None, model: str | None = None,
+                 **overrides: Any) -> None:
+        self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO", {"policy": PolicyConfig})
+        self.local_engine = local_engine
+        self.model_name = model
 
-    def __init__(self, n: int, seed: int, skip: int = 0) -> None:
-        self.n = n
-        self.rng = random.Random(seed)
-        self.order: list[int] = []
-        self.take(skip)
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
+        self.bind(ctx)
+        cfg = self.config
+        if not train_data:
+            raise ValueError("GRPO needs training tasks")
+        with make_policy(cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port) as policy:
+            # ---- the update sharded over several processes (agentgrad.distributed), when asked
+            update = open_update(policy, cfg, ctx.launcher)
+            try:
+                return await self._train(policy, update, list(train_data), list(val_data or [])[: cfg.val_size])
+            finally:
+                update.close()
 
-    def take(self, count: int) -> list[int]:
-        taken = []
-        for _ in range(count):
-            if not self.order:
-                self.order = list(range(self.n))
-                self.rng.shuffle(self.order)
-            taken.append(self.order.pop())
-        return taken
+    def follow(self) -> None:
+        """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""
+        from agentgrad.engine.model import load_model
+
+        follow(lambda: self.local_engine.model if self.local_engine is not None else load_model(self.model_name)[0])
+
+    async def _train(self, policy: LocalPolicy, update: LocalUpdate | ShardedUpdate, train_data: list[Any],
+                     val_data: list[Any]) -> GRPOResult:
+        cfg = self.config
+        engine = policy.engine
+        # ---- resources: the agent's other resources, plus the policy behind the gateway
+        train_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+                                           {"algorithm": "grpo", "purpose": "train"})
+        val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
+                                         {"algorithm": "grpo", "purpose": "val"})
+        # ---- the trainer's sampling, applied by the gateway to each call whatever the agent asks
+        policy.set_sampling(SamplingPlan({"train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+                                          "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens}}, cfg.sampling))
+        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
+
+        # ---- resume from the newest checkpoint, if any
+        checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        start, history = 0, []
+        if (found := latest_checkpoint(checkpoint_dir)) is not None:
+            state = update.load(found)
+            start, history = state["step"], state.get("history", [])
+            self.console.print(f"resumed from {found} (step {start})")
+        sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
+
+        async def validate(step: int) -> Evaluation | None:
+            if not val_data:
+                return None
+            rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config,
+                                               metadata=[{"step": step}] * len(val_data))
+            result = Evaluation.of(rollouts, cfg.success_threshold)
+            await self.log_metrics(step, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean,
+                                          "val/no_reward": result.no_reward})
+            return result
+
+        initial = await validate(start)
+        if initial is not None:
+            self.console.print(f"validation before step {start}: accuracy {initial.success_rate:.3f} "
+                               f"reward {initial.reward_mean:.3f} ({initial.n} tasks)")
+        final = initial
+        failed_steps = identical_steps = 0
+        progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=self.console, transient=False)
+        with progress:
+            bar = progress.add_task("", total=cfg.steps, completed=start)
+            for step in range(start + 1, cfg.steps + 1):
+                began = time.perf_counter()
+                # ---- collect: group_size rollouts of each sampled task
+                tasks = [train_data[i] for i in sampler.take(cfg.prompts_per_step)]
+                requests = [task for task in tasks for _ in range(cfg.group_size)]
+                groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
+                rollouts = await self.run_rollouts(requests, mode="train", resources_id=train_id, config=rollout_config,
+                                                   metadata=[{"step": step, "group": g} for g in groups])
+                rollout_seconds = time.perf_counter() - began
+                failed_steps = failed_steps + 1 if all(r.status is not RolloutStatus.SUCCEEDED for r in rollouts) else 0
+                if cfg.max_failed_steps and failed_steps >= cfg.max_failed_steps:
+                    failures = self.last_failures.describe("train", self.store) if self.last_failures else ""
+                    raise RuntimeError(f"GRPO stopped at step {step}: every rollout failed in {failed_steps} step(s) in a "
+                                       f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}")
+
+                # ---- adapt: spans → trajectories; advantages within each task's group
+                batch = await self._batch(rollouts, groups)
+                if batch.rewarded and not batch.model_calls:
+                    raise no_model_calls_error("GRPO", batch.rewarded)
+                identical_steps = identical_steps + 1 if batch.groups_compared == batch.groups_identical > 0 else 0
+                if identical_steps == IDENTICAL_STEPS:
+                    self.console.print(
+                        f"for {IDENTICAL_STEPS} steps in a row every group's rollouts sampled the same tokens, so GRPO "
+                        "has nothing to compare: the calls run greedily (an agent pinning temperature=0 under "
+                        "sampling='agent', or a backend ignoring the temperature)", highlight=False, markup=False)
+                generated = sum(t.response_length for t in batch.sampled)  # every rollout's, kept or not
+
+                # ---- optimize: clipped policy gradient over the response tokens
+                update_began = time.perf_counter()
+                stats = await asyncio.to_thread(update.step, batch.scored) if batch.scored else {}
+                update_seconds = time.perf_counter() - update_began
+                sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
+
+                # ---- log
+                rewards = batch.rewards
+                finished = [r for r in rollouts if r.status is RolloutStatus.SUCCEEDED]
+                metrics = {
+                    "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+                    "train/reward_std": statistics.pstdev(rewards) if rewards else 0.0,
+                    "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
+                    "train/groups_used": batch.groups_kept,
+                    "train/failed_rollouts": len(rollouts) - len(finished),
+                    "train/no_reward": count_no_reward(rollouts),
+                    "train/response_length": generated / max(len(batch.sampled), 1),
+                    **{f"train/{k}": v for k, v in stats.items()},
+                    "perf/rollout_seconds": rollout_seconds,
+                    "perf/update_seconds": update_seconds,
+                    "perf/sync_seconds": sync_seconds,
+                    "perf/step_seconds": time.perf_counter() - began,
+                    "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
+                    "train/model_version": engine.version,
+                }
+                await self.log_metrics(step, metrics)
+                history.append({"step": step, **metrics})
+                description = (f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
+                               f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{len(tasks)} "
+                               f"{metrics['perf/step_seconds']:.1f}s")
+
+                # ---- validate and checkpoint
+                if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
+                    final = await validate(step)
+                    if final is not None:
+                        description += f" | val acc {final.success_rate:.3f}"
+                progress.update(bar, advance=1, description=description)
+                progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
+                if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
+                    update.save(checkpoint_dir / f"step-{step}", {"step": step, "history": history, "config": asdict(cfg)})
+                    prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
+        last = latest_checkpoint(checkpoint_dir)
+        return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
+
+    async def _batch(self, rollouts: list[Rollout], groups: list[int]) -> StepBatch:
+        """The step's trajectories with their advantages; groups whose rewards are all equal are dropped."""
+        cfg = self.config
+        scored: list[tuple[Rollout, int, list[Trajectory]]] = []
+        calls: list[int] = []
+        for rollout, group in zip(rollouts, groups):
+            if rollout.status is not RolloutStatus.SUCCEEDED:
+                continue  # no reward to learn from; counted in train/failed_rollouts
+            spans = await self.store.query_spans(rollout.rollout_id)
+            calls.append(sum(is_llm_call(s) for s in spans))
+            # tokens a grammar forced are no choice of the policy's: out of the loss (docs/constrained-decoding.md)
+            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match, skip_forced=True)
+            scored.append((rollout, group, trajectories))
+        flagged = await flag_no_model_calls(self.store, [r for r, _, _ in scored], calls)
+        if flagged and sum(calls):
+            self.console.print(f"{flagged} of {len(scored)} rewarded rollouts made no model call through the gateway "
+                               f"(marked in their metadata): some agent calls bypass it", highlight=False, markup=False)
+        samples: dict[int, set[tuple[tuple[int, ...], ...]]] = {}
+        sizes: dict[int, int] = {}
+        for _, group, trajectories in scored:
+            samples.setdefault(group, set()).add(tuple(tuple(t.token_ids) for t in trajectories))
+            sizes[group] = sizes.get(group, 0) + 1
+        compared = [g for g, size in sizes.items() if size > 1]
+        rewards = [r.reward or 0.0 for r, _, _ in scored]
+        advantages = group_advantages(rewards, [g for _, g, _ in scored], cfg.normalize_std)
+        by_group: dict[int, list[float]] = {}
+        for reward, (_, group, _) in zip(rewards, scored):
+            by_group.setdefault(group, []).append(reward)
+        useful = {g for g, values in by_group.items() if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)}
+        pairs = [
+            (trajectory, advantage)
+            for advantage, (_, group, trajectories) in zip(advantages, scored)
+            if group in useful
+            for trajectory in trajectories
+        ]
+        return StepBatch(pairs, rewards, len(useful), [t for _, _, trajectories in scored for t in trajectories],
+                         rewarded=len(scored), model_calls=sum(calls), groups_compared=len(compared),
+                         groups_identical=sum(len(samples[g]) == 1 for g in compared))
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -20,40 +20,65 @@ from typing import Any
 import torch
 
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.base import Algorithm, Evaluation, with_overrides
-from agentgrad.algorithms.grpo import TaskSampler
-from agentgrad.policy.config import check_engine_config, make_policy
-from agentgrad.policy.local import LocalPolicy
-from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
+from agentgrad.algorithms.base import (
+    Algorithm,
+    Evaluation,
+    RunContext,
+    flag_no_model_calls,
+    no_model_calls_error,
+    with_overrides,
+)
+from agentgrad.algorithms.sampling import TaskSampler
+from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
-from agentgrad.types import RolloutConfig, RolloutStatus
+from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
+from agentgrad.policy.config import PolicyConfig, make_policy
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.semconv import is_llm_call
+from agentgrad.types import MissingReward, Rollout, RolloutConfig, RolloutStatus
 
 
 @dataclass
 class SFTConfig:
+    """Every hyper-parameter of an SFT run; `SFT(config, name=value)` overrides copy it, never change it."""
+
+    # ---- the run
     rounds: int = 3  # collect → keep the rewarded → fine-tune → validate
     tasks_per_round: int = 64  # training tasks sampled per round
     samples_per_task: int = 4  # rollouts of each task per round, at `temperature`
+    seed: int = 0  # task order and batch shuffling
+    # ---- sampling the rollouts
+    temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
+    top_p: float = 1.0  # nucleus sampling of the collection rollouts
+    max_tokens: int = 48  # per model call
+    sampling: SamplingSource = "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    missing_reward: MissingReward = "fail"  # a rollout whose agent reports no reward fails ("zero": counts as reward 0)
+    rollout_timeout: float = 600.0  # seconds an attempt may take
+    resource_name: str = "llm"  # name of the LLM resource the agent asks for
+    agent_match: str | None = None  # fine-tune only this agent's calls (regex on its ag.agent name; unnamed: model)
+    # ---- what is kept
     reward_threshold: float = 1.0  # rollouts with at least this reward are kept
+    # ---- the optimizer: NLL of the kept model-written tokens, token mean over each batch
     epochs: int = 2  # passes over each round's kept data
     batch_size: int = 16  # sequences per optimizer step
     learning_rate: float = 1e-5  # AdamW
     max_grad_norm: float = 1.0
-    temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
-    max_tokens: int = 48  # per model call
+    # ---- the policy: serving engine and LoRA (`SFT(engine="vllm")` sets policy.engine; tis_cap does not apply)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    # ---- validation and checkpoint
     val_size: int | None = None  # validation tasks used (default: all)
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
     checkpoint_dir: str | None = None  # where the final checkpoint goes
-    lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
-    engine: str = "local"  # what samples the rollouts: "local" (the built-in engine) or "vllm" (servers, synced each round)
-    vllm_replicas: int = 1  # engine="vllm": servers started on loopback
-    vllm_urls: list[str] = field(default_factory=list)  # engine="vllm": attach to these servers instead
-    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl" or "auto"
-    resource_name: str = "llm"
-    agent_match: str | None = None  # fine-tune only this agent's calls (regex on its ag.agent name; unnamed: model)
-    rollout_timeout: float = 600.0
-    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, PolicyConfig):
+            raise TypeError(f"SFTConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
+        SamplingPlan(source=self.sampling)  # checks it
+        RolloutConfig(missing_reward=self.missing_reward)
+        for name in ("rounds", "tasks_per_round", "samples_per_task", "epochs", "batch_size"):
+            if getattr(self, name) < (0 if name == "rounds" else 1):
+                raise ValueError(f"{name} must be at least {0 if name == 'rounds' else 1}, got {getattr(self, name)}")
 
 
 @dataclass
@@ -66,22 +91,25 @@ class SFTResult:
 
 
 class SFT(Algorithm["SFTResult"]):
-    """`SFT(SFTConfig(...), engine=...)`; without an engine, loads `model` (default SmolLM2)."""
+    """`SFT(SFTConfig(...), local_engine=..., name=value, ...)`; without an engine, loads `model` (default SmolLM2).
+
+    Overrides copy the config as GRPO's do; a `PolicyConfig` field name sets `config.policy`'s.
+    """
 
     serves_gateway = True
 
-    def __init__(self, config: SFTConfig | None = None, *, engine: Engine | None = None, model: str | None = None,
+    def __init__(self, config: SFTConfig | None = None, *, local_engine: Engine | None = None, model: str | None = None,
                  **overrides: Any) -> None:
-        self.config = with_overrides(config or SFTConfig(), overrides, "SFT")
-        check_engine_config(self.config)
-        self.engine = engine
+        self.config = with_overrides(config or SFTConfig(), overrides, "SFT", {"policy": PolicyConfig})
+        self.local_engine = local_engine
         self.model_name = model
 
-    async def run(self, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> SFTResult:
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> SFTResult:
+        self.bind(ctx)
         cfg = self.config
         if not train_data:
             raise ValueError("SFT needs training tasks")
-        with make_policy(cfg, self.store, self.engine, self.model_name, gateway_port=self.gateway_port) as policy:
+        with make_policy(cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
@@ -90,7 +118,9 @@ class SFT(Algorithm["SFTResult"]):
                                            {"algorithm": "sft", "purpose": "collect"})
         val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
                                          {"algorithm": "sft", "purpose": "val"})
-        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout)
+        policy.set_sampling(SamplingPlan({"train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+                                          "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens}}, cfg.sampling))
+        rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
         sampler = TaskSampler(len(train_data), cfg.seed)
         shuffle = random.Random(cfg.seed)
@@ -115,6 +145,8 @@ class SFT(Algorithm["SFTResult"]):
             # ---- keep: rewarded attempts, each distinct token sequence once
             kept: dict[tuple[int, ...], Trajectory] = {}
             rewards = []
+            read: list[Rollout] = []
+            calls: list[int] = []
             for rollout in rollouts:
                 if rollout.status is not RolloutStatus.SUCCEEDED:
                     continue
@@ -122,8 +154,13 @@ class SFT(Algorithm["SFTResult"]):
                 if (rollout.reward or 0.0) < cfg.reward_threshold:
                     continue
                 spans = await self.store.query_spans(rollout.rollout_id)
+                read.append(rollout)
+                calls.append(sum(is_llm_call(s) for s in spans))
                 for trajectory in to_trajectories(spans, reward=rollout.reward, agent_match=cfg.agent_match):
                     kept.setdefault(tuple(trajectory.token_ids), trajectory)
+            await flag_no_model_calls(self.store, read, calls)
+            if read and not sum(calls):
+                raise no_model_calls_error("SFT", len(read))
             data = list(kept.values())
             # ---- fine-tune: NLL of the model-written tokens
             loss = await asyncio.to_thread(self._fine_tune, policy, optimizer, data, shuffle) if data else float("nan")
@@ -180,12 +217,3 @@ def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     optimizer.step()
     return float(loss.detach())  # type: ignore[union-attr]
 
-
-def sharded_sft_step(sharded: ShardedPolicy, batch: Sequence[Trajectory], max_grad_norm: float, pad_token_id: int) -> float:
-    """`sft_update` on one rank's share of `batch` (run by `ShardedPolicy.run`); returns the whole batch's loss."""
-    share, _ = sharded.share([len(t.token_ids) for t in batch])
-    total = sum(t.response_length for t in batch)
-    loss = torch.tensor([sft_update(sharded.model, sharded.optimizer, [batch[i] for i in share], max_grad_norm,
-                                    pad_token_id, total_tokens=total)], dtype=torch.float64)
-    torch.distributed.all_reduce(loss)
-    return float(loss[0])

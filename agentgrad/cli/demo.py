@@ -12,6 +12,12 @@ that calls it makes two model calls (the call, then the answer after the result)
 merges them into one trajectory (the second prompt continues the first token for token), the
 tool result masked out of the loss, and the attempt's reward is its advantage for every token
 the model wrote in either call. `--task plain`: two-digit additions, no tool.
+
+Each run lives in a run folder, `.agentgrad/demo-<task>-<algorithm>/` (`--run-dir`): its store
+(`store.db`) and GRPO's checkpoints (`checkpoints/step-N`, every `--checkpoint-every` steps). After
+a crash, the same command again offers to resume (`--resume` says yes without asking, `--fresh`
+starts over and keeps the old folder aside): GRPO picks up at the newest checkpoint, with its
+optimizer, in the same store, and the rollouts the crash left unfinished are cancelled.
 """
 
 from __future__ import annotations
@@ -20,16 +26,21 @@ import argparse
 import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
 import agentgrad as ag
+from agentgrad.redact import RedactingConsole
 
-console = Console()
+if TYPE_CHECKING:  # the train extra: imported when the demo picks its algorithm
+    from agentgrad.algorithms.grpo import GRPOResult
+    from agentgrad.algorithms.sft import SFTResult
+
+console = RedactingConsole()
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
@@ -57,6 +68,77 @@ async def tool_call_rates(store: Any) -> dict[int, float]:
     return {step: sum(flags) / len(flags) for step, flags in called.items()}
 
 
+@dataclass(frozen=True)
+class RunFolder:
+    """Where a demo run keeps its store and checkpoints, and whether it continues an earlier one."""
+
+    path: Path
+    store: str
+    checkpoints: Path
+    resume_step: int | None
+    """The step of the checkpoint the run resumes from (0: the earlier run saved none); None: a new run."""
+
+
+def run_folder(args: argparse.Namespace, ask: Any = None) -> RunFolder:
+    """The run folder of this demo command: a new run, or the earlier one's to resume (see the module docstring).
+
+    An earlier run there is resumed with `--resume`, set aside with `--fresh` (renamed with its date), or,
+    with neither, resumed if `ask` (a terminal's yes/no question) says so; without a terminal the
+    command stops and says which flag to pass."""
+    from agentgrad.policy.checkpoints import latest_checkpoint
+
+    path = Path(args.run_dir) if args.run_dir else Path(".agentgrad") / f"demo-{args.task}-{args.algorithm}"
+    checkpoints = path / "checkpoints"
+    own_store = path / "store.db"
+    found = latest_checkpoint(checkpoints)
+    step = int(found.name.removeprefix("step-")) if found is not None else 0
+    earlier = found is not None or own_store.exists()
+    if earlier and args.fresh:
+        aside = path.with_name(f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        path.rename(aside)
+        console.print(f"the earlier run in {path} was moved to {aside}; starting over")
+        earlier = False
+    elif earlier and found is not None and args.algorithm == "grpo" and step >= demo_steps(args):
+        raise SystemExit(f"the demo run in {path} already finished its {step} steps ({found}); pass --fresh to run "
+                         "it again (the earlier folder is kept, renamed), or more --steps to train on from there")
+    elif earlier and not args.resume:
+        where = f"step {step} ({found})" if found is not None else "its start (it saved no checkpoint)"
+        question = f"an earlier demo run in {path} can resume from {where}: resume it? [Y/n] "
+        if ask is None and sys.stdin.isatty():
+            ask = console.input
+        if ask is None:
+            raise SystemExit(f"an earlier demo run in {path} stopped; it resumes from {where}. Pass --resume to "
+                             "continue it, or --fresh to start over (the earlier folder is kept, renamed)")
+        if ask(question).strip().lower() not in ("", "y", "yes"):
+            raise SystemExit("not resumed: pass --fresh to start over (the earlier folder is kept, renamed)")
+    if earlier and found is not None and args.algorithm == "sft":
+        raise SystemExit(f"SFT rounds do not resume from a checkpoint yet: pass --fresh to start over ({path})")
+    path.mkdir(parents=True, exist_ok=True)
+    return RunFolder(path, args.store or str(own_store), checkpoints, step if earlier else None)
+
+
+def demo_steps(args: argparse.Namespace) -> int:
+    """GRPO steps, or SFT rounds."""
+    if args.algorithm == "sft":
+        return args.steps or 3
+    return args.steps or (20 if args.task == "plain" else 10)
+
+
+async def cancel_unfinished(store_spec: str) -> int:
+    """Cancel the rollouts an interrupted run left queued or running (their resources died with it)."""
+    from agentgrad.store import open_store
+    from agentgrad.types import RolloutStatus
+
+    store = open_store(store_spec)
+    try:
+        left = await store.query_rollouts(status=[RolloutStatus.QUEUING, RolloutStatus.REQUEUING, RolloutStatus.RUNNING])
+        for rollout in left:
+            await store.update_rollout(rollout.rollout_id, status=RolloutStatus.CANCELLED)
+        return len(left)
+    finally:
+        await store.close()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=["function", "tool", "plain"], default="function",
                         help="function: three-digit additions and a calculator function (OpenAI function calling, the "
@@ -65,7 +147,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain / 3)")
     parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
-    parser.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
+    parser.add_argument("--store", help="SQLite file for the run (default: store.db in the run folder)")
+    parser.add_argument("--run-dir", help="the run's folder: store and checkpoints (default: .agentgrad/demo-TASK-ALGORITHM)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the earlier run in the run folder from its newest checkpoint, without asking")
+    parser.add_argument("--fresh", action="store_true",
+                        help="start over; an earlier run in the run folder is kept, renamed with its date")
+    parser.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
+                        help="GRPO: checkpoint every K steps, so a crash loses fewer than K (default: 1: none; the "
+                             "newest 2 are kept, 1.6 GB each for the default model, ~7 s to write here)")
+    parser.add_argument("--prompts-per-step", type=int, default=8, help="GRPO: tasks sampled per step (default: 8)")
+    parser.add_argument("--group-size", type=int, default=8, help="GRPO: rollouts per task (default: 8)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=["threads", "ray"], default="threads",
                         help="runners as threads here, or as actors of a Ray cluster ($RAY_ADDRESS, else a local one)")
@@ -81,31 +173,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> None:
     from agentgrad.engine import Engine
 
+    if args.resume and args.fresh:
+        raise SystemExit("--resume continues the earlier run, --fresh starts over: pass one of them")
     calc = load_calc_example()
     train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed, demo=args.task)
+    run = run_folder(args)  # before the model loads: a question or a stop comes at once
+    if run.resume_step is not None:
+        cancelled = asyncio.run(cancel_unfinished(run.store))
+        console.print(f"resuming the run in {run.path} from step {run.resume_step}"
+                      + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else ""))
     began = time.perf_counter()
     engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
-    engine_config = dict(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url)
-    checkpoints = str(Path(".agentgrad") / f"checkpoints-{time.strftime('%Y%m%d-%H%M%S')}")
-    algorithm: ag.Algorithm
+    from agentgrad.policy.config import PolicyConfig
+
+    policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
+    checkpoints = str(run.checkpoints)
+    algorithm: ag.Algorithm[GRPOResult | SFTResult]
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
-        steps = args.steps or (20 if args.task == "plain" else 10)
+        steps = demo_steps(args)
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
         algorithm = GRPO(GRPOConfig(steps=steps, val_every=10 if args.task == "plain" else steps, micro_batch_size=8,
-                                    checkpoint_dir=checkpoints, seed=args.seed, train_processes=args.train_processes,
-                                    **engine_config), engine=engine)
+                                    checkpoint_dir=checkpoints, checkpoint_every=args.checkpoint_every,
+                                    prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+                                    seed=args.seed, train_processes=args.train_processes,
+                                    policy=policy), local_engine=engine)
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        algorithm = SFT(SFTConfig(rounds=args.steps or 3, checkpoint_dir=checkpoints, seed=args.seed, **engine_config),
-                        engine=engine)
+        algorithm = SFT(SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
+                        local_engine=engine)
     if args.strategy == "ray":
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
-    trainer = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=args.store, strategy=args.strategy)
+    trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(
+        algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store, strategy=args.strategy)
     console.print(f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
                   f"on {engine.name} ({engine.device}, "
                   f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "
@@ -125,4 +229,5 @@ def main(args: argparse.Namespace) -> None:
     console.print(table)
     store = getattr(trainer.store, "path", trainer.store)
     console.print(f"{args.algorithm.upper()} took {elapsed / 60:.1f} min (model load, validation and training)")
-    console.print(f"store: {store}\n  agentgrad rollouts ls --store {store}\ncheckpoint: {result.checkpoint}")
+    console.print(f"store: {store}\n  agentgrad rollouts ls --store {store}\ncheckpoint: {result.checkpoint}"
+                  f"\nrun folder: {run.path} (the same command resumes it; --fresh starts over)")

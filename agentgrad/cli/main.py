@@ -11,16 +11,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from agentgrad.cli import views
-from agentgrad.guard import check_exposure
+from agentgrad.guard import TOKEN_ENV, check_exposure
+from agentgrad.redact import RedactingConsole, redact, redact_logs
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
-from agentgrad.store.client import TOKEN_ENV, StoreUnreachable
+from agentgrad.store.client import StoreUnreachable
 
-console = Console()
+console = RedactingConsole()
 
 EXAMPLE_AGENT_FILE = Path(__file__).resolve().parents[2] / "examples" / "ticket_routing.py"
 """What `agentgrad apo` optimizes by default (there in a source checkout)."""
@@ -141,7 +141,9 @@ def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None,
     try:
         backends = dict(parse_backend(spec) for spec in args.backend)
         default = parse_backend(f"default={args.default}")[1] if args.default else None
-        return Gateway(store, backends, default=default, token=token, close_store=close_store)
+        return Gateway(store, backends, default=default, token=token, close_store=close_store,
+                       connect_timeout_s=args.connect_timeout, first_byte_timeout_s=args.first_byte_timeout,
+                       timeout_s=args.timeout, max_retries=args.retries)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -186,8 +188,10 @@ def serve(args: argparse.Namespace) -> None:
         port=args.port, **UVICORN_OPTIONS)
 
 
-def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None) -> None:
-    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C.
+def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None,
+           isolation: str = "thread") -> None:
+    """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C: `workers`
+    attempts at once, sync agents too. `isolation="process"` runs each attempt in a process of its own.
 
     With `gateway`, agents that build `OpenAI()` without arguments are routed through it (the
     runner sets OPENAI_BASE_URL / OPENAI_API_KEY for each attempt)."""
@@ -218,16 +222,34 @@ def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, ga
         from agentgrad.rollout.gateway_env import GatewayEnvHook
 
         hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
-    run_workers(store_spec, token, agent, worker_ids, hooks=hooks)
+    run_workers(store_spec, token, agent, worker_ids, hooks=hooks, isolation=isolation)  # type: ignore[arg-type]
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    from agentgrad.gateway.upstreams import (
+        CONNECT_TIMEOUT_SECONDS,
+        FIRST_BYTE_TIMEOUT_SECONDS,
+        MAX_RETRIES,
+        TIMEOUT_SECONDS,
+    )
+
     parser.add_argument("--backend", action="append", default=[], metavar="MODEL=URL[,OPTION=VALUE...]",
                         help="gateway: serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR "
                              "(API key from that variable), model=NAME (upstream's name: the engine answers only to "
                              "its own, smollm2-135m by default), system=NAME (agentgrad or vllm: asked for token ids "
                              "and logprobs; others get the request as sent), token_ids=BOOL, logprobs=BOOL")
     parser.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="gateway: upstream for any other model")
+    parser.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT_SECONDS, metavar="S",
+                        help=f"gateway: seconds to connect to an upstream (default: {CONNECT_TIMEOUT_SECONDS:g})")
+    parser.add_argument("--first-byte-timeout", type=float, default=FIRST_BYTE_TIMEOUT_SECONDS, metavar="S",
+                        help="gateway: longest silence from an upstream, before its answer starts or between stream "
+                             f"chunks (default: {FIRST_BYTE_TIMEOUT_SECONDS:g}; a non-streamed answer starts when complete)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS, metavar="S",
+                        help=f"gateway: longest a call may take in all, retries included; then a 504 and the upstream "
+                             f"request is cancelled (default: {TIMEOUT_SECONDS:g})")
+    parser.add_argument("--retries", type=int, default=MAX_RETRIES, metavar="N",
+                        help=f"gateway: retries of a connection failure or an upstream 429/502/503, within --timeout "
+                             f"(default: {MAX_RETRIES})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -321,11 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
     join = commands.add_parser("runner", help="join a store as runner(s) executing an agent")
     join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")
     join.add_argument("--agent", required=True, help="the agent as module:object, importable from here")
-    join.add_argument("--workers", type=int, default=1, help="concurrent runners in this process")
+    join.add_argument("--workers", type=int, default=1, help="attempts run at once in this process (one runner each)")
+    join.add_argument("--isolation", choices=("thread", "process"), default="thread",
+                      help="thread: agents run in this process, and whatever they raise fails only their attempt; "
+                           "process: each attempt in a process of its own, so an agent that exits or crashes the "
+                           "interpreter (os._exit, a segfault) fails its attempt with the exit code")
     join.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"the server's token (default: ${TOKEN_ENV})")
     join.add_argument("--gateway", help="gateway URL (…/v1) that agents building OpenAI() without arguments should "
                                         "call: set as OPENAI_BASE_URL, routed to each attempt")
-    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway))
+    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway, a.isolation))
     return parser
 
 
@@ -341,10 +367,11 @@ def fetch_model(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    redact_logs()  # warnings from any component (APO's unusable replies, the gateway) say no key
     try:
         args.handler(args)
     except (StoreError, StoreUnreachable, UsageError) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,7 +1,7 @@
 """One rank of a sharded policy update: the model under PyTorch FSDP2, its share of each step.
 
 Every rank receives the whole step's batch, splits it by tokens with the same deterministic
-rule (`split_by_tokens`), and runs the GRPO / SFT update of `agentgrad.algorithms` on its share
+rule (`split_by_tokens`), and runs the GRPO update of `agentgrad.algorithms` on its share
 with the loss divided by the whole step's response-token count. FSDP's reduce-scatter is set to
 sum rather than average the ranks' gradients, so the gradient, its global norm (clipping over
 the sharded DTensors) and the AdamW step are those of one process over the whole batch. Every
@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -127,7 +127,7 @@ class ShardedPolicy:
 
     def run(self, step: Callable[..., Any], *args: Any) -> Any:
         """`step(self, *args)` on this rank: an algorithm's sharded update, written beside its loss
-        (`grpo.sharded_grpo_step`, `sft.sharded_sft_step`), so this module imports no algorithm."""
+        (`grpo.sharded_grpo_step`), so this module imports no algorithm."""
         self.model.train()
         return step(self, *args)
 
@@ -138,7 +138,7 @@ class ShardedPolicy:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return full if self.rank == 0 else None
+        return cast("dict[str, torch.Tensor]", full) if self.rank == 0 else None  # a model's entries are tensors
 
     def save(self, directory: str | Path, state: dict[str, Any] | None = None, tokenizer: Any = None) -> None:
         """Sharded model + optimizer under `directory/dcp` (loadable at any world size), and on rank 0
@@ -165,7 +165,7 @@ class ShardedPolicy:
             raise FileNotFoundError(f"{directory} has no {SHARDED_STATE}/ folder: it was not saved by a sharded update; "
                                     "resume it with train_processes=1, or start a new checkpoint_dir")
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        loaded = {"model": model_state, "optim": optim_state}
+        loaded: dict[str, Any] = {"model": model_state, "optim": optim_state}
         dcp.load(loaded, checkpoint_id=str(sharded))
         set_state_dict(self.model, self.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
 

@@ -67,11 +67,6 @@ def launched_by_torchrun() -> bool:
                                                     and "MASTER_ADDR" in os.environ)
 
 
-def torchrun_rank() -> int:
-    """This process's rank under torchrun, or 0 when not launched by it."""
-    return int(os.environ.get("RANK", "0")) if launched_by_torchrun() else 0
-
-
 def init_from_env() -> None:
     """Join the process group described by the environment (torchrun's, or one we set): NCCL or gloo."""
     if not dist.is_initialized():
@@ -208,7 +203,8 @@ class SpawnedGroup:
                 except Exception:  # queue.Empty: is the rank still alive?
                     if not self._processes[rank].is_alive():
                         self.close()
-                        raise RuntimeError(f"training process {rank} died (exit code {self._processes[rank].exitcode})")
+                        raise RuntimeError(
+                            f"training process {rank} died (exit code {self._processes[rank].exitcode})") from None
         errors = [payload for status, payload in answers if status == "error"]
         if errors:
             self.close()

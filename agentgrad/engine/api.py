@@ -16,7 +16,6 @@ from starlette.responses import JSONResponse
 
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 
-DEFAULT_MAX_TOKENS = 512
 MAX_JSON_DEPTH = 64
 """Deeper request bodies are refused (tool schemas nest a few levels; 1,000 levels crashed the parser)."""
 
@@ -36,7 +35,7 @@ REFUSED: dict[str, str] = {
 
 SUPPORT: list[tuple[str, str]] = [
     ("messages (system, developer, user, assistant with tool_calls, tool; text content parts)", "supported"),
-    ("max_tokens, max_completion_tokens, temperature, top_p, n, stop, seed", "supported"),
+    ("max_tokens, max_completion_tokens (absent: up to the context left), temperature, top_p, n, stop, seed", "supported"),
     ("presence_penalty, frequency_penalty (over the tokens generated so far), logit_bias", "supported"),
     ("logprobs, top_logprobs (of the distribution actually sampled)", "supported"),
     ("tools, tool_choice auto / none / required / named (the last two by constrained decoding)", "supported"),
@@ -115,7 +114,8 @@ class Sampling(_Strict):
                 raise RequestError(f"logit_bias keys must be token ids, got {key!r}", "logit_bias")
             bias[int(key)] = value
         return SamplingParams(
-            max_tokens=getattr(self, "max_completion_tokens", None) or self.max_tokens or DEFAULT_MAX_TOKENS,
+            # without a limit, up to the context left over (OpenAI's convention); never a silent default cut
+            max_tokens=getattr(self, "max_completion_tokens", None) or self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             stop=stop,
@@ -187,8 +187,8 @@ def validate(body: Any, schema: type[BaseModel], names: list[str]) -> Any:
         if name in REFUSED:
             raise RequestError(f"unsupported parameter {name!r}: {REFUSED[name]}", name)
         raise RequestError(f"unsupported parameter {name!r}: this engine does not implement it", name)
-    if parsed.model not in names:  # type: ignore[attr-defined]
-        raise RequestError(f"model {parsed.model!r} is not served here; this engine serves {names}", "model", 404, "not_found_error")
+    if body["model"] not in names:  # every request schema has a `model: str`, so it is the parsed one
+        raise RequestError(f"model {body['model']!r} is not served here; this engine serves {names}", "model", 404, "not_found_error")
     return parsed
 
 

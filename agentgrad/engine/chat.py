@@ -3,7 +3,9 @@
 Tool calls and structured output are planned here (`plan`), shared with `/v1/responses`:
 `tool_choice` `required` or a named function, and `response_format` `json_object` /
 `json_schema`, become a grammar the engine decodes under; `auto` lets the model choose and
-parses what it wrote. The token ids and logprobs returned are always those sampled.
+parses what it wrote. The token ids returned are always those sampled; under a grammar the
+logprobs are the model's before the grammar's mask, and `allowed_tokens` (with
+`return_token_ids`) says how many tokens the grammar allowed at each position (1: forced).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from agentgrad.engine.constraints import json_object_grammar, json_schema_gramma
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.wire import generate, headers, stream, token_logprobs, usage
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
 
 
 @dataclass
@@ -35,11 +38,19 @@ class Plan:
     grammar: str | None = None
     finish_after: list[str] = field(default_factory=list)
     fmt: toolfmt.ToolFormat = toolfmt.HERMES  # how this model writes calls
+    forced: bool = False  # tool_choice required or named: the reply is a call, or nothing
 
     def reply(self, completion: Completion) -> tuple[toolfmt.ParsedReply, str]:
-        """The reply as text and tool calls, and its finish reason (`tool_calls` when it called)."""
+        """The reply as text and tool calls, and its finish reason (`tool_calls` when it called).
+
+        A forced call that did not finish (cut at `max_tokens` or the context: finish `length`) is
+        never returned as text: no content, no calls, the finish reason and an error that says so."""
         parsed = toolfmt.parse_reply(completion.text, self.tools)
         finish = "tool_calls" if parsed.tool_calls and completion.finish_reason == "stop" else completion.finish_reason
+        if self.forced and not parsed.tool_calls:
+            parsed = toolfmt.ParsedReply(None, error=(
+                f"the forced tool call ended unfinished (finish_reason {finish!r}) after {len(completion.token_ids)} tokens: "
+                "raise max_tokens, or leave it unset (the context left over)"))
         return parsed, finish
 
 
@@ -65,6 +76,7 @@ def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | 
     else:
         result = Plan(specs, list(tools or []), fmt=fmt)
         if choice == "required":
+            result.forced = True
             # one call unless parallel calls are asked for: a small model forced to call tends to call forever
             result.grammar = toolfmt.call_grammar(specs, only, parallel is True, fmt)
         elif parallel is False:
@@ -149,10 +161,12 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
             choice["tool_call_parse_error"] = reply.error
         if parsed.return_token_ids:
             choice["token_ids"] = c.token_ids
+            if c.allowed_tokens is not None:
+                choice[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
         choices.append(choice)
     body: dict[str, Any] = {
         "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": parsed.model,
-        "system_fingerprint": f"agentgrad-weights-v{generation.version}", "choices": choices, "usage": usage(generation),
+        "system_fingerprint": weights_fingerprint(generation.version), "choices": choices, "usage": usage(generation),
     }
     if parsed.return_token_ids:
         body["prompt_token_ids"] = generation.prompt_token_ids
@@ -189,7 +203,7 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
         body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": parsed.model,
-                "system_fingerprint": f"agentgrad-weights-v{version}", "choices": choices, **extra}
+                "system_fingerprint": weights_fingerprint(version), "choices": choices, **extra}
         return f"data: {json.dumps(body)}\n\n"
 
     def ending(index: int, c: Completion) -> list[str]:
@@ -205,9 +219,11 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
             if trailing.strip():
                 delta["content"] = trailing
             out.append(chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]))
-        elif rest:
+        elif rest and reply.content is not None:  # a forced call cut short is no text
             out.append(chunk([{"index": index, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}]))
         last: dict[str, Any] = {"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}
+        if parsed.return_token_ids and c.allowed_tokens is not None:  # the whole choice's, once
+            last[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
         if reply.error:
             last["tool_call_parse_error"] = reply.error
         out.append(chunk([last]))

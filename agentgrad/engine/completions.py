@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from agentgrad.engine.api import CompletionRequest, RequestError, read_json, validate
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.wire import generate, headers
+from agentgrad.semconv import weights_fingerprint
 
 
 async def completions(engine: Engine, names: list[str], request: Request) -> Response:
@@ -23,9 +24,10 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
     if isinstance(prompt, str):
         prompts = [engine.tokenizer.encode(prompt)]
     elif prompt and isinstance(prompt[0], int):
-        prompts = [list(prompt)]  # type: ignore[arg-type]
+        prompts = [list(prompt)]
     else:
-        prompts = [engine.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]  # type: ignore[union-attr]
+        items = cast("list[str | list[int]]", prompt)  # not a list of ints: checked above
+        prompts = [engine.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in items]
     if not prompts:
         raise RequestError("prompt is empty", "prompt")
     params = parsed.params(top_logprobs=parsed.logprobs or 0)
@@ -59,6 +61,6 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
     prompt_tokens = sum(len(g.prompt_token_ids) for g in generations if g is not None)
     completion_tokens = sum(len(c.token_ids) for g in generations if g is not None for c in g.completions)
     body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": parsed.model,
-            "system_fingerprint": f"agentgrad-weights-v{version}", "choices": choices,
+            "system_fingerprint": weights_fingerprint(version), "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}}
     return JSONResponse(body, headers=headers(version))

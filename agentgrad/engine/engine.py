@@ -4,7 +4,8 @@ Generation runs in one background thread with continuous batching: requests that
 while a batch decodes join it at the next step (their prompts are prefilled and their KV
 cache rows merged in), and finished rows leave it. Each sampled token comes with its
 log-probability under the distribution it was actually drawn from (after temperature and
-top-p), which is what RL needs as the old policy.
+top-p), which is what RL needs as the old policy; under a grammar, the model's distribution
+before the grammar's mask, with how many tokens the grammar allowed (`sampling.py`).
 
 Training uses `engine.model` (fp32 master weights). Sampling may use a bf16 copy, which is
 ~2.7× faster on CPUs with AVX512-bf16; `publish()` copies the trained weights into it and
@@ -20,11 +21,12 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -39,6 +41,8 @@ BATCH_WINDOW_SECONDS = 0.01
 """When idle, how long to wait after a request for more to arrive before starting a batch."""
 MAX_BATCH_WINDOW_SECONDS = 0.1
 PREFIX_CACHE_SIZE = 4
+SAMPLED_TURNS = 512
+"""How many recent chat completions `chat_prompt_ids` remembers, to render them again with the ids sampled."""
 FINISHED_SHARE_TO_DROP = 0.25
 """Finished rows ride along in a batch (computed, their tokens ignored) until they are this share of
 it, or new requests join: dropping them copies the whole KV cache, which cost a third of decoding
@@ -52,6 +56,7 @@ class Completion:
     text: str
     finish_reason: str  # "stop" (end of turn or a stop string), "length", or "cancelled" (`Engine.cancel`)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, when asked for
+    allowed_tokens: list[int] | None = None  # per token, how many tokens the grammar allowed (1: forced); None: no grammar
 
 
 @dataclass
@@ -86,6 +91,7 @@ class _Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
+    allowed: list[int] = field(default_factory=list)  # per token, how many the grammar allowed (constrained rows)
     matcher: Any = None  # an llguidance matcher when the request has a grammar
     text: str = ""
     streamed: int = 0
@@ -121,7 +127,8 @@ class Engine:
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
         self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
         self.max_batch_size = max_batch_size
-        self.max_model_len = max_model_len or getattr(self.model.config, "max_position_embeddings", 4096)
+        configured = getattr(self.model.config, "max_position_embeddings", 4096)
+        self.max_model_len: int = max_model_len if max_model_len else configured
         config_eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
         eos = {self.tokenizer.eos_token_id} | set(config_eos if isinstance(config_eos, list) else [config_eos])
         self.eos_token_ids = {t for t in eos if t is not None}
@@ -132,6 +139,12 @@ class Engine:
         self._constrainer: Any = None
         self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
         self._prefixes: dict[tuple[int, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        # what `chat_prompt_ids` rendered (prompt ids -> text), and each chat completion since: the text of the prompt
+        # and what was sampled -> those exact ids (see `chat_prompt_ids`); least recently used first
+        self._rendered: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        self._sampled: OrderedDict[str, list[int]] = OrderedDict()
+        self._sampled_lock = threading.Lock()
+        self._lossless: bool | None = None
         self._waiting: list[_Request] = []
         self._cv = threading.Condition()
         self._closed = False
@@ -178,7 +191,15 @@ class Engine:
 
     def chat_prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of a chat, ready for the assistant's turn: the model's chat template, with tools
-        and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`)."""
+        and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`).
+
+        Where the rendered text begins with an earlier chat prompt of this engine plus what was sampled
+        for it (the agent sent the reply back unedited, and its tool results or next question follow),
+        those exact ids are reused and only the rest is tokenized: a model often samples a tokenization
+        that re-tokenizing the same text would not give (`")]` as two tokens), and the next call's
+        prompt then continues the previous prompt + completion token for token, so a tool round merges
+        into one trajectory (`adapters.to_trajectories`). An edited history falls back to tokenizing it all.
+        """
         from agentgrad.engine.tools import format_for, render_history, template_supports_tools
 
         if template_supports_tools(self.tokenizer):
@@ -186,10 +207,55 @@ class Engine:
         else:
             rendered = render_history(list(messages), list(tools) if tools else None, format_for(self.tokenizer))
             tools_arg = None
-        ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
+        text = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=False)
+        if not isinstance(text, str) or not self._round_trips():
+            ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            return list(ids)
+        with self._sampled_lock:
+            known = max((k for k in self._sampled if text.startswith(k)), key=len, default="")
+            head = list(self._sampled[known]) if known else []
+            if known:
+                self._sampled.move_to_end(known)
+        ids = head + (self._tokenize(text[len(known):]) if len(known) < len(text) else [])
+        with self._sampled_lock:
+            self._rendered[tuple(ids)] = text
+            self._rendered.move_to_end(tuple(ids))
+            while len(self._rendered) > SAMPLED_TURNS:
+                self._rendered.popitem(last=False)
+        return ids
+
+    def _tokenize(self, text: str) -> list[int]:
+        """Ids of rendered chat text, as `apply_chat_template(tokenize=True)` makes them."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _round_trips(self) -> bool:
+        """Whether decoding ids gives back the exact text they came from (byte-level BPE does), which
+        remembering sampled turns by their text relies on; checked once."""
+        if self._lossless is None:
+            probe = "<|im_start|>x\n [f(a=\"1 + 2\")]  é\n\n\tdone.<|im_end|>\n"
+            ids = self._tokenize(probe)
+            self._lossless = self._detokenize(ids) == probe and self._tokenize(self._detokenize(ids)) == ids
+        return self._lossless
+
+    def _detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _remember_sampled(self, request: _Request) -> None:
+        """A chat prompt's completions, by the text they render to, with the ids sampled (`chat_prompt_ids`)."""
+        with self._sampled_lock:
+            text = self._rendered.get(tuple(request.prompt_ids))
+        if text is None:
+            return
+        turns = {text + self._detokenize(row.token_ids): request.prompt_ids + row.token_ids
+                 for row in request.rows if row.finish_reason in ("stop", "length") and row.token_ids}
+        with self._sampled_lock:
+            for key, ids in turns.items():
+                self._sampled[key] = ids
+                self._sampled.move_to_end(key)
+            while len(self._sampled) > SAMPLED_TURNS:
+                self._sampled.popitem(last=False)
 
     # ------------------------------------------------------------------ requests
 
@@ -207,7 +273,7 @@ class Engine:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}")
-        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)  # noqa: E721
+        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
         request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)
@@ -405,7 +471,8 @@ class Engine:
         batch.last = sampled.tokens.to(self.device)
         top_ids = sampled.top_ids.tolist() if sampled.top_ids is not None else None
         top_values = sampled.top_logprobs.tolist() if sampled.top_logprobs is not None else None
-        for i, (row, token, logprob) in enumerate(zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist())):
+        for i, (row, token, logprob, count) in enumerate(zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist(),
+                                                             sampled.allowed)):
             if row.finish_reason is not None:  # its request failed or was cancelled earlier in this step
                 continue
             k = row.request.params.top_logprobs
@@ -414,6 +481,8 @@ class Engine:
             try:
                 if row.matcher is not None and not row.matcher.consume_token(token):
                     raise RuntimeError(f"the grammar refused token {token}: {row.matcher.get_error()}")
+                if count is not None:
+                    row.allowed.append(count)
                 self._append(row, token, logprob, top)
             except Exception as exc:  # this request fails alone; the batch goes on
                 log.exception("a request failed while generating")
@@ -446,7 +515,7 @@ class Engine:
                 if row.finish_reason is None and row.text.find(marker, max(0, checked - len(marker) + 1)) >= 0:
                     row.finish_reason = "stop"
             if row.finish_reason is None and (
-                len(row.token_ids) >= params.max_tokens
+                (params.max_tokens is not None and len(row.token_ids) >= params.max_tokens)
                 or len(row.request.prompt_ids) + len(row.token_ids) >= self.max_model_len
             ):
                 row.finish_reason = "length"
@@ -470,7 +539,12 @@ class Engine:
 
     def _resolve(self, request: _Request) -> None:
         if not request.future.done():
-            completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top) for r in request.rows]
+            try:
+                self._remember_sampled(request)
+            except Exception:  # only a missed merge
+                log.exception("could not remember a completion's sampled ids")
+            completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top,
+                                      r.allowed if r.matcher is not None else None) for r in request.rows]
             request.future.set_result(Generation(request.prompt_ids, completions, request.version))
 
     def _drop_finished(self, batch: Batch) -> Batch | None:

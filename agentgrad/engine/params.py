@@ -11,7 +11,7 @@ MAX_TOP_LOGPROBS = 20
 
 @dataclass
 class SamplingParams:
-    max_tokens: int = 256
+    max_tokens: int | None = None  # None: up to the model's context left over after the prompt (OpenAI's convention)
     temperature: float = 1.0
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
@@ -27,7 +27,7 @@ class SamplingParams:
 
     def check(self, max_batch_size: int, vocab_size: int | None = None) -> None:
         """Raise ValueError naming the bad value."""
-        if self.max_tokens < 1:
+        if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if not 0 <= self.temperature <= 100:
             raise ValueError(f"temperature must be between 0 and 100, got {self.temperature}")

@@ -8,7 +8,8 @@ streaming events. Nothing is stored: `store: true` and `previous_response_id` ar
 an agent sends its whole history each turn (the Agents SDK does by default).
 
 With `return_token_ids: true` the response (and the `response.completed` event) carries
-`prompt_token_ids`, `token_ids` and `token_logprobs`: what was sampled, text or tool call.
+`prompt_token_ids`, `token_ids` and `token_logprobs`: what was sampled, text or tool call (and,
+under a grammar, `allowed_tokens`: how many tokens it allowed at each position).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from agentgrad.engine.api import DEFAULT_MAX_TOKENS, RequestError, _Strict, read_json, text_of, validate
+from agentgrad.engine.api import RequestError, _Strict, read_json, text_of, validate
 from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_checked
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 from agentgrad.engine.tools import format_for
 from agentgrad.engine.wire import generate, headers, stream
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -136,7 +138,7 @@ def _body(parsed: ResponsesRequest, response_id: str, created: int, status: str,
         "temperature": parsed.temperature, "top_p": parsed.top_p, "max_output_tokens": parsed.max_output_tokens,
         "text": parsed.text or {"format": {"type": "text"}}, "metadata": parsed.metadata or {}, "store": False,
         "previous_response_id": None, "reasoning": None, "truncation": "disabled", "error": None,
-        "incomplete_details": None, "usage": None, "system_fingerprint": f"agentgrad-weights-v{version}",
+        "incomplete_details": None, "usage": None, "system_fingerprint": weights_fingerprint(version),
     }
     if generation is not None:
         c = generation.completions[0]
@@ -147,6 +149,8 @@ def _body(parsed: ResponsesRequest, response_id: str, created: int, status: str,
                          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + out}
         if parsed.return_token_ids:
             body.update(prompt_token_ids=generation.prompt_token_ids, token_ids=c.token_ids, token_logprobs=c.logprobs)
+            if c.allowed_tokens is not None:
+                body[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
     return body
 
 
@@ -161,7 +165,7 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     the_plan = plan(tools, choice, parsed.parallel_tool_calls, response_format, format_for(engine.tokenizer))
     ids = prompt_ids(engine, chat_messages(parsed), the_plan.rendered_tools)
     logprobs = LOGPROBS_INCLUDE in (parsed.include or [])
-    params = SamplingParams(max_tokens=parsed.max_output_tokens or DEFAULT_MAX_TOKENS,
+    params = SamplingParams(max_tokens=parsed.max_output_tokens,  # absent: up to the context left
                             temperature=1.0 if parsed.temperature is None else parsed.temperature,
                             top_p=1.0 if parsed.top_p is None else parsed.top_p, seed=parsed.seed,
                             top_logprobs=(parsed.top_logprobs or 0) if logprobs else 0,
@@ -207,7 +211,7 @@ def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[
                     return
                 if isinstance(item, Generation):
                     break
-                _, token, logprob, delta, top = item
+                delta = item[3]  # the event is (choice, token id, logprob, delta, top logprobs)
                 text = held.feed(delta)
                 if text and not message_open:
                     message_open = True

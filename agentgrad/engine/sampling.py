@@ -1,4 +1,13 @@
-"""Sampling one token per row, with the logprob of the distribution it was actually drawn from."""
+"""Sampling one token per row, with the logprob RL needs as the behaviour policy's.
+
+A row decoded under a grammar (JSON schema, forced tool call) is drawn from the model's
+distribution with the tokens the grammar forbids masked out, but what is recorded for it is the
+logprob of the sampled token under the model's own distribution at the temperature, before the
+mask: the distribution a trainer recomputes (it has no grammar), so the PPO ratio compares two
+logprobs of one policy. Positions where the grammar allowed a single token are reported
+(`Sampled.allowed`) so the loss can leave them out: there the sampler had no choice to learn from.
+See docs/constrained-decoding.md.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +22,10 @@ from agentgrad.engine.params import SamplingParams
 @dataclass
 class Sampled:
     tokens: torch.Tensor  # (rows,)
-    logprobs: torch.Tensor  # (rows,): each token's logprob under the distribution it was drawn from
+    logprobs: torch.Tensor  # (rows,): each token's logprob under the distribution it was drawn from (before a grammar mask)
     top_ids: torch.Tensor | None  # (rows, k): the k likeliest tokens of that distribution, when asked for
     top_logprobs: torch.Tensor | None
+    allowed: list[int | None]  # per row, how many tokens its grammar allowed (1: forced); None without a grammar
 
 
 def adjust(
@@ -24,7 +34,7 @@ def adjust(
     histories: Sequence[Sequence[int]],
     allowed: Sequence[torch.Tensor | None],
 ) -> torch.Tensor:
-    """Logits after logit bias, presence/frequency penalties and grammar masks (`allowed`, bool per token)."""
+    """Logits after logit bias, presence/frequency penalties and grammar masks (`allowed`, bool per token), in place."""
     vocab = logits.shape[-1]
     for i, (p, history, mask) in enumerate(zip(params, histories, allowed)):
         if p.logit_bias:
@@ -48,15 +58,24 @@ def sample(
 ) -> Sampled:
     """One token per row and its logprob under the distribution it was drawn from.
 
-    The logits are first adjusted (`adjust`: bias, penalties, grammar mask). Temperature 0 is
-    greedy (logprob under the adjusted distribution at temperature 1); otherwise logits are
-    divided by the temperature and, with top_p < 1, cut to the smallest set of tokens whose
-    probability reaches top_p, then renormalized.
+    The logits are first adjusted (`adjust`: bias, penalties). Temperature 0 is greedy (logprob
+    under the adjusted distribution at temperature 1); otherwise logits are divided by the
+    temperature and, with top_p < 1, cut to the smallest set of tokens whose probability reaches
+    top_p, then renormalized. A row with a grammar mask (`allowed`) is drawn with the forbidden
+    tokens masked out (before the top_p cut); its logprob and top alternatives are those of the
+    unmasked distribution at the temperature (no top_p cut), the policy a trainer recomputes.
     """
-    logits = adjust(logits, params, histories or [[] for _ in params], allowed or [None] * len(params))
+    masks = list(allowed or [None] * len(params))
+    logits = adjust(logits, params, histories or [[] for _ in params], [None] * len(params))  # the mask comes after
     temperature = torch.tensor([p.temperature for p in params], device=logits.device)
     greedy = temperature == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    free = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    constrained = [i for i, mask in enumerate(masks) if mask is not None]
+    scaled = free
+    if constrained:
+        scaled = free.clone()
+        for i in constrained:
+            scaled[i].masked_fill_(~masks[i].to(scaled.device), float("-inf"))  # type: ignore[union-attr]
     top_p = torch.tensor([p.top_p for p in params], device=logits.device)
     if bool((top_p < 1).any()):
         probs_sorted, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
@@ -66,7 +85,7 @@ def sample(
     logprobs = torch.log_softmax(scaled, dim=-1)
     tokens = torch.empty(len(params), dtype=torch.long, device=logits.device)
     if bool(greedy.any()):
-        tokens[greedy] = logits[greedy].argmax(-1)
+        tokens[greedy] = scaled[greedy].argmax(-1)
     sampled = ~greedy
     if bool(sampled.any()):
         # exponential race: argmax of p / E with E ~ Exp(1) draws from p, and costs a fraction of
@@ -80,6 +99,10 @@ def sample(
                 race[i].exponential_(generator=generator)
         rows = sampled.nonzero().squeeze(-1)
         tokens[rows] = (logprobs[rows].exp() / race[rows]).argmax(-1)
+    if constrained:  # what is reported: the model's own distribution, before the grammar's mask
+        logprobs = logprobs.clone()
+        logprobs[constrained] = torch.log_softmax(free[constrained], dim=-1)
     k = max(p.top_logprobs for p in params)
     top_values, top_ids = logprobs.topk(k, dim=-1) if k else (None, None)
-    return Sampled(tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), top_ids, top_values)
+    counts = [None if mask is None else int(mask.sum()) for mask in masks]
+    return Sampled(tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), top_ids, top_values, counts)

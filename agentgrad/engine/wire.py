@@ -47,7 +47,8 @@ async def generate(engine: Engine, request: Request, prompt_ids: list[int], para
     future = engine.submit(prompt_ids, params)
     done = asyncio.ensure_future(asyncio.wrap_future(future))
     gone = asyncio.ensure_future(_disconnected(request))
-    await asyncio.wait([done, gone], return_when=asyncio.FIRST_COMPLETED)
+    racing: list[asyncio.Future[Any]] = [done, gone]
+    await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
     if done.done():
         gone.cancel()
         return done.result()
@@ -60,6 +61,10 @@ def stream(engine: Engine, prompt_ids: list[int], params: SamplingParams) -> tup
     """Submit with a queue that receives each token, then the generation (or the failure)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event] = asyncio.Queue()
-    future = engine.submit(prompt_ids, params, lambda *event: loop.call_soon_threadsafe(queue.put_nowait, event))
-    future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.exception() or f.result()))  # type: ignore[arg-type]
+
+    def on_token(*event: Any) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    future = engine.submit(prompt_ids, params, on_token)
+    future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.exception() or f.result()))
     return future, queue

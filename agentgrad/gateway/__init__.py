@@ -3,12 +3,16 @@
 - `app.py`: the front end: the ASGI app, routing by path and headers, relaying answers, flush.
 - `upstreams.py`: backends, what the gateway asks of them, retries and upstream errors.
 - `recording.py`: requests and responses as span attributes; the span writer.
+- `sampling.py`: the trainer's sampling per rollout mode, applied to each call.
+- `secrets.py`: known secrets out of relayed streams, even a key streamed in pieces.
 
-Nothing outside this package imports it but the CLI, the policy and the public API: the runner
+Nothing outside this package imports it but the CLI, the policy, the public API and the algorithms that
+set a sampling plan (`SamplingPlan`): the runner
 reaches a gateway only over HTTP (its flush endpoint, `semconv.FLUSH_ENDPOINT`).
 """
 
 from agentgrad.gateway.app import Gateway
+from agentgrad.gateway.sampling import SamplingPlan
 from agentgrad.gateway.upstreams import Backend, GatewayError, parse_backend
 
-__all__ = ["Backend", "Gateway", "GatewayError", "parse_backend"]
+__all__ = ["Backend", "Gateway", "GatewayError", "SamplingPlan", "parse_backend"]

@@ -14,6 +14,14 @@ Responses API calls are recorded in the shape chat completions are (`responses.p
 batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
 pooled aiohttp session.
 
+Each call has one deadline (connect, first byte, total: `upstreams.Deadline`); retries happen within it,
+only where no byte of an answer exists yet. Whatever goes wrong upstream, the agent gets an OpenAI-style
+JSON error (502 broken, 504 too slow; an error event ending a stream already begun) and the call is a span
+with that error. A call the agent hangs up on is cancelled upstream, and recorded as such.
+
+With a sampling plan (`set_sampling`, `sampling.py`), calls made inside a rollout run with the trainer's
+temperature, top-p and `max_tokens` for that rollout's mode (read from the store once per rollout).
+
 `POST …/v1/agentgrad/flush` returns once every call answered so far is in the store: the
 runner calls it on each proxied LLM's route before it closes an attempt (the flush barrier).
 
@@ -35,28 +43,32 @@ from urllib.parse import unquote
 import orjson
 
 from agentgrad import semconv as sc
+from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.responses import ResponsesStream
+from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
+from agentgrad.gateway.secrets import StreamRedactor
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
     Added,
     Backend,
+    Deadline,
     GatewayError,
     Upstream,
     post_with_retries,
 )
-from agentgrad.gateway.checks import answer_problem, request_problem
-from agentgrad.gateway.replicas import ReplicaPool
-from agentgrad.guard import bearer_ok, expected_authorization
+from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
+from agentgrad.redact import redact_known_bytes
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 32 * 2**20
-"""Larger request bodies get a 413."""
 MAX_UPSTREAM_CONNECTIONS = 1024
+MODE_CACHE_SIZE = 65536
+"""Rollout modes remembered for the sampling plan; past it the cache starts over (each id is read once more)."""
 
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
@@ -77,6 +89,10 @@ class Gateway:
     `default` (a backend or a replica pool) serves models missing from the table; without it they get a 404 naming the known
     ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
     weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
+
+    Each call has one deadline (`upstreams.Deadline`): `connect_timeout_s`, `first_byte_timeout_s` and
+    `timeout_s` (the whole call), given here for every upstream or per `Backend`. A call past it gets a
+    504 and its upstream request is cancelled, as it is when the agent hangs up.
     """
 
     def __init__(
@@ -90,6 +106,9 @@ class Gateway:
         retry_backoff_s: float = RETRY_BACKOFF_SECONDS,
         close_store: bool = False,
         routers: Mapping[str, Any] | None = None,
+        connect_timeout_s: float | None = None,
+        first_byte_timeout_s: float | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         if not backends and default is None and not routers:
             raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
@@ -100,13 +119,18 @@ class Gateway:
         self._default_router = default if isinstance(default, ReplicaPool) else None
         self._default = (
             None
-            if default is None or self._default_router is not None
+            if default is None or isinstance(default, ReplicaPool)
             else Upstream.of("default", default if isinstance(default, Backend) else Backend(default))
         )
         self.token = token
         self._auth = expected_authorization(token)
         self.max_retries = max_retries
         self.retry_backoff_s = retry_backoff_s
+        self.timeouts = (connect_timeout_s, first_byte_timeout_s, timeout_s)
+        """(connect, first byte, total) in seconds overriding every backend's own; None: the backend's."""
+        for name, value in zip(("connect_timeout_s", "first_byte_timeout_s", "timeout_s"), self.timeouts):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} is a number of seconds above 0, not {value!r}")
         self._close_store = close_store
         self._routers = dict(routers or {})
         self._models_body = orjson.dumps(
@@ -124,6 +148,24 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recording = 0
         self._recorded = asyncio.Event()
+        self.sampling: SamplingPlan | None = None
+        self._modes: dict[str, str | None] = {}  # rollout id -> its mode, for the sampling plan
+
+    def set_sampling(self, plan: SamplingPlan | None) -> None:
+        """Apply `plan` (the trainer's sampling per rollout mode) to every later call made inside a rollout."""
+        self.sampling = plan
+
+    async def _mode_of(self, rollout_id: str) -> str | None:
+        """The mode of a rollout (`train`, `val`, ...), read from the store once per rollout; None if unknown."""
+        if rollout_id not in self._modes:
+            if len(self._modes) >= MODE_CACHE_SIZE:
+                self._modes.clear()
+            try:
+                self._modes[rollout_id] = (await self.store.get_rollout(rollout_id)).mode
+            except Exception as exc:  # an unknown rollout (a hand-made route), or the store unreachable for now
+                log.debug("no mode for rollout %s: %s", rollout_id, exc)
+                return None
+        return self._modes[rollout_id]
 
     @property
     def models(self) -> list[str]:
@@ -153,7 +195,7 @@ class Gateway:
         self._recorded = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=MAX_UPSTREAM_CONNECTIONS, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=None, connect=30),
+            timeout=aiohttp.ClientTimeout(total=None),  # each call sets its own (`Deadline`)
             skip_auto_headers=("User-Agent",),
         )
 
@@ -259,15 +301,46 @@ class Gateway:
             return await _reject(send, 400, f"request body is not valid JSON: {exc}")
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
             return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
-        model = request["model"]
-        router = self._routers.get(model) or (self._default_router if model not in self._upstreams else None)
-        lease = await router.acquire(rollout_id) if router is not None else None  # a replica, held through a sync
-        upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
+        call = Call(
+            api, request, None, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"), started, start_time
+        )
+        plan = self.sampling
+        if plan is not None and rollout_id is not None:
+            settings = plan.by_mode.get(await self._mode_of(rollout_id) or "")
+            if settings:
+                call.sampling = apply_sampling(api, request, settings, plan.source)
+        # The call runs as its own task while this one waits for the agent to hang up: if it does, the
+        # upstream request is cancelled (its connection closed) rather than left running for nobody.
+        work = asyncio.ensure_future(self._forward(call, send))
+        gone = asyncio.ensure_future(_disconnected(receive))
         try:
-            call = Call(
-                api, request, upstream, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"),
-                started, start_time,
-            )
+            await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+                try:
+                    await work
+                except asyncio.CancelledError:
+                    pass
+                if not call.recorded:
+                    self._recording += 1
+                    self._record(call, {}, GatewayError(499, "the agent closed the connection before the answer "
+                                                        "was complete; the upstream request was cancelled",
+                                                        "client_error", "client_disconnected"), 0)
+        if not work.cancelled():
+            work.result()  # a failure of the gateway's own surfaces as before (the server answers 500)
+
+    async def _forward(self, call: Call, send: Any) -> None:
+        """Send the call upstream within its deadline and relay the answer; every outcome is recorded."""
+        import aiohttp
+
+        model, request = call.request["model"], call.request
+        router = self._routers.get(model) or (self._default_router if model not in self._upstreams else None)
+        lease = await router.acquire(call.rollout_id) if router is not None else None  # a replica, held through a sync
+        upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
+        call.upstream = upstream
+        try:
             if upstream is None:
                 await self._fail(
                     send,
@@ -280,45 +353,60 @@ class Gateway:
                     ),
                 )
                 return
-            problem = request_problem(api, request)
+            problem = request_problem(call.api, request)
             if problem is not None:
                 return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
             try:
-                outgoing, added = upstream.prepare(request, api)
+                outgoing, added = upstream.prepare(request, call.api)
             except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
                 return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
             call.token_ids_asked = added.asked
+            backend = upstream.backend
+            connect_s, first_byte_s, total_s = (
+                ours if ours is not None else theirs
+                for ours, theirs in zip(self.timeouts, (backend.connect_timeout_s, backend.first_byte_timeout_s, backend.timeout_s))
+            )
+            deadline = Deadline.start(connect_s, first_byte_s, total_s)
+            url, retries, response = upstream.urls[call.api], 0, None
             try:
-                response, retries = await post_with_retries(
-                    self._session,
-                    upstream,
-                    api,
-                    outgoing,
-                    max_retries=self.max_retries,
-                    backoff_s=self.retry_backoff_s,
-                )
-            except GatewayError as error:
-                await self._fail(send, call, error)
-                return
-            try:
+                try:
+                    async with asyncio.timeout_at(deadline.ends):
+                        response, retries = await post_with_retries(
+                            self._session, upstream, call.api, outgoing, deadline=deadline,
+                            max_retries=self.max_retries, backoff_s=self.retry_backoff_s,
+                        )
+                        streamed = (bool(request.get("stream")) and response.content_type == "text/event-stream"
+                                    and response.status < 400)
+                        if not streamed:
+                            payload = await response.read()  # a stall or a cut here: a 504 / 502 below
+                except GatewayError as error:
+                    return await self._fail(send, call, error)
+                except TimeoutError as exc:
+                    return await self._fail(send, call, deadline.error(upstream, url, exc, retries))
+                except aiohttp.ClientError as exc:
+                    message = f"upstream {upstream.name!r} at {url} broke off its answer: {type(exc).__name__}: {exc}"
+                    interrupted = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
+                    return await self._fail(send, call, interrupted)
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
-                if response.status >= 400:
-                    error = GatewayError.from_response(upstream, response.status, await response.read())
-                    error.retries = retries
-                    await self._fail(send, call, error)
-                elif request.get("stream") and response.content_type == "text/event-stream":
-                    await self._relay_stream(send, call, response, added, version, retries)
-                else:
-                    await self._relay(send, call, await response.read(), added, version, retries)
+                if streamed:
+                    return await self._relay_stream(send, call, response, added, version, retries, deadline)
             finally:
-                response.release()
+                if response is not None:
+                    response.release()
+            if response.status >= 400:
+                refused = GatewayError.from_response(upstream, response.status, payload)
+                refused.retries = retries
+                await self._fail(send, call, refused)
+            else:
+                await self._relay(send, call, payload, added, version, retries)
         finally:
-            if lease is not None:
+            if router is not None and lease is not None:
                 router.release(lease)
 
     async def _relay(
         self, send: Any, call: Call, payload: bytes, added: Added, version: str | None, retries: int
     ) -> None:
+        payload = redact_known_bytes(payload)  # an upstream echoing its key: the agent and the span get [redacted]
         try:
             answer = orjson.loads(payload)
             if not isinstance(answer, dict):
@@ -353,7 +441,7 @@ class Gateway:
             self._record(call, answered, None, retries)
 
     async def _relay_stream(
-        self, send: Any, call: Call, response: Any, added: Added, version: str | None, retries: int
+        self, send: Any, call: Call, response: Any, added: Added, version: str | None, retries: int, deadline: Deadline
     ) -> None:
         import aiohttp
 
@@ -362,22 +450,32 @@ class Gateway:
         assembler: StreamAssembler | ResponsesStream = ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
         error: GatewayError | None = None
         pending = b""
+        redactor = StreamRedactor(call.api) if StreamRedactor.needed() else None  # a key streamed in pieces
         try:
-            async for data in response.content.iter_any():
-                if b"\r" in data:
-                    data = data.replace(b"\r\n", b"\n")
-                events = (pending + data).split(b"\n\n")
-                pending = events.pop()
-                out = b"".join([_relay_event(event, assembler, added, call) for event in events])
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError, _BadChunk) as exc:
+            async with asyncio.timeout_at(deadline.ends):  # the call's deadline: a trickling stream ends too
+                async for data in response.content.iter_any():
+                    if b"\r" in data:
+                        data = data.replace(b"\r\n", b"\n")
+                    events = (pending + data).split(b"\n\n")
+                    pending = events.pop()
+                    relayed = [_relay_event(redact_known_bytes(event), assembler, added, call) for event in events]
+                    out = b"".join(relayed if redactor is None else [redactor.push(event) for event in relayed])
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+            if redactor is not None and (out := redactor.flush()):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+        except (TimeoutError, aiohttp.ClientError, _BadChunk) as exc:
+            if redactor is not None and (out := redactor.flush()):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
             name = call.upstream.name if call.upstream else "?"
-            if isinstance(exc, _BadChunk):
-                message, code = f"upstream {name!r} sent a malformed stream chunk: {exc}", "bad_upstream_response"
+            if isinstance(exc, asyncio.TimeoutError):
+                error = deadline.error(call.upstream, call.upstream.urls[call.api], exc, retries)  # type: ignore[union-attr,arg-type]
+            elif isinstance(exc, _BadChunk):
+                message = f"upstream {name!r} sent a malformed stream chunk: {exc}"
+                error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
             else:
-                message, code = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}", "stream_interrupted"
-            error = GatewayError(502, message, "upstream_error", code, retries)
+                message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
+                error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
             await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
         answered = response_attributes(call.api, assembler.result(), version)
         self._recording += 1
@@ -397,6 +495,7 @@ class Gateway:
         self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int
     ) -> None:
         """Build the call's span and queue it for the store (after the client got its answer)."""
+        call.recorded = True
         try:
             self._sink.put(call_span(call, answered, error, retries))  # type: ignore[union-attr]
         except Exception:
@@ -460,6 +559,12 @@ def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Adde
         lines[at] = b"data: " + orjson.dumps(data)  # type: ignore[index]
         return b"\n".join(lines) + b"\n\n"
     return event + b"\n\n"
+
+
+async def _disconnected(receive: Any) -> None:
+    """Return when the agent hangs up (after its body was read, `receive` says nothing else)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_body(receive: Any) -> bytes:

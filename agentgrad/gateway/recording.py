@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentgrad import semconv as sc
 import agentgrad.gateway.responses as responses
+from agentgrad import semconv as sc
+from agentgrad.redact import redact_known
+from agentgrad.rollout.tracer import SpanSink
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
-from agentgrad.rollout.tracer import SpanSink
 from agentgrad.types import Span, SpanStatus
 
 if TYPE_CHECKING:
@@ -82,11 +83,13 @@ def _logprobs(operation: str, logprobs: Any) -> list[float] | None:
     return None if values is None else list(values)
 
 
+USAGE_KEYS = {CHAT_COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
+              COMPLETIONS_API: ("prompt_tokens", "completion_tokens"), RESPONSES_API: ("input_tokens", "output_tokens")}
+"""The names each OpenAI API gives its input and output token counts in `usage`."""
+
+
 def response_attributes(api: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
     """What the upstream answered, in the layout `agentgrad.semconv` describes."""
-    if api == RESPONSES_API:
-        return responses.response_attributes(response, version_header)
-    operation = OPERATIONS[api]
     attributes: dict[str, Any] = {}
     if response.get("id") is not None:
         attributes[sc.GEN_AI_RESPONSE_ID] = response["id"]
@@ -94,14 +97,24 @@ def response_attributes(api: str, response: dict[str, Any], version_header: str 
         attributes[sc.GEN_AI_RESPONSE_MODEL] = response["model"]
     usage = response.get("usage")
     if isinstance(usage, dict):
-        if usage.get("prompt_tokens") is not None:
-            attributes[sc.GEN_AI_INPUT_TOKENS] = usage["prompt_tokens"]
-        if usage.get("completion_tokens") is not None:
-            attributes[sc.GEN_AI_OUTPUT_TOKENS] = usage["completion_tokens"]
+        input_key, output_key = USAGE_KEYS[api]
+        if usage.get(input_key) is not None:
+            attributes[sc.GEN_AI_INPUT_TOKENS] = usage[input_key]
+        if usage.get(output_key) is not None:
+            attributes[sc.GEN_AI_OUTPUT_TOKENS] = usage[output_key]
     version = sc.model_version(version_header, response.get("system_fingerprint"))
     if version is not None:
         attributes[sc.WEIGHTS_VERSION] = version
+    if api == RESPONSES_API:
+        attributes.update(responses.output_attributes(response))
+    else:
+        attributes.update(_choice_attributes(OPERATIONS[api], response))
+    return attributes
 
+
+def _choice_attributes(operation: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A chat or text completion's choices: messages, finish reasons, token ids and logprobs of each."""
+    attributes: dict[str, Any] = {}
     choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
     attributes[sc.CHOICE_COUNT] = len(choices)
     attributes[sc.GEN_AI_FINISH_REASONS] = [c.get("finish_reason") or "" for c in choices]
@@ -120,6 +133,8 @@ def response_attributes(api: str, response: dict[str, Any], version_header: str 
         prefix = sc.choice_prefix(i)
         if choice.get("token_ids") is not None:
             attributes[prefix + "response_token_ids"] = choice["token_ids"]
+        if isinstance(choice.get(sc.ALLOWED_TOKENS_FIELD), list):
+            attributes[prefix + "response_allowed_tokens"] = choice[sc.ALLOWED_TOKENS_FIELD]
         logprobs = _logprobs(operation, choice.get("logprobs"))
         if logprobs is not None:
             attributes[prefix + "response_logprobs"] = logprobs
@@ -155,7 +170,7 @@ class StreamAssembler:
                     choice["text"] = ""
             if delta_choice.get("finish_reason") is not None:
                 choice["finish_reason"] = delta_choice["finish_reason"]
-            for key in ("token_ids",):
+            for key in ("token_ids", sc.ALLOWED_TOKENS_FIELD):
                 if delta_choice.get(key) is not None:
                     choice.setdefault(key, []).extend(delta_choice[key])
             if delta_choice.get("prompt_token_ids") is not None:
@@ -222,6 +237,10 @@ class Call:
     first_token: float | None = None
     token_ids_asked: bool = True
     """Whether the upstream was asked for token ids (by the gateway or the client): says why they may be absent."""
+    recorded: bool = False
+    """Whether its span was queued (a call the agent hung up on is recorded once, by whoever gets there first)."""
+    sampling: dict[str, Any] = field(default_factory=dict)
+    """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for."""
 
     @property
     def operation(self) -> str:
@@ -240,6 +259,7 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
                       sc.UNRECORDED_REQUEST: f"{type(exc).__name__}: {exc}"}
     if call.agent:
         attributes[sc.AGENT_NAME] = call.agent
+    attributes.update(call.sampling)
     if call.upstream is not None:
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port
     attributes.update(response_attributes)
@@ -256,6 +276,7 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         attributes[sc.HTTP_STATUS] = error.status
         status = SpanStatus(code="ERROR", description=error.message)
     trace_id, parent_id = parse_traceparent(call.traceparent)
+    attributes = {key: _without_secrets(value) for key, value in attributes.items()}  # both directions
     return Span.model_construct(  # every field is built here, of the right type: no validation pass
         rollout_id=call.rollout_id,
         attempt_id=call.attempt_id,
@@ -270,6 +291,16 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         events=[],
         status=status,
     )
+
+
+def _without_secrets(value: Any) -> Any:
+    """A recorded value without the secrets this process knows (`redact.remember_secret`): the upstream's
+    key, echoed in an answer or pasted into a request, is stored nowhere."""
+    if isinstance(value, str):
+        return redact_known(value)
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return [redact_known(item) if isinstance(item, str) else item for item in value]
+    return value
 
 
 def parse_traceparent(value: bytes | None) -> tuple[str | None, str | None]:

@@ -88,22 +88,9 @@ def finish_reason(response: dict[str, Any], message: dict[str, Any]) -> str:
     return "tool_calls" if message.get("tool_calls") else "stop"
 
 
-def response_attributes(response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
-    """What the upstream answered, in the layout `agentgrad.semconv` describes (one choice)."""
+def output_attributes(response: dict[str, Any]) -> dict[str, Any]:
+    """The answer's own attributes (one choice); `recording.response_attributes` adds the id, model, usage, version."""
     attributes: dict[str, Any] = {}
-    if response.get("id") is not None:
-        attributes[sc.GEN_AI_RESPONSE_ID] = response["id"]
-    if response.get("model") is not None:
-        attributes[sc.GEN_AI_RESPONSE_MODEL] = response["model"]
-    usage = response.get("usage")
-    if isinstance(usage, dict):
-        if usage.get("input_tokens") is not None:
-            attributes[sc.GEN_AI_INPUT_TOKENS] = usage["input_tokens"]
-        if usage.get("output_tokens") is not None:
-            attributes[sc.GEN_AI_OUTPUT_TOKENS] = usage["output_tokens"]
-    version = sc.model_version(version_header, response.get("system_fingerprint"))
-    if version is not None:
-        attributes[sc.WEIGHTS_VERSION] = version
     message = output_message(response)
     attributes[sc.CHOICE_COUNT] = 1
     attributes[sc.GEN_AI_FINISH_REASONS] = [finish_reason(response, message)]
@@ -112,6 +99,8 @@ def response_attributes(response: dict[str, Any], version_header: str | None) ->
         attributes[sc.PROMPT_TOKEN_IDS] = response["prompt_token_ids"]
     if isinstance(response.get("token_ids"), list):
         attributes[sc.RESPONSE_TOKEN_IDS] = response["token_ids"]
+    if isinstance(response.get(sc.ALLOWED_TOKENS_FIELD), list):
+        attributes[sc.RESPONSE_ALLOWED_TOKENS] = response[sc.ALLOWED_TOKENS_FIELD]
     logprobs = response.get("token_logprobs")
     if not isinstance(logprobs, list):  # else the sampled tokens' logprobs of the text, when `include` asked
         parts = [p for item in response.get("output") or () if isinstance(item, dict) and item.get("type") == "message"
@@ -139,9 +128,9 @@ class ResponsesStream:
             self.started = event["response"]
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             self.text += event["delta"]
-        elif kind == "response.output_item.done" and isinstance(event.get("item"), dict):
-            if event["item"].get("type") == "function_call":
-                self.items.append(event["item"])
+        elif (kind == "response.output_item.done" and isinstance(event.get("item"), dict)
+              and event["item"].get("type") == "function_call"):
+            self.items.append(event["item"])
 
     def result(self) -> dict[str, Any]:
         if self.final is not None:

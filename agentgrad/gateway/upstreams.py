@@ -20,18 +20,30 @@ from urllib.parse import urlsplit
 import orjson
 
 from agentgrad.redact import redact, remember_secret
-from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 3
-"""Retries of an upstream 408/429/5xx or connection error, after the first try."""
+"""Retries after the first try, of failures that are safe to repeat: a connection that could not be made,
+or a 429/502/503 answered before any byte of a body (the upstream did not run the request)."""
 RETRY_BACKOFF_SECONDS = 0.25
 """First pause between tries; doubles each time, with jitter; an upstream `Retry-After` is honoured."""
 MAX_RETRY_WAIT_SECONDS = 20.0
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-UPSTREAM_TIMEOUT_SECONDS = 600.0
-"""Longest silence from an upstream (between two stream chunks, or before an answer)."""
+"""The longest `Retry-After` honoured; a longer one (or one past the call's deadline) is relayed instead."""
+RETRY_STATUSES = frozenset({429, 502, 503})
+CONNECT_TIMEOUT_SECONDS = 10.0
+"""Longest wait for a connection to an upstream: a live server on a network accepts in milliseconds."""
+FIRST_BYTE_TIMEOUT_SECONDS = 120.0
+"""Longest silence from an upstream: before its response headers, and between two chunks of a stream. A
+non-streamed answer's headers come only once the whole answer is written: a CPU engine answering a full
+batch takes a minute or two, a hosted API seconds."""
+TIMEOUT_SECONDS = 300.0
+"""Longest a call may take as a whole (connecting, retries, waiting and the relayed body): past it the
+agent gets a 504 and the upstream request is cancelled. Agents' own clients wait 600 s (openai's default)."""
+TRAINED_ENGINE_TIMEOUT_SECONDS = 600.0
+"""First-byte and total deadline of the engine a training run serves (local or vLLM): its calls queue behind a
+weight sync and a full CPU batch, and a hung engine stops the run anyway."""
 TOKEN_ID_SYSTEMS = frozenset({"agentgrad", "vllm"})
 """Upstreams that return token ids when asked (`return_token_ids`): the local engine and vLLM."""
 
@@ -46,7 +58,8 @@ class Backend:
     `system` says what serves it: "agentgrad" (the local engine) and "vllm" are asked for token
     ids, logprobs and stream usage; any other ("openai", the default) gets the client's request
     unchanged, and its spans say the token ids are absent. `token_ids` / `logprobs` set to True
-    or False override what `system` implies.
+    or False override what `system` implies. `connect_timeout_s`, `first_byte_timeout_s` and
+    `timeout_s` bound each call (`Deadline`; a gateway's own options override them).
     """
 
     url: str
@@ -57,7 +70,10 @@ class Backend:
     token_ids: bool | None = None
     logprobs: bool | None = None
     headers: dict[str, str] = field(default_factory=dict, repr=False)
-    timeout_s: float = UPSTREAM_TIMEOUT_SECONDS
+    connect_timeout_s: float = CONNECT_TIMEOUT_SECONDS
+    first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_SECONDS
+    timeout_s: float = TIMEOUT_SECONDS
+    """The call's overall deadline; see `Deadline`."""
 
     @property
     def asks_token_ids(self) -> bool:
@@ -168,11 +184,12 @@ class Added:
                 return False
             answer.pop("usage", None)
         if self.token_ids:
-            for key in ("prompt_token_ids", "token_ids", "token_logprobs"):  # the last two: a Responses body
+            for key in ("prompt_token_ids", "token_ids", "token_logprobs", ALLOWED_TOKENS_FIELD):  # the last three: a Responses body
                 answer.pop(key, None)
         for choice in answer.get("choices") or ():
             if self.token_ids:
                 choice.pop("token_ids", None)
+                choice.pop(ALLOWED_TOKENS_FIELD, None)
                 choice.pop("prompt_token_ids", None)
             if self.logprobs and "logprobs" in choice:
                 choice["logprobs"] = None
@@ -212,49 +229,97 @@ class GatewayError(Exception):
         return cls(status, message, type, None if code is None else str(code))
 
 
-async def post_with_retries(
-    session: Any, upstream: Upstream, api: str, body: bytes, *, max_retries: int, backoff_s: float
-) -> tuple[Any, int]:
-    """POST `body` with retries on 408/429/5xx and connection errors: (the last response, retries taken).
+@dataclass(frozen=True)
+class Deadline:
+    """One call's time limits: `connect_s` per connection, `first_byte_s` of silence (before the headers
+    and between chunks), `total_s` for the whole call, which ends at `ends` (the event loop's clock)."""
 
-    The last response is returned whatever its status; the caller relays it. When no response
-    came at all, an `GatewayError` (502 unreachable, 504 timeout) is raised.
+    connect_s: float
+    first_byte_s: float
+    total_s: float
+    ends: float
+
+    @classmethod
+    def start(cls, connect_s: float, first_byte_s: float, total_s: float) -> Deadline:
+        return cls(connect_s, first_byte_s, total_s, asyncio.get_running_loop().time() + total_s)
+
+    def remaining(self) -> float:
+        return self.ends - asyncio.get_running_loop().time()
+
+    def error(self, upstream: Upstream, url: str, exc: BaseException, retries: int = 0) -> GatewayError:
+        """The 504 the agent gets when `exc` (a timeout) cut the call; which limit it hit, and how to raise it."""
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            what = f"accepted no connection within {self.connect_s:g} s (connect timeout)"
+        elif isinstance(exc, aiohttp.SocketTimeoutError):
+            what = f"sent nothing for {self.first_byte_s:g} s (first-byte timeout)"
+        else:
+            what = f"did not finish the call within {self.total_s:g} s (total timeout)"
+        message = (f"upstream {upstream.name!r} at {url} {what}; the request was cancelled "
+                   "(raise the gateway's --connect-timeout / --first-byte-timeout / --timeout if it is just slow)")
+        return GatewayError(504, message, "upstream_error", "upstream_timeout", retries)
+
+
+async def post_with_retries(
+    session: Any, upstream: Upstream, api: str, body: bytes, *, deadline: Deadline, max_retries: int, backoff_s: float
+) -> tuple[Any, int]:
+    """POST `body` within `deadline`, retrying what is safe to repeat: (the last response, retries taken).
+
+    Retried, since no byte of an answer exists yet: a connection refused, reset or timed out while
+    connecting, or closed before the response headers (a pooled connection the upstream had just closed),
+    and a 429/502/503 status, as long as the pause (`Retry-After` up to `MAX_RETRY_WAIT_SECONDS`, else a
+    backoff) ends before the deadline. Not retried: silence past the first-byte timeout (a hung upstream
+    gets a 504 at once, not one per try), and anything once the response began. The last response
+    is returned whatever its status; the caller relays it. When no response came, a `GatewayError`
+    (502 unreachable, 504 timeout) is raised. The caller bounds the whole call by `deadline.ends`.
     """
     import aiohttp
 
     url = upstream.urls[api]
-    timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_read=upstream.backend.timeout_s)
     for attempt in range(max_retries + 1):
-        retry_after = None
+        retry_after: str | None = None
+        remaining = deadline.remaining()
+        timeout = aiohttp.ClientTimeout(total=None, connect=min(deadline.connect_s, remaining),
+                                        sock_read=min(deadline.first_byte_s, remaining))
         try:
             response = await session.post(url, data=body, headers=upstream.headers, timeout=timeout)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            if isinstance(exc, asyncio.TimeoutError):
-                error = GatewayError(
-                    504,
-                    f"upstream {upstream.name!r} at {url} did not answer within {upstream.backend.timeout_s:g} s",
-                    "upstream_error",
-                    "upstream_timeout",
-                )
-            else:
-                error = GatewayError(
-                    502,
-                    f"upstream {upstream.name!r} at {url} is unreachable: {type(exc).__name__}: {exc}",
-                    "upstream_error",
-                    "upstream_unreachable",
-                )
+        except aiohttp.ConnectionTimeoutError as exc:  # nothing reached the upstream
+            error = deadline.error(upstream, url, exc)
+        except TimeoutError as exc:  # it has the request and says nothing: a hung upstream
+            raise deadline.error(upstream, url, exc, attempt) from None
+        except aiohttp.ClientError as exc:  # refused, reset, or closed before a byte of answer (a stale pooled connection)
+            error = GatewayError(
+                502,
+                f"upstream {upstream.name!r} at {url} is unreachable: {type(exc).__name__}: {exc}",
+                "upstream_error",
+                "upstream_unreachable",
+            )
         else:
             if response.status not in RETRY_STATUSES or attempt == max_retries:
                 return response, attempt
             retry_after = response.headers.get("retry-after")
+            wait = retry_wait(attempt, retry_after, backoff_s)
+            if retry_after_too_long(retry_after) or wait >= deadline.remaining():
+                return response, attempt  # the agent hears the upstream's own answer, and its Retry-After
             error = GatewayError.from_response(upstream, response.status, await response.read())
             response.release()
-        if attempt == max_retries:
+        if retry_after is None:
+            wait = retry_wait(attempt, None, backoff_s)
+        if attempt == max_retries or wait >= deadline.remaining():
             error.retries = attempt
             raise error
-        log.info("retrying %s (try %d of %d): %s", redact(url), attempt + 2, max_retries + 1, error.message)
-        await asyncio.sleep(retry_wait(attempt, retry_after, backoff_s))
+        log.info("retrying %s in %.2f s (try %d of %d): %s", redact(url), wait, attempt + 2, max_retries + 1,
+                 error.message)
+        await asyncio.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def retry_after_too_long(retry_after: str | None) -> bool:
+    try:
+        return retry_after is not None and float(retry_after) > MAX_RETRY_WAIT_SECONDS
+    except ValueError:
+        return False
 
 
 def retry_wait(attempt: int, retry_after: str | None, backoff_s: float) -> float:

@@ -42,7 +42,8 @@ def complete_checkpoints(directory: Path | None) -> list[Path]:
 
 def latest_checkpoint(directory: Path | None) -> Path | None:
     """The newest complete `step-N` folder under `directory`, if any."""
-    return (complete_checkpoints(directory) or [None])[-1]
+    steps = complete_checkpoints(directory)
+    return steps[-1] if steps else None
 
 
 def prune_checkpoints(directory: Path, keep: int) -> list[Path]:

@@ -1,37 +1,69 @@
 """Which policy engine serves an algorithm's rollouts: the built-in engine, or vLLM servers.
 
-GRPO and SFT take it from their config (`engine="local" | "vllm"`); both policies have the surface
-the algorithms use (start/stop, `llm()`, the trainable model, `sync()`, checkpoints).
+`PolicyConfig` is the one place these settings live; GRPO and SFT embed it (`config.policy`), and
+`make_policy` builds what it names. Both policies have the surface the algorithms use
+(start/stop, `llm()`, the trainable model, `sync()`, checkpoints).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from agentgrad.policy.local import LocalPolicy
-from agentgrad.policy.vllm import VLLMPolicy
-from agentgrad.engine import Engine
-from agentgrad.store import Store
+if TYPE_CHECKING:
+    from agentgrad.engine import Engine
+    from agentgrad.policy.local import LocalPolicy
+    from agentgrad.store import Store
 
-
-def check_engine_config(cfg: Any) -> None:
-    """Raise ValueError naming a bad engine or correction field (shared by GRPO and SFT configs)."""
-    if cfg.engine not in ("local", "vllm"):
-        raise ValueError(f"engine must be 'local' or 'vllm', got {cfg.engine!r}")
-    if cfg.engine == "vllm" and cfg.vllm_replicas < 1 and not cfg.vllm_urls:
-        raise ValueError(f"vllm_replicas must be at least 1 (or give vllm_urls), got {cfg.vllm_replicas}")
-    if cfg.vllm_transport not in ("auto", "file", "lora", "nccl"):
-        raise ValueError(f"vllm_transport must be auto, file, lora or nccl, got {cfg.vllm_transport!r}")
-    cap = getattr(cfg, "tis_cap", None)
-    if cap is not None and not cap >= 1.0:
-        raise ValueError(f"tis_cap must be at least 1 (it caps p_trainer/p_sampler; typical: 2), or None, got {cap}")
+ENGINES = ("local", "vllm")
+TRANSPORTS = ("auto", "file", "lora", "nccl")
 
 
-def make_policy(cfg: Any, store: Store, engine: Engine | None, model: str | None, *, gateway_port: int = 0) -> LocalPolicy:
-    """The policy `cfg.engine` names: the built-in engine, or vLLM servers synced after each update."""
-    if cfg.engine == "vllm":
-        return VLLMPolicy(store, engine, model, replicas=cfg.vllm_replicas, urls=cfg.vllm_urls,
-                          transport=cfg.vllm_transport, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16),
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What samples the rollouts, how its weights are kept in step, and what of them is trained."""
+
+    # ---- the serving engine
+    engine: str = "local"  # "local" (the built-in engine, trained in place) or "vllm" (servers, synced after each update)
+    vllm_replicas: int = 1  # engine="vllm": servers started on loopback (one core each on a CPU)
+    vllm_urls: Sequence[str] = ()  # engine="vllm": attach to these servers instead of starting any
+    vllm_transport: str = "auto"  # engine="vllm": weight sync by "file", "lora", "nccl", or "auto" (see policy.transports)
+    # ---- what is trained
+    lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
+    lora_alpha: int = 16  # LoRA scaling numerator (the adapters' update is scaled by alpha / rank)
+    # ---- the sampler/trainer mismatch
+    tis_cap: float | None = None  # truncated importance sampling: weigh each token by min(p_trainer/p_sampler, cap); None: off
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, str):
+            raise TypeError(f"engine is the kind of policy engine, 'local' or 'vllm', got {self.engine!r}: a loaded "
+                            "Engine object goes in local_engine=, e.g. GRPO(local_engine=engine)")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be 'local' or 'vllm', got {self.engine!r}")
+        if isinstance(self.vllm_urls, str):
+            raise TypeError(f"vllm_urls is a list of server URLs, got the string {self.vllm_urls!r}: pass [{self.vllm_urls!r}]")
+        object.__setattr__(self, "vllm_urls", tuple(self.vllm_urls))  # a list given is copied (a tuple), never shared
+        if self.engine == "vllm" and self.vllm_replicas < 1 and not self.vllm_urls:
+            raise ValueError(f"vllm_replicas must be at least 1 (or give vllm_urls), got {self.vllm_replicas}")
+        if self.vllm_transport not in TRANSPORTS:
+            raise ValueError(f"vllm_transport must be auto, file, lora or nccl, got {self.vllm_transport!r}")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be >= 0 (0 trains all weights), got {self.lora_rank}")
+        if self.tis_cap is not None and not self.tis_cap >= 1.0:
+            raise ValueError(f"tis_cap must be at least 1 (it caps p_trainer/p_sampler; typical: 2), or None, got {self.tis_cap}")
+
+
+def make_policy(policy: PolicyConfig, store: Store, local_engine: Engine | None, model: str | None, *,
+                gateway_port: int = 0) -> LocalPolicy:
+    """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update."""
+    if policy.engine == "vllm":
+        from agentgrad.policy.vllm import VLLMPolicy
+
+        return VLLMPolicy(store, local_engine, model, replicas=policy.vllm_replicas, urls=policy.vllm_urls,
+                          transport=policy.vllm_transport, lora_rank=policy.lora_rank, lora_alpha=policy.lora_alpha,
                           gateway_port=gateway_port)
-    return LocalPolicy(store, engine, model, lora_rank=cfg.lora_rank, lora_alpha=getattr(cfg, "lora_alpha", 16),
+    from agentgrad.policy.local import LocalPolicy
+
+    return LocalPolicy(store, local_engine, model, lora_rank=policy.lora_rank, lora_alpha=policy.lora_alpha,
                        gateway_port=gateway_port)

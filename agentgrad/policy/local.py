@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,11 @@ from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.serving import ServerThread
 from agentgrad.store import Store
 from agentgrad.types import LLM
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from agentgrad.gateway import SamplingPlan
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +61,22 @@ class LocalPolicy:
             self.engine.replace_model(adapted)
         self._servers: list[ServerThread] = []
         self.gateway_url: str | None = None
+        self.gateway: Any = None
+        self.sampling: SamplingPlan | None = None
 
     @property
-    def model(self) -> torch.nn.Module:
+    def model(self) -> PreTrainedModel:
         return self.engine.model
 
     def start(self) -> None:
         from agentgrad.engine.server import create_engine_app
         from agentgrad.gateway import Backend, Gateway
+        from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS as LIMIT
 
         engine_server = ServerThread(create_engine_app(self.engine)).start()
         self._servers.append(engine_server)
-        backend = Backend(url=engine_server.url + "/v1", model=self.engine.name, system="agentgrad")
+        backend = Backend(url=engine_server.url + "/v1", model=self.engine.name, system="agentgrad",
+                          first_byte_timeout_s=LIMIT, timeout_s=LIMIT)
         self.serve_gateway(Gateway(self.store, {self.engine.name: backend}, default=backend))
 
     def serve_gateway(self, gateway: Any) -> None:
@@ -79,6 +88,14 @@ class LocalPolicy:
                                "give the Trainer another gateway_port (0: any free port)") from None
         self._servers.append(server)
         self.gateway_url = server.url
+        self.gateway = gateway
+        gateway.set_sampling(self.sampling)
+
+    def set_sampling(self, plan: SamplingPlan | None) -> None:
+        """Have the gateway apply the trainer's sampling (per rollout mode) to every call of a rollout."""
+        self.sampling = plan
+        if self.gateway is not None:
+            self.gateway.set_sampling(plan)
 
     def stop(self) -> None:
         for server in reversed(self._servers):

@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import torch
 
-from agentgrad.policy.local import LocalPolicy
-from agentgrad.gateway.upstreams import Backend
 from agentgrad.engine import Engine
 from agentgrad.engine.model import resolve_model
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
-from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
 from agentgrad.gateway.replicas import ReplicaPool
+from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
+from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,9 @@ class VLLMPolicy(LocalPolicy):
                 raise RuntimeError(f"the vLLM servers lack {', '.join(missing)}, which weight transport "
                                    f"{self.transport.name!r} needs; {self.capabilities}")
             served = LORA_NAME if self.lora_rank > 0 else None
-            backends = [Backend(url=s.api_url, system="vllm", model=served or self.engine.name) for s in self.servers]
+            backends = [Backend(url=s.api_url, system="vllm", model=served or self.engine.name,
+                                first_byte_timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
+                                timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS) for s in self.servers]
             self.pool = ReplicaPool(self.engine.name, backends, version=self.engine.version)
             self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
             self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool))

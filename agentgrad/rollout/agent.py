@@ -7,6 +7,7 @@ or None when it reports rewards itself with `emit_reward`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import importlib
 import inspect
@@ -14,11 +15,22 @@ import math
 import pickle
 import typing
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout
 
 RESOURCE_CLASSES: tuple[type, ...] = (LLM, PromptTemplate)
+
+agent_threads: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("agentgrad_agent_threads", default=None)
+"""Where sync agents run: the runner sets its own pool (one thread per concurrent attempt), so `--workers N`
+runs N sync agents at once whatever the event loop's default pool holds; None means that default pool."""
+
+
+async def in_agent_thread(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Call a sync agent in a worker thread (`agent_threads`), with the caller's context (its attempt binding)."""
+    call = functools.partial(contextvars.copy_context().run, function, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(agent_threads.get(), call)
 
 
 class AgentError(TypeError):
@@ -44,7 +56,7 @@ class LitAgent:
         if inspect.iscoroutinefunction(self.rollout):
             result = await self.rollout(task, resources, rollout)
         else:
-            result = await asyncio.to_thread(self.rollout, task, resources, rollout)
+            result = await in_agent_thread(self.rollout, task, resources, rollout)
         return as_reward(result, self.name)
 
 
@@ -74,7 +86,7 @@ class FunctionAgent(LitAgent):
 
     def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
-        functools.update_wrapper(self, function)  # type: ignore[arg-type]
+        functools.update_wrapper(self, function)
         signature = inspect.signature(function)
         try:
             hints = typing.get_type_hints(function)
@@ -147,7 +159,7 @@ class FunctionAgent(LitAgent):
         if self._is_async:
             result = await self.function(task, **arguments)
         else:
-            result = await asyncio.to_thread(self.function, task, **arguments)
+            result = await in_agent_thread(self.function, task, **arguments)
         return as_reward(result, self.name)
 
 

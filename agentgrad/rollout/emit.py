@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from agentgrad.rollout.tracer import get_tracer
 from agentgrad import semconv as sc
+from agentgrad.rollout.tracer import get_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
 

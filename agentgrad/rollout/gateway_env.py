@@ -16,10 +16,10 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgrad.rollout import instrument
-from agentgrad.rollout.instrument import instrument_openai
+from agentgrad.rollout.instrument import disable_agents_sdk_tracing, instrument_openai
 from agentgrad.rollout.runner import Hook
 from agentgrad.semconv import gateway_route
 
@@ -64,14 +64,15 @@ class GatewayEnvHook(Hook):
     context instead.
     """
 
-    _active: dict[str, str] = {}  # attempt id -> route, for every attempt running in this process
-    _saved: dict[str, str | None] = {}
+    _active: ClassVar[dict[str, str]] = {}  # attempt id -> route, for every attempt running in this process
+    _saved: ClassVar[dict[str, str | None]] = {}
     _class_lock = threading.Lock()
 
     def __init__(self, gateway_url: str, api_key: str = "agentgrad") -> None:
         base = gateway_url.rstrip("/")
         self.root = base[: -len("/v1")] if base.endswith("/v1") else base
         self.api_key = api_key
+        disable_agents_sdk_tracing()  # routed here, the Agents SDK would upload its traces with the gateway's key
 
     def route(self, rollout_id: str, attempt_id: str) -> str:
         return gateway_route(self.root, rollout_id, attempt_id)

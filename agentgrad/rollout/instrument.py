@@ -9,15 +9,32 @@ environment instead (and calls this when attempts overlap in one process).
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from typing import Any
 
 from agentgrad.rollout.naming import current_agent
-from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
 from agentgrad.rollout.tracer import current_attempt
+from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
 
 _original_build_headers: Any = None
 _lock = threading.Lock()
+
+AGENTS_TRACING_ENV = "OPENAI_AGENTS_DISABLE_TRACING"
+"""The OpenAI Agents SDK's switch for its trace upload to the hosted tracing endpoint (read on first use)."""
+
+
+def disable_agents_sdk_tracing() -> None:
+    """Keep the OpenAI Agents SDK from uploading its traces to OpenAI's hosted endpoint: routed to the gateway, it
+    would send them with the gateway's key (and fail, or leak the run). The environment variable covers an SDK
+    imported later in this process and its subprocesses; an SDK already imported is switched off directly. A
+    value the user set is left alone."""
+    os.environ.setdefault(AGENTS_TRACING_ENV, "1")
+    agents = sys.modules.get("agents")
+    switch = getattr(agents, "set_tracing_disabled", None)
+    if callable(switch) and os.environ[AGENTS_TRACING_ENV].lower() in ("1", "true"):
+        switch(True)
 
 
 def instrument_openai() -> None:
@@ -27,10 +44,13 @@ def instrument_openai() -> None:
     gateway's span nests under the agent's current span) to each request made inside a rollout,
     and `x-agentgrad-agent` inside `with ag.agent(name)`; headers the caller set itself are left
     alone. Idempotent. Threads an agent starts by hand inherit no context: run them with
-    `contextvars.copy_context().run` (or use `asyncio.to_thread`).
+    `contextvars.copy_context().run` (or use `asyncio.to_thread`). It also turns off the OpenAI Agents
+    SDK's trace upload (`disable_agents_sdk_tracing`).
     """
     global _original_build_headers
     from openai._base_client import BaseClient
+
+    disable_agents_sdk_tracing()
 
     with _lock:
         if _original_build_headers is not None:

@@ -3,6 +3,12 @@
 For each rollout: open the attempt (done by `dequeue`), bind the tracing context, hand the agent
 its task and resources, record its reward or its exception, and close the attempt. Heartbeats
 go out while it works, so the store can tell a busy worker from a dead one.
+
+An agent cannot take its runner down: whatever it raises (`KeyboardInterrupt` and `SystemExit`
+included) fails only its attempt, with the exception recorded. A Ctrl+C to the runner's process
+still stops the runner: its handler marks the interrupt before Python raises it, so the runner
+tells the signal from an agent's own `raise KeyboardInterrupt`. What no `except` can catch (an
+agent calling `os._exit`, a segfault) needs `isolation="process"` (`agentgrad.rollout.isolation`).
 """
 
 from __future__ import annotations
@@ -12,21 +18,23 @@ import concurrent.futures
 import inspect
 import logging
 import os
+import signal
 import socket
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 # Imported here, not lazily in a worker: the openai client checks sys.modules for httpx from agent
 # threads, and a first import of httpx under way in another thread makes those calls fail.
 import httpx
 
-from agentgrad.rollout.agent import LitAgent, as_agent
+from agentgrad.rollout.agent import LitAgent, agent_threads, as_agent
 from agentgrad.rollout.emit import emit_exception, emit_reward
-from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, ROLLOUT_ID, ROLLOUT_SPAN
-from agentgrad.store import NotFoundError, Store, StoreError
+from agentgrad.rollout.isolation import ISOLATIONS, AttemptProcesses, describe
 from agentgrad.rollout.tracer import SpanSink, bind_attempt, get_tracer
+from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, NO_REWARD, ROLLOUT_ID, ROLLOUT_SPAN
+from agentgrad.store import NotFoundError, Store, StoreError
 from agentgrad.types import (
     LLM,
     AttemptedRollout,
@@ -43,6 +51,11 @@ POLL_SECONDS = 0.02
 MAX_POLL_SECONDS = 0.2
 HEARTBEAT_SECONDS = 2.0
 GATEWAY_FLUSH_SECONDS = 10.0
+NO_REWARD_ERROR = (
+    "the agent reported no reward: it returned None and never called ag.emit_reward(value). Return the reward "
+    "(a float) from the agent, or call emit_reward before it returns; to count such a rollout as reward 0 instead, "
+    "run it with RolloutConfig(missing_reward='zero') (GRPO(missing_reward='zero'))"
+)
 
 
 class Hook:
@@ -58,7 +71,14 @@ class Runner:
     """Runs rollouts from `store` with `agent` until stopped (or after `max_rollouts`).
 
     `concurrency` rollouts run at once in this runner's event loop: async agents interleave,
-    sync agents each take a worker thread.
+    sync agents each take a thread of the runner's own pool of `concurrency` threads. The runner
+    claims a rollout only when it has room to run it, so no attempt waits for a thread while the
+    store counts it as running.
+
+    `isolation`: `"thread"` (the default) runs the agent in this process, and every exception it
+    raises fails only its attempt; `"process"` runs each attempt in a process of its own, so an agent
+    that exits the interpreter or crashes it fails its attempt with the exit code and the runner goes
+    on (`agentgrad.rollout.isolation` says what that costs).
     """
 
     def __init__(
@@ -71,9 +91,12 @@ class Runner:
         concurrency: int = 1,
         max_rollouts: int | None = None,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        isolation: Literal["thread", "process"] = "thread",
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation is 'thread' or 'process', not {isolation!r}")
         self.agent = as_agent(agent)
         self.store = store
         self.worker_id = worker_id or f"worker-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -81,7 +104,10 @@ class Runner:
         self.concurrency = concurrency
         self.max_rollouts = max_rollouts
         self.heartbeat_seconds = heartbeat_seconds
+        self.isolation = isolation
         self.completed = 0
+        self._interrupted = False  # a Ctrl+C to this process is raising KeyboardInterrupt
+        self._processes = AttemptProcesses(self.worker_id)
         self._stop = threading.Event()
         self._active: dict[str, AttemptedRollout] = {}
         self._resources: dict[str, NamedResources] = {}
@@ -98,10 +124,12 @@ class Runner:
     async def run(self) -> None:
         """The worker loop."""
         self.sink = SpanSink(self.store)
-        # sync agents run in this loop's default executor: one thread per rollout in flight
-        asyncio.get_running_loop().set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max(self.concurrency, 4), thread_name_prefix=self.worker_id)
-        )
+        # sync agents (and attempt processes' pipes) take threads of the runner's own pool, one per rollout
+        # in flight: the loop's default pool is shared by every runner of the loop and sized for the CPUs
+        threads = concurrent.futures.ThreadPoolExecutor(self.concurrency, f"{self.worker_id}-agent")
+        self._threads = threads
+        uses_threads = agent_threads.set(threads)
+        restore_sigint = self._mark_sigint()
         heartbeats = asyncio.create_task(self._heartbeats())
         in_flight: set[asyncio.Task[None]] = set()
         pause = POLL_SECONDS
@@ -123,6 +151,10 @@ class Runner:
             if in_flight:
                 self._report((await asyncio.wait(in_flight))[0])
         finally:
+            restore_sigint()
+            agent_threads.reset(uses_threads)
+            self._processes.kill_all()  # any left: the runner was cancelled or interrupted, no one reads them
+            threads.shutdown(wait=False, cancel_futures=True)
             heartbeats.cancel()
             await self.sink.flush()
             if self._http is not None:
@@ -132,6 +164,29 @@ class Runner:
                 await self.store.heartbeat(self.worker_id, status=WorkerStatus.STOPPED, active_attempts=[])
             except Exception:
                 log.warning("runner %s could not report that it stopped", self.worker_id, exc_info=True)
+
+    def _mark_sigint(self) -> Callable[[], None]:
+        """On the main thread, note each SIGINT before its handler runs (Python's raises KeyboardInterrupt,
+        asyncio.run's cancels the main task), so `run_rollout` re-raises a KeyboardInterrupt that the
+        signal caused and treats any other as the agent's own. Returns what puts the old handler back."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None  # signals reach the main thread only: this runner's agents raise their own
+        previous = signal.getsignal(signal.SIGINT)
+        if not callable(previous):
+            return lambda: None  # ignored or the default action: no exception will come of a Ctrl+C
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            self._interrupted = True
+            previous(signum, frame)  # raises KeyboardInterrupt (Python's handler), or returns (a loop's handler)
+            self._interrupted = False  # it returned: no KeyboardInterrupt comes of this Ctrl+C
+
+        signal.signal(signal.SIGINT, on_sigint)
+
+        def restore() -> None:
+            if signal.getsignal(signal.SIGINT) is on_sigint:
+                signal.signal(signal.SIGINT, previous)
+
+        return restore
 
     def _report(self, done: set[asyncio.Task[None]]) -> None:
         for task in done:
@@ -220,12 +275,36 @@ class Runner:
         except StoreError as exc:  # the store gave the attempt up (timeout, no heartbeat) meanwhile
             log.warning("rollout %s: result of attempt %s not recorded: %s (%s)", rollout_id, attempt_id, refusal, exc)
 
+    async def _run_in_process(
+        self, item: AttemptedRollout, resources: NamedResources
+    ) -> tuple[float | None, str | None]:
+        """The agent on `item` in a process of its own (`isolation="process"`): (reward, None) or (None, error)."""
+        from opentelemetry import trace
+
+        current = trace.get_current_span().get_span_context()
+        parent = (current.trace_id, current.span_id) if current.is_valid else None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self._processes.run, self.agent, item, resources, self.sink, parent)
+
+    async def _no_reward(self, item: AttemptedRollout) -> bool:
+        """Whether the attempt ended with no reward span either; if so, its rollout's metadata says so."""
+        try:
+            attempts = await self.store.query_attempts(item.rollout_id)
+            if any(a.attempt_id == item.attempt.attempt_id and a.reward is not None for a in attempts):
+                return False
+            await self.store.update_rollout(item.rollout_id, metadata={NO_REWARD: True})
+        except StoreError as exc:
+            log.warning("rollout %s: could not check for its reward: %s", item.rollout_id, exc)
+            return False
+        return True
+
     async def run_rollout(self, item: AttemptedRollout) -> None:
         """Run the agent on one claimed rollout and close its attempt."""
         rollout_id, attempt_id = item.rollout_id, item.attempt.attempt_id
         self._active[attempt_id] = item
         status, reward, error = AttemptStatus.SUCCEEDED, None, None
         proxied: list[LLM] = []
+        resources_seen: NamedResources = {}
         try:
             await self._call_hooks("on_rollout_start", rollout=item)
             with bind_attempt(rollout_id, attempt_id, self.sink):
@@ -234,22 +313,34 @@ class Runner:
                     await self._call_hooks("on_trace_start", rollout=item)
                     try:
                         resources = await self._resources_for(item)
-                        resources = {
+                        resources = resources_seen = {
                             name: r.for_attempt(rollout_id, attempt_id) if isinstance(r, LLM) else r
                             for name, r in resources.items()
                         }
                         proxied = [r for r in resources.values() if isinstance(r, LLM) and r.proxied]
-                        reward = await self.agent.run(item.input, resources, item)
+                        if self.isolation == "process":
+                            reward, error = await self._run_in_process(item, resources)
+                        else:
+                            reward = await self.agent.run(item.input, resources, item)
                         if reward is not None:
                             emit_reward(reward)
-                    except Exception as exc:
-                        status, error = AttemptStatus.FAILED, f"{type(exc).__qualname__}: {exc}"
-                        log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, error)
+                    except BaseException as exc:  # an agent's KeyboardInterrupt or SystemExit too
+                        task = asyncio.current_task()
+                        if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                            raise  # the runner is being stopped, not the agent failing
+                        if isinstance(exc, KeyboardInterrupt) and self._interrupted:
+                            raise  # a Ctrl+C to this process: it stops the runner
+                        error = describe(exc)
                         emit_exception(exc)
+                    if error is not None:
+                        status, error = AttemptStatus.FAILED, with_llm_urls(error, resources_seen)
+                        log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, error)
                     await self._call_hooks("on_trace_end", rollout=item)
             if proxied:
                 await self.flush_gateways([llm.base_url for llm in proxied])
             await self.sink.flush()
+            if status is AttemptStatus.SUCCEEDED and reward is None and await self._no_reward(item):
+                status, error = (AttemptStatus.FAILED, NO_REWARD_ERROR) if item.config.missing_reward == "fail" else (status, None)
             try:
                 await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)
             except StoreError as exc:
@@ -258,3 +349,14 @@ class Runner:
             await self._call_hooks("on_rollout_end", rollout=await self.store.get_rollout(rollout_id))
         finally:
             del self._active[attempt_id]
+
+
+def with_llm_urls(error: str, resources: NamedResources) -> str:
+    """An attempt's error, with the URLs of its LLM resources when it is a connection error that names none
+    (the openai client says only `Connection error.`): what the agent could not reach is what to fix."""
+    if "Connect" not in error.split(":", 1)[0] or "://" in error:
+        return error
+    urls = sorted({r.base_url for r in resources.values() if isinstance(r, LLM)})
+    if not urls:
+        return error
+    return f"{error} (the attempt's LLM resources point at {', '.join(urls)}: is that server up and reachable?)"

@@ -187,20 +187,3 @@ def tracer_provider() -> TracerProvider:
 
 def get_tracer() -> Tracer:
     return tracer_provider().get_tracer("agentgrad")
-
-
-def instrument_opentelemetry() -> None:
-    """Also record spans of third-party OpenTelemetry instrumentation (LangChain, LlamaIndex, ...).
-
-    Makes agentgrad's provider the global one when none is set, or adds its processor to the
-    global SDK provider the application already installed.
-    """
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        if current is not tracer_provider():
-            current.add_span_processor(_processor)  # type: ignore[arg-type]
-    else:
-        trace.set_tracer_provider(tracer_provider())

@@ -6,7 +6,7 @@ env-crewai` makes `.venv-crewai`), as `agentgrad runner` processes that join the
 HTTP, while the algorithm, the engine and the gateway stay in the core environment:
 
     with serve_store(store) as url, RunnerProcesses(framework_python("crewai"), url, "examples.frameworks.crewai_train:rollout"):
-        await algorithm.run(train, val)
+        await algorithm.run(RunContext(store=store), train, val)
 """
 
 from __future__ import annotations
@@ -101,13 +101,15 @@ class RunnerProcesses:
 
 
 async def run_with_runners(algorithm: Any, store: Store, runners: Sequence[RunnerProcesses], train_data: Sequence[Any],
-                           val_data: Sequence[Any] | None = None, poll_seconds: float = 0.5) -> Any:
+                           val_data: Sequence[Any] | None = None, poll_seconds: float = 0.5, gateway_port: int = 0) -> Any:
     """Run `algorithm` on `store` while the runner processes (already pointed at it) execute its rollouts;
-    fails fast when every runner process has died."""
+    fails fast when every runner process has died. `gateway_port`: where an algorithm that serves its
+    model (GRPO, SFT) puts its gateway (0: any free port)."""
     import asyncio
 
-    algorithm.store = store
-    task = asyncio.ensure_future(algorithm.run(train_data, val_data))
+    from agentgrad.algorithms.base import RunContext
+
+    task = asyncio.ensure_future(algorithm.run(RunContext(store=store, gateway_port=gateway_port), train_data, val_data))
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=poll_seconds)

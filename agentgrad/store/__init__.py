@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentgrad.store.base import Store
-from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
+from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.memory import MemoryStore
 from agentgrad.store.sqlite import SqliteStore
 
 __all__ = [
+    "DiskFullError",
     "InvalidTransitionError",
     "MemoryStore",
     "NotFoundError",

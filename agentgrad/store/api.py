@@ -7,12 +7,13 @@ rest of the server's paths to the gateway (`/v1/...`), OTLP ingest and the dashb
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from agentgrad.types import (
     Attempt,
@@ -53,22 +54,22 @@ class EnqueueBody(Body):
 
 class StartBody(Body):
     input: Any = None
-    mode: Optional[str] = None
-    resources_id: Optional[str] = None
+    mode: str | None = None
+    resources_id: str | None = None
     config: RolloutConfig = Field(default_factory=RolloutConfig)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    worker_id: Optional[str] = None
+    worker_id: str | None = None
 
 
 class DequeueBody(Body):
-    worker_id: Optional[str] = None
+    worker_id: str | None = None
 
 
 class QueryRolloutsBody(Body):
-    status: Optional[list[RolloutStatus]] = None
-    mode: Optional[str] = None
-    rollout_ids: Optional[list[str]] = None
-    limit: Optional[int] = Field(None, ge=0, le=MAX_INT)
+    status: list[RolloutStatus] | None = None
+    mode: str | None = None
+    rollout_ids: list[str] | None = None
+    limit: int | None = Field(None, ge=0, le=MAX_INT)
     offset: int = Field(0, ge=0, le=MAX_INT)
 
 
@@ -78,14 +79,14 @@ class WaitBody(Body):
 
 
 class UpdateRolloutBody(Body):
-    status: Optional[RolloutStatus] = None
-    metadata: Optional[dict[str, Any]] = None
+    status: RolloutStatus | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class UpdateAttemptBody(Body):
-    status: Optional[AttemptStatus] = None
-    reward: Optional[float] = None
-    error: Optional[str] = None
+    status: AttemptStatus | None = None
+    reward: float | None = None
+    error: str | None = None
 
 
 class CheckAttemptsBody(Body):
@@ -101,8 +102,8 @@ class AddSpansReply(BaseModel):
 
 
 class SpansQuery(Body):
-    rollout_id: Optional[str] = Field(None, description="Omit for the spans recorded outside any rollout.")
-    attempt_id: Optional[str] = None
+    rollout_id: str | None = Field(None, description="Omit for the spans recorded outside any rollout.")
+    attempt_id: str | None = None
     all_attempts: bool = False
 
 
@@ -117,18 +118,27 @@ class UpdateResourcesBody(Body):
 
 class HeartbeatBody(Body):
     worker_id: str
-    status: Optional[WorkerStatus] = None
-    active_attempts: Optional[list[tuple[str, str]]] = Field(None, description="(rollout id, attempt id) pairs.")
-    info: Optional[dict[str, Any]] = None
+    status: WorkerStatus | None = None
+    active_attempts: list[tuple[str, str]] | None = Field(None, description="(rollout id, attempt id) pairs.")
+    info: dict[str, Any] | None = None
 
 
 class AddMetricsBody(Body):
     metrics: list[Metric]
 
+    @model_validator(mode="after")
+    def _finite(self) -> AddMetricsBody:
+        """JSON has no NaN or infinity: such a value would read back as null, so the server refuses it."""
+        for index, metric in enumerate(self.metrics):
+            if not math.isfinite(metric.value):
+                raise ValueError(f"metrics[{index}].value ({metric.name!r} at step {metric.step}) is {metric.value}, "
+                                 "not a finite number; send finite values")
+        return self
+
 
 class MetricsQuery(Body):
-    name: Optional[str] = None
-    prefix: Optional[str] = None
+    name: str | None = None
+    prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,7 +184,7 @@ OPERATIONS: tuple[Operation, ...] = (
               body=EnqueueBody, once=True),
     Operation("query_rollouts", "POST", "/api/rollouts/query", list[Rollout],
               "Rollouts in enqueue order, filtered and paginated.", body=QueryRolloutsBody),
-    Operation("dequeue_rollout", "POST", "/api/rollouts/dequeue", Optional[AttemptedRollout],
+    Operation("dequeue_rollout", "POST", "/api/rollouts/dequeue", AttemptedRollout | None,
               "Claim the oldest waiting rollout with a new attempt; null if none waits.", body=DequeueBody, once=True),
     Operation("start_rollout", "POST", "/api/rollouts/start", AttemptedRollout,
               "Create a rollout already running with its first attempt.", body=StartBody, once=True),
@@ -198,7 +208,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("add_resources", "POST", "/api/resources", ResourcesSnapshot, "Store a new version of the resources.",
               body=AddResourcesBody, once=True),
     Operation("query_resources", "GET", "/api/resources", list[ResourcesSnapshot], "Every snapshot, oldest first."),
-    Operation("get_latest_resources", "GET", "/api/resources/latest", Optional[ResourcesSnapshot],
+    Operation("get_latest_resources", "GET", "/api/resources/latest", ResourcesSnapshot | None,
               "The newest snapshot, or null."),
     Operation("get_resources", "GET", "/api/resources/{resources_id}", ResourcesSnapshot, "One snapshot."),
     Operation("update_resources", "PATCH", "/api/resources/{resources_id}", ResourcesSnapshot,

@@ -170,7 +170,7 @@ class Store(ABC):
                 pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
                 try:
                     await asyncio.wait_for(event.wait(), pause)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             with self._waiters_lock:
@@ -273,7 +273,7 @@ class Store(ABC):
         key gets the first answer. Kept in memory here; `SqliteStore` commits it with the change."""
         return await self._replays.run(key, work)
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (a no-op by default: a backend without resources need not define it)
         """Release the backend's resources; the store is unusable afterwards."""
 
     async def __aenter__(self) -> Store:

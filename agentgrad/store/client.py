@@ -1,9 +1,9 @@
 """`StoreClient`: the `Store` interface over HTTP, for runners in other processes and on other machines.
 
 It raises what the local backends raise (`NotFoundError`, `InvalidTransitionError`,
-`StoreError`, `ValueError`) with the server's message. Connection errors and 5xx answers are
-retried with backoff for up to `retry_seconds`, so runners ride out a server restart; 4xx
-answers never are. Each write carries an idempotency key, so a retry after a lost answer is
+`StoreError`, `ValueError`, `DiskFullError`) with the server's message. Connection errors and 5xx
+answers are retried with backoff for up to `retry_seconds`, so runners ride out a server restart;
+4xx answers never are, nor is a 507 (the store's disk is full: it fails at once, saying where). Each write carries an idempotency key, so a retry after a lost answer is
 not applied twice: a SQLite-backed server commits each answer with its change, so that holds
 across a server crash too. Routes, bodies and answers come from `api.OPERATIONS`, the table
 the server is built from.
@@ -29,9 +29,10 @@ from urllib.parse import quote, urlencode
 
 from pydantic import TypeAdapter
 
+from agentgrad.guard import TOKEN_ENV
 from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Operation
-from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.base import Store
+from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.http11 import ConnectionPool, TransportError
 from agentgrad.store.span_batches import SpanBatches
 from agentgrad.store.transitions import as_requests
@@ -54,18 +55,19 @@ from agentgrad.types import (
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 60.0
-"""How long a call keeps retrying while the server is unreachable or answers 5xx."""
+"""How long a call keeps retrying while the server is unreachable or answers 5xx (but `FINAL_5XX`)."""
+FINAL_5XX = frozenset({507})
+"""Server errors that a retry cannot cure: 507, the store's disk is full (someone must free space first)."""
 FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 REQUEST_TIMEOUT_SECONDS = 60.0
 """Longest wait for one answer (a long-poll gets `LONG_POLL_SECONDS` more)."""
 
-TOKEN_ENV = "AGENTGRAD_TOKEN"
-
 ERRORS: dict[str, type[Exception]] = {
     "NotFoundError": NotFoundError,
     "InvalidTransitionError": InvalidTransitionError,
     "StoreError": StoreError,
+    "DiskFullError": DiskFullError,
     "ValidationError": ValueError,
     "ValueError": ValueError,
 }
@@ -146,10 +148,10 @@ class StoreClient(Store):
         while True:
             try:
                 response = await pool.request(method, path, payload, headers, timeout)
-                if response.status < 500:
+                if response.status < 500 or response.status in FINAL_5XX:
                     break
                 raise _ServerTrouble(f"HTTP {response.status}: {response.body[:500]!r}")
-            except (TransportError, asyncio.TimeoutError, _ServerTrouble) as exc:
+            except (TimeoutError, TransportError, _ServerTrouble) as exc:
                 if time.monotonic() + backoff > deadline:
                     raise StoreUnreachable(f"store server at {self.url} failed for {self.retry_seconds:.0f} s: {exc}") from exc
                 log.debug("store call %s %s failed (%s); retrying in %.2f s", method, path, exc, backoff)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class StoreError(Exception):
-    """Base of every error a store raises on bad input (HTTP 400)."""
+    """Base of every error a store raises on bad input (HTTP 400), and of `DiskFullError`."""
 
 
 class NotFoundError(StoreError, KeyError):
@@ -16,3 +16,8 @@ class NotFoundError(StoreError, KeyError):
 
 class InvalidTransitionError(StoreError, ValueError):
     """A status change the state machine does not allow (HTTP 409)."""
+
+
+class DiskFullError(StoreError):
+    """The disk holding the store is full (HTTP 507): the write was not made, nothing stored was lost, reads
+    still work. Not worth retrying until someone frees space there; the message says where."""

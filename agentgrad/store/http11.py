@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import sys
 import time
 from urllib.parse import urlsplit
 
@@ -117,10 +116,8 @@ class ConnectionPool:
         if body is not None:
             head += b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
         message = head + b"\r\n" + (body or b"")
-        if sys.version_info >= (3, 11):
-            async with asyncio.timeout(timeout):
-                return await self._send(message)
-        return await asyncio.wait_for(self._send(message), timeout)  # pragma: no cover - Python 3.10
+        async with asyncio.timeout(timeout):
+            return await self._send(message)
 
     async def _send(self, message: bytes) -> Response:
         while self._idle:

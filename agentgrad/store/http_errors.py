@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
+from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.store.idempotency import Answer
 
 log = logging.getLogger("agentgrad.store.server")
@@ -26,7 +27,7 @@ def problem(status: int, error: str, detail: str) -> Answer:
     return status, json.dumps({"error": error, "detail": detail}).encode()
 
 
-def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, error: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
@@ -49,6 +50,8 @@ def exception_answer(exc: BaseException) -> Answer:
         return problem(404, "NotFoundError", str(exc))
     if isinstance(exc, InvalidTransitionError):
         return problem(409, "InvalidTransitionError", str(exc))
+    if isinstance(exc, DiskFullError):  # the store logged the incident once: no traceback per write
+        return problem(507, "DiskFullError", str(exc))
     if isinstance(exc, StoreError):
         return problem(400, "StoreError", str(exc))
     if isinstance(exc, (ValueError, OverflowError)):  # bad enum values and numbers a backend cannot hold

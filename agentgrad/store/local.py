@@ -3,10 +3,18 @@
 Each operation is written here once: it calls `transitions` for what changes and hands the
 change to a few hooks that find, lock and persist records. A backend implements the hooks and
 the plain reads; it decides nothing.
+
+Timeouts hold by themselves: a sweeper thread ends attempts past their limits every
+`SWEEP_SECONDS` of the store's clock, so a stuck attempt is timed out (and its rollout requeued
+or failed) on time even when every runner is stuck and no one asks the store for work.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +35,12 @@ from agentgrad.types import (
     WorkerStatus,
 )
 
+log = logging.getLogger(__name__)
+
+SWEEP_SECONDS = t.HEALTH_CHECK_SECONDS
+"""How often the sweeper looks for attempts past their limits: wall time between looks, and the least time
+on the store's clock between two sweeps (a test's clock that stands still is not swept again)."""
+
 AttemptChange = Callable[[Rollout, Attempt], None]
 RolloutChange = Callable[[Rollout], None]
 WorkerChange = Callable[[Worker | None], Worker]
@@ -44,9 +58,29 @@ class RolloutQuery:
 
 
 class LocalStore(Store):
-    """A store whose backend keeps the data: the operations over `transitions`, persisted by hooks."""
+    """A store whose backend keeps the data: the operations over `transitions`, persisted by hooks.
+
+    A backend calls `_start_sweeper()` once it can answer `_expire_attempts`, and `_stop_sweeper()` in `close`.
+    """
 
     _last_check = 0.0
+    _sweeping: threading.Event | None = None
+
+    def _start_sweeper(self, seconds: float | None = SWEEP_SECONDS) -> None:
+        """End expired attempts in the background (`None`: never; then only calls that look do)."""
+        if seconds is None:
+            return
+        stop = self._sweeping = threading.Event()
+        weakref.finalize(self, stop.set)  # a store dropped without close() stops its sweeper too
+        threading.Thread(target=_sweep, args=(weakref.ref(self), seconds, stop, self.clock()), name=f"sweeper {self!r}",
+                         daemon=True).start()
+
+    def _stop_sweeper(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.set()
+
+    async def close(self) -> None:
+        self._stop_sweeper()
 
     async def enqueue_rollouts(self, requests: Sequence[RolloutRequest | dict[str, Any]]) -> list[Rollout]:
         at = self.clock()
@@ -154,3 +188,27 @@ class LocalStore(Store):
         self, worker_id: str, change: WorkerChange, active_attempts: list[tuple[str, str]], at: float
     ) -> Worker:
         """Check the active attempts exist, mark them alive at `at`, and store `change(stored worker)`."""
+
+
+def _sweep(store_ref: weakref.ref[LocalStore], seconds: float, stop: threading.Event, last: float) -> None:
+    """The sweeper: every `seconds`, end the attempts of the store that are past their limits on its clock.
+
+    It holds the store weakly (a dropped store ends it) and keeps its own time of the last sweep (`last`: the
+    store's time when it started), so the throttle of `check_attempts` that calls see is left as it was."""
+    loop = asyncio.new_event_loop()
+    try:
+        while not stop.wait(seconds):
+            store = store_ref()
+            if store is None:
+                return
+            try:
+                at = store.clock()
+                if at - last >= seconds or at < last:
+                    last = at
+                    loop.run_until_complete(store._expire_attempts(at))
+            except Exception:  # a closed or unreachable backend: say so, try again at the next sweep
+                if not stop.is_set():
+                    log.warning("the sweeper of %r could not end expired attempts", store, exc_info=True)
+            del store
+    finally:
+        loop.close()

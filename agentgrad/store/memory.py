@@ -8,14 +8,24 @@ from collections.abc import Sequence
 from typing import Any
 
 import agentgrad.store.transitions as t
-from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
+from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.transitions import Clock
-from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout
-from agentgrad.types import RolloutStatus, Span, StoreStats, Worker
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Worker,
+)
 
 
 class MemoryStore(LocalStore):
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, sweep_seconds: float | None = SWEEP_SECONDS) -> None:
         super().__init__(clock)
         self._lock = threading.RLock()
         self._rollouts: dict[str, Rollout] = {}
@@ -27,6 +37,7 @@ class MemoryStore(LocalStore):
         self._resources: list[ResourcesSnapshot] = []
         self._workers: dict[str, Worker] = {}
         self._metrics: list[Metric] = []
+        self._start_sweeper(sweep_seconds)
 
     # ------------------------------------------------------------------ rollouts and attempts
 

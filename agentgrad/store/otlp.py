@@ -62,13 +62,13 @@ def _hex_ids_to_base64(data: Any) -> None:
     for resource_spans in _list(data, "resourceSpans", "resource_spans"):
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
             for span in _list(scope_spans, "spans"):
-                items = [span, *_list(span, "links")]
-                for item, key in ((item, key) for item in items for key in item):
-                    if key in ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"):
-                        try:
-                            item[key] = base64.b64encode(bytes.fromhex(item[key])).decode()
-                        except (TypeError, ValueError):
-                            raise OtlpError(f"{key} must be a hex string, got {item[key]!r}") from None
+                for item in (span, *_list(span, "links")):
+                    for key in item:
+                        if key in ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"):
+                            try:
+                                item[key] = base64.b64encode(bytes.fromhex(item[key])).decode()
+                            except (TypeError, ValueError):
+                                raise OtlpError(f"{key} must be a hex string, got {item[key]!r}") from None
 
 
 def _list(container: Any, *keys: str) -> list[Any]:

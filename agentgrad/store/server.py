@@ -69,7 +69,10 @@ class _Handler:
         except Exception as exc:
             return exception_answer(exc)
         if key is not None and operation.once and not (operation.repeat_safe and operation.repeat_safe(argument)):
-            return await store.run_once(f"{operation.name}:{key}", lambda: self._answer(store, argument, path))
+            try:
+                return await store.run_once(f"{operation.name}:{key}", lambda: self._answer(store, argument, path))
+            except Exception as exc:  # keeping the answer failed (a full disk, say): nothing was applied
+                return exception_answer(exc)
         return await self._answer(store, argument, path)
 
     async def _answer(self, store: Store, argument: Any, path: dict[str, str]) -> Answer:

@@ -40,7 +40,8 @@ class SpanBatches:
     async def _drain(self) -> None:
         try:
             while self._waiting:
-                batch, size = [], 0
+                batch: list[tuple[list[Span], asyncio.Future[list[Span]]]] = []
+                size = 0
                 while self._waiting and (not batch or size + len(self._waiting[0][0]) <= MAX_BATCH_SPANS):
                     entry = self._waiting.pop(0)
                     batch.append(entry)

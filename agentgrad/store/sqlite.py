@@ -9,7 +9,10 @@ rows, hands them to it as models and writes back what it changed.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 import sqlite3
 import threading
 import weakref
@@ -19,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import agentgrad.store.transitions as t
+from agentgrad.store.errors import DiskFullError, StoreError
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
-from agentgrad.store.local import AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
+from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     BUSY_TIMEOUT_MS,
@@ -34,20 +38,54 @@ from agentgrad.store.sqlite_schema import (
     rollout_of,
 )
 from agentgrad.store.transitions import Clock
-from agentgrad.types import Attempt, AttemptedRollout, Metric, NamedResources, ResourcesSnapshot, Rollout, RolloutStatus
-from agentgrad.types import Span, StoreStats, Worker
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Worker,
+)
+
+log = logging.getLogger(__name__)
+
+SQLITE_FULL = 13
+"""SQLite's result code for "database or disk is full"."""
 
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt exactly as the partial index `rollouts_waiting` is, so the planner uses it."""
 
 
 class SqliteStore(LocalStore):
-    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+    def __init__(self, path: str | Path, clock: Clock | None = None, *, sweep_seconds: float | None = SWEEP_SECONDS
+                 ) -> None:
         super().__init__(clock)
         self.path = Path(path)
+        try:
+            self._open()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}{_open_reason(self.path)}; give a path where "
+                             "this user can create and write files (the store also writes <name>-wal and "
+                             "<name>-shm beside it)") from exc
+        self._last_prune = 0.0
+        self._checkpoints = threading.Event()
+        weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
+        threading.Thread(
+            target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
+                                           self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
+        ).start()
+        self._start_sweeper(sweep_seconds)
+
+    def _open(self) -> None:
+        """Open (or create) the file and bring its schema up to date."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of `_write` on the thread holding the lock
+        self._full = False  # the last write found the disk full (logged once until a write succeeds)
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._conn.execute("PRAGMA journal_mode = WAL")
@@ -63,13 +101,6 @@ class SqliteStore(LocalStore):
             db.execute(
                 "CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL"
             )
-        self._last_prune = 0.0
-        self._checkpoints = threading.Event()
-        weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
-        threading.Thread(
-            target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
-                                           self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
-        ).start()
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -84,22 +115,52 @@ class SqliteStore(LocalStore):
             self._depth += 1
             try:
                 yield self._conn
-            except BaseException:
-                if nested:
-                    self._conn.execute("ROLLBACK TO nested")
-                    self._conn.execute("RELEASE nested")
-                else:
-                    self._conn.execute("ROLLBACK")
+            except BaseException as exc:
+                if self._conn.in_transaction:  # SQLite rolls a transaction back itself on some errors (a full disk)
+                    if nested:
+                        self._conn.execute("ROLLBACK TO nested")
+                        self._conn.execute("RELEASE nested")
+                    else:
+                        self._conn.execute("ROLLBACK")
+                if (full := self._disk_full(exc)) is not None and full is not exc:
+                    raise full from exc
                 raise
             finally:
                 self._depth -= 1
-            self._conn.execute("RELEASE nested" if nested else "COMMIT")
+            if not self._conn.in_transaction:
+                return  # an error inside, answered there, made SQLite roll it all back: nothing to commit
+            try:
+                self._conn.execute("RELEASE nested" if nested else "COMMIT")
+            except sqlite3.Error as exc:
+                if not nested and self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if (full := self._disk_full(exc)) is not None:
+                    raise full from exc
+                raise
+            if self._full and not nested:
+                self._full = False
+                log.warning("store %s: writes succeed again (the disk has room)", self.path)
+
+    def _disk_full(self, exc: BaseException) -> DiskFullError | None:
+        """The error to raise for `exc` when it says the disk is full, logged once per incident (not once per write)."""
+        if isinstance(exc, DiskFullError):
+            return exc
+        full = (isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL) or (
+            isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+        if not full:
+            return None
+        if not self._full:
+            self._full = True
+            log.error("store %s: the disk is full (%s); writes fail until there is room, reads still work", self.path, exc)
+        return DiskFullError(f"the disk holding the store {self.path} is full ({exc}): nothing was written; free space "
+                             f"on it (or move the store to a disk with room) and try again; reads still work")
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
     async def close(self) -> None:
+        await super().close()
         self._checkpoints.set()
         with self._lock:
             self._conn.close()
@@ -388,6 +449,7 @@ class SqliteStore(LocalStore):
                     self._get_attempt(self._conn, rollout_id, attempt_id)
                 elif not all_attempts:
                     attempt_id = self._get_rollout(self._conn, rollout_id).latest_attempt_id
+                params: tuple[str | None, ...]
                 if all_attempts and attempt_id is None:
                     sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
                 else:
@@ -462,7 +524,8 @@ class SqliteStore(LocalStore):
             )
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if name is not None:
             where.append("name = ?")
             params.append(name)
@@ -483,3 +546,19 @@ class SqliteStore(LocalStore):
             workers = self._conn.execute("SELECT COUNT(*) FROM workers").fetchone()[0]
             resources = self._conn.execute("SELECT COUNT(*) FROM resources").fetchone()[0]
         return StoreStats(rollouts=rollouts, attempts=attempts, spans=spans, workers=workers, resources=resources)
+
+
+def _open_reason(path: Path) -> str:
+    """Why SQLite could not open `path`, where it is plain to see (SQLite says only `unable to open database file`)."""
+    if path.is_dir():
+        return f" ({path} is a folder: name a file inside it, like {path / 'store.db'})"
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if folder is not None and folder != path.parent:
+        return f" ({path.parent} does not exist and cannot be created in {folder})"
+    if folder is not None and not folder.is_dir():
+        return f" ({folder} is a file, not a folder)"
+    if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
+        return f" (the folder {folder} is read-only for this user)"
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return f" ({path} is read-only for this user)"
+    return ""

@@ -62,6 +62,49 @@ def check_reward(reward: Any, where: str) -> float:
     return value
 
 
+def json_problem(value: Any, where: str) -> str | None:
+    """What keeps `value` (found at `where`) from being stored as JSON and read back the same, or None.
+
+    JSON has no NaN or infinity (a server would hand them back as null) and no objects of other types."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is {value}, not a finite number"
+    if isinstance(value, (list, tuple)):
+        return next((p for i, item in enumerate(value) if (p := json_problem(item, f"{where}[{i}]"))), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has the key {key!r} ({type(key).__name__}); JSON keys are strings"
+            if problem := json_problem(item, f"{where}[{key!r}]"):
+                return problem
+        return None
+    shown = repr(value)
+    shown = shown[:100] + "..." if len(shown) > 100 else shown
+    return f"{where} is {shown}, a {type(value).__name__}, which JSON cannot hold"
+
+
+def check_json(value: Any, where: str) -> None:
+    """Refuse a rollout's input or metadata that would not come back as it was sent (`json_problem`)."""
+    if problem := json_problem(value, where):
+        raise StoreError(f"{problem}; send JSON values: dicts, lists, strings, finite numbers, booleans, null")
+
+
+def check_tasks(tasks: Sequence[Any], name: str) -> None:
+    """Check a data set's tasks before any work starts (`Trainer.fit`): the first one that is not JSON is an
+    error naming its index and the offending value, rather than a failure once the model has loaded."""
+    for index, task in enumerate(tasks):
+        if problem := json_problem(task, f"task {index} of {name}"):
+            raise StoreError(f"{problem}; a task must be JSON (dicts, lists, strings, finite numbers, booleans, "
+                             "null): convert it before training")
+
+
+def check_request(request: RolloutRequest, where: str) -> RolloutRequest:
+    check_json(request.input, f"{where} input")
+    check_json(request.metadata, f"{where} metadata")
+    return request
+
+
 # ----------------------------------------------------------------------------- rollouts and attempts
 
 
@@ -74,7 +117,10 @@ def new_attempt_id() -> str:
 
 
 def as_requests(items: Iterable[RolloutRequest | dict[str, Any]]) -> list[RolloutRequest]:
-    return [item if isinstance(item, RolloutRequest) else RolloutRequest.model_validate(item) for item in items]
+    """The requests as models, each checked to be JSON (`check_json`)."""
+    return [check_request(item if isinstance(item, RolloutRequest) else RolloutRequest.model_validate(item),
+                          f"request {index}'s")
+            for index, item in enumerate(items)]
 
 
 def new_rollout(request: RolloutRequest, at: float) -> Rollout:
@@ -86,8 +132,8 @@ def new_rollout(request: RolloutRequest, at: float) -> Rollout:
 def start_request(
     input: Any, mode: str | None, resources_id: str | None, config: RolloutConfig | None, metadata: dict[str, Any] | None
 ) -> RolloutRequest:
-    return RolloutRequest(input=input, mode=mode, resources_id=resources_id, config=config or RolloutConfig(),
-                          metadata=metadata or {})
+    return check_request(RolloutRequest(input=input, mode=mode, resources_id=resources_id,
+                                        config=config or RolloutConfig(), metadata=metadata or {}), "the rollout's")
 
 
 def open_attempt(rollout: Rollout, worker_id: str | None, at: float) -> AttemptedRollout:
@@ -180,6 +226,7 @@ def update_rollout(
         if rollout.status.finished:
             raise InvalidTransitionError(f"rollout {rollout.rollout_id} is already {rollout.status.value}")
     if metadata:
+        check_json(metadata, f"the metadata of rollout {rollout.rollout_id}")
         rollout.metadata = {**rollout.metadata, **metadata}
     if status is not None:
         rollout.status = status

@@ -20,25 +20,16 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Literal, TypeVar
 
+from agentgrad.algorithms.base import Algorithm, RunContext
 from agentgrad.rollout.agent import LitAgent
 from agentgrad.rollout.runner import Hook, Runner
 from agentgrad.store import Store, open_store
+from agentgrad.train.layout import Layout
 from agentgrad.types import AttemptStatus, RolloutStatus
 
-if TYPE_CHECKING:
-    from agentgrad.algorithms.base import Algorithm
-
-
-class Layout(Protocol):
-    """What a strategy needs of the trainer (`agentgrad.train.trainer.Trainer` is one): no import of it, no cycle."""
-
-    algorithm: Algorithm
-    store: Store
-    hooks: list[Hook]
-    n_runners: int
-    runner_concurrency: int
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -49,41 +40,39 @@ WATCH_SECONDS = 0.2
 """How often the algorithm's process looks at its runner processes."""
 
 
-async def run_with_processes(
-    trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None,
-    gateway: str | None = None,
-) -> Any:
-    """Serve the trainer's store, start `n_runners` runner processes, run the algorithm, stop them all.
+async def run_processes(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContext, layout: Layout,
+                        train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
+    """Serve `ctx.store`, start `layout.n_runners` runner processes, run the algorithm, stop them all.
 
-    With `gateway` (`…/v1`), the runners' no-argument `OpenAI()` calls it, routed to each attempt.
+    With `layout.gateway` (`…/v1`), the runners' no-argument `OpenAI()` calls it, routed to each attempt.
     """
     from agentgrad.store.client import StoreClient
     from agentgrad.store.server import store_server
 
-    hooks = list(trainer.hooks)
+    hooks = list(layout.hooks)
     _check_picklable(agent, hooks)
     server = None
-    if isinstance(trainer.store, StoreClient):  # a remote store: the runners join it directly
-        url, token = trainer.store.url, trainer.store.token
+    if isinstance(ctx.store, StoreClient):  # a remote store: the runners join it directly
+        url, token = ctx.store.url, ctx.store.token
     else:
         token = secrets.token_urlsafe(16)  # loopback only, but other local users need not write to it
-        server = await asyncio.to_thread(store_server(trainer.store, token=token).start)
+        server = await asyncio.to_thread(store_server(ctx.store, token=token).start)
         url = server.url
     context = multiprocessing.get_context("spawn")  # fork would copy the server's threads and locks
     processes = [
         context.Process(
             target=run_workers,
-            args=(url, token, agent, [f"runner-{i}"], trainer.runner_concurrency, hooks, gateway),
+            args=(url, token, agent, [f"runner-{i}"], layout.runner_concurrency, hooks, layout.gateway,
+                  layout.runner_isolation),
             name=f"runner-{i}",  # also its worker id
         )
-        for i in range(trainer.n_runners)
+        for i in range(layout.n_runners)
     ]
-    algorithm = trainer.algorithm
     try:
         for process in processes:
             process.start()
         log.info("store served at %s to %d runner processes", url, len(processes))
-        return await _run_watching(trainer.store, algorithm.run(train_data, val_data), processes)
+        return await _run_watching(ctx.store, algorithm.run(ctx, train_data, val_data), processes)
     finally:
         await asyncio.to_thread(stop_processes, processes)
         if server is not None:
@@ -100,7 +89,7 @@ def _check_picklable(agent: LitAgent, hooks: Sequence[Hook]) -> None:
         ) from exc
 
 
-async def _run_watching(store: Store, work: Any, processes: list[multiprocessing.process.BaseProcess]) -> Any:
+async def _run_watching(store: Store, work: Any, processes: Sequence[multiprocessing.process.BaseProcess]) -> Any:
     """Run the algorithm; report a runner process that dies and give its attempts up at once."""
     task = asyncio.ensure_future(work)
     reported: set[str] = set()
@@ -171,6 +160,7 @@ def run_workers(
     concurrency: int = 1,
     hooks: Sequence[Hook] = (),
     gateway: str | None = None,
+    isolation: Literal["thread", "process"] = "thread",
 ) -> None:
     """Run one `Runner` per worker id on the store at `store` (URL or path) until told to stop.
 
@@ -188,16 +178,18 @@ def run_workers(
 
         instrument_openai()  # clients built at import call the inherited un-routed URL: their headers route them
         hooks = [*hooks, GatewayEnvHook(gateway)]
-    asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks))
+    asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks, isolation))
 
 
 async def _workers(
-    spec: str, token: str | None, agent: LitAgent, worker_ids: Sequence[str], concurrency: int, hooks: Sequence[Hook]
+    spec: str, token: str | None, agent: LitAgent, worker_ids: Sequence[str], concurrency: int, hooks: Sequence[Hook],
+    isolation: Literal["thread", "process"] = "thread",
 ) -> None:
     from agentgrad.store.client import StoreClient
 
     store = StoreClient(spec, token) if spec.startswith(("http://", "https://")) else open_store(spec)
-    runners = [Runner(agent, store, worker_id=wid, hooks=hooks, concurrency=concurrency) for wid in worker_ids]
+    runners = [Runner(agent, store, worker_id=wid, hooks=hooks, concurrency=concurrency, isolation=isolation)
+               for wid in worker_ids]
     loop = asyncio.get_running_loop()
 
     def stop() -> None:

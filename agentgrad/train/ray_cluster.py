@@ -14,16 +14,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from agentgrad.algorithms.base import Algorithm, RunContext
 from agentgrad.rollout.agent import LitAgent
 from agentgrad.rollout.runner import Hook
-from agentgrad.train.processes import Layout, release_attempts
+from agentgrad.train.layout import Layout
+from agentgrad.train.processes import release_attempts
+
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +90,7 @@ def start_runners(url: str, token: str, agent: LitAgent, per_node: int, concurre
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(RunnerActor)
-    actors = []
+    actors: list[Any] = []  # Ray's actor handles: their methods' `.remote` is not typed
     nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: n["NodeID"])
     for node_index, node in enumerate(nodes):
         for i in range(per_node):
@@ -140,7 +145,7 @@ class RayGroup:
         gpus = ray.cluster_resources().get("GPU", 0) >= world_size
         remote = ray.remote(num_gpus=1, num_cpus=0)(TrainingRank) if gpus else ray.remote(num_cpus=1)(TrainingRank)
         self.world_size = world_size
-        self.actors = [remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)]
+        self.actors: list[Any] = [remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)]
         master = ray.get(self.actors[0].address.remote())
         ray.get([a.setup.remote(master, FromConfig(config, state if r == 0 else None), policy_options)
                  for r, a in enumerate(self.actors)])
@@ -160,29 +165,25 @@ class RayGroup:
 # ----------------------------------------------------------------------------- the strategy
 
 
-async def run_with_ray(trainer: Layout, agent: LitAgent, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Any:
-    """Serve the store from the driver, start the runner actors, run the algorithm, stop them."""
+async def run_ray(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContext, layout: Layout,
+                  train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
+    """Serve `ctx.store` from the driver, start the runner actors, run the algorithm with its training
+    ranks launched as Ray actors (`RayGroup` as the context's launcher), stop them."""
     import ray
 
     from agentgrad.store.server import store_server
 
     local = await asyncio.to_thread(connect)
     token = secrets.token_urlsafe(16)
-    server = await asyncio.to_thread(store_server(trainer.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start)
+    server = await asyncio.to_thread(store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start)
     url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
-    algorithm = trainer.algorithm
-    default_launcher = getattr(algorithm, "training_launcher", None)
-    if hasattr(algorithm, "training_launcher"):
-        algorithm.training_launcher = RayGroup  # type: ignore[attr-defined]
     actors: list[Any] = []
     try:
-        actors = await asyncio.to_thread(start_runners, url, token, agent, trainer.n_runners, trainer.runner_concurrency,
-                                         trainer.hooks)
+        actors = await asyncio.to_thread(start_runners, url, token, agent, layout.n_runners, layout.runner_concurrency,
+                                         layout.hooks)
         log.info("store served at %s to %d runner actors", url, len(actors))
-        return await algorithm.run(train_data, val_data)
+        return await algorithm.run(dataclasses.replace(ctx, launcher=RayGroup), train_data, val_data)
     finally:
-        if hasattr(algorithm, "training_launcher"):
-            algorithm.training_launcher = default_launcher  # type: ignore[attr-defined]
         await asyncio.to_thread(_stop_runners, actors)
         await asyncio.to_thread(server.stop)
 

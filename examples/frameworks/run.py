@@ -81,7 +81,7 @@ def main() -> None:
 
         config = GRPOConfig(steps=args.grpo_steps, prompts_per_step=2, group_size=4, max_tokens=64, micro_batch_size=4,
                             val_every=0, checkpoint_dir=str(Path(".agentgrad") / f"checkpoints-{args.framework}"))
-        result = asyncio.run(run(args.framework, GRPO(config, engine=engine), store, tasks, tasks[:4], log=log))
+        result = asyncio.run(run(args.framework, GRPO(config, local_engine=engine), store, tasks, tasks[:4], log=log))
         print(f"GRPO: validation {result.initial.success_rate:.2f} -> {result.final.success_rate:.2f}; "
               f"checkpoint {result.checkpoint}")
         return

@@ -12,7 +12,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.grpo import GRPOConfig, grpo_update, sharded_grpo_step
-from agentgrad.algorithms.sft import sft_update, sharded_sft_step
 from agentgrad.distributed.fsdp import split_by_tokens
 from agentgrad.distributed.group import SpawnedGroup
 
@@ -126,17 +125,3 @@ def test_a_checkpoint_saved_by_two_ranks_loads_into_one_and_the_next_update_matc
     assert_same_weights(resumed, model, start)
 
 
-def test_the_sft_step_over_two_ranks_is_the_single_process_step() -> None:
-    data = [t for t, _ in step_batch([6, 30, 4, 7, 5])]
-    model = tiny_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
-    loss = sft_update(model, optimizer, data, 0.05)
-    start = tiny_model().state_dict()
-    group = SpawnedGroup(2, CONFIG, start, **OPTIONS)
-    try:
-        sharded_loss = group.call("run", sharded_sft_step, data, 0.05, 0)
-        weights = group.call("full_state_dict")
-    finally:
-        group.close()
-    assert sharded_loss == pytest.approx(loss, rel=1e-5)
-    assert_same_weights(weights, model, start)

@@ -37,7 +37,7 @@ def test_a_grpo_run_on_ray_trains_with_two_training_actors_and_leaves_metrics_an
     engine = Engine(tiny_model_dir, sampling_dtype="float32")
     config = GRPOConfig(steps=2, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0, train_processes=2,
                         skip_uniform_groups=False, checkpoint_dir=str(tmp_path / "ckpt"), learning_rate=1e-3)
-    trainer = ag.Trainer(GRPO(config, engine=engine), n_runners=2, strategy="ray", store="memory")
+    trainer = ag.Trainer(GRPO(config, local_engine=engine), n_runners=2, strategy="ray", store="memory")
     result = trainer.fit(ray_agents.even_length, [{"q": "hi"}, {"q": "hello"}, {"q": "hey"}])
     assert [h["step"] for h in result.history] == [1, 2]
     assert all(h["train/failed_rollouts"] == 0 for h in result.history)

@@ -17,7 +17,7 @@ if __name__ == "__main__":
     engine = Engine(model_dir, sampling_dtype="float32") if rank == 0 else None  # the followers load the weights
     config = GRPOConfig(steps=2, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0, skip_uniform_groups=False,
                         checkpoint_dir=f"{out_dir}/ckpt", learning_rate=1e-3)
-    trainer = ag.Trainer(GRPO(config, engine=engine, model=model_dir), n_runners=2, store=f"{out_dir}/store-{rank}.db")
+    trainer = ag.Trainer(GRPO(config, local_engine=engine, model=model_dir), n_runners=2, store=f"{out_dir}/store-{rank}.db")
     result = trainer.fit(ray_agents.even_length, [{"q": "hi"}, {"q": "hello"}])
     summary = {"rank": rank, "steps": result.steps, "history": result.history, "checkpoint": result.checkpoint,
                "version": engine.version} if rank == 0 else {"rank": rank, "followed": result is None}

@@ -103,3 +103,22 @@ def test_health_needs_the_token_where_one_is_set_and_reports_nothing_sensitive(e
         assert httpx.get(server.url + "/health").status_code == 401
         answer = httpx.get(server.url + "/health", headers={"authorization": "Bearer s3cret"})
     assert answer.status_code == 200 and set(answer.json()) == {"status", "version"}
+
+
+def test_a_request_without_max_tokens_may_generate_up_to_the_context_left(engine: Engine, api: openai.OpenAI) -> None:
+    """OpenAI's convention: no default cut (it was 512 tokens); the limit is the model's context left over."""
+    from agentgrad.engine.api import ChatRequest
+
+    request = ChatRequest.model_validate({"model": engine.name, "messages": [{"role": "user", "content": "Hi"}]})
+    assert request.params().max_tokens is None
+    messages = [{"role": "user", "content": "Count from one to a thousand."}]
+    prompt = engine.chat_prompt_ids(messages)
+    context = engine.max_model_len
+    engine.max_model_len = len(prompt) + 24  # a small context, so the test stays fast
+    try:
+        reply = api.chat.completions.create(model=engine.name, messages=messages, temperature=0,  # type: ignore[arg-type]
+                                            logit_bias={str(t): -100 for t in engine.eos_token_ids})
+    finally:
+        engine.max_model_len = context
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.prompt_tokens + reply.usage.completion_tokens == len(prompt) + 24

@@ -131,26 +131,30 @@ def test_json_object_mode_returns_a_json_object(engine: Engine, api: openai.Open
     assert isinstance(json.loads(reply.choices[0].message.content or ""), dict)
 
 
-def test_constrained_logprobs_are_those_of_the_masked_distribution_sampled(engine: Engine, api: openai.OpenAI) -> None:
-    """RL's behaviour policy: each logprob is log softmax(logits / T) over the tokens the grammar allowed."""
+def test_constrained_logprobs_are_the_models_before_the_grammar_mask_with_the_allowed_counts(engine: Engine, api: openai.OpenAI) -> None:
+    """RL's behaviour policy under a grammar: each logprob is log softmax(logits / T) over the whole vocabulary (what a
+    trainer recomputes), and `allowed_tokens` counts the tokens the grammar allowed there (1: forced)."""
     temperature = 0.7
     reply = api.chat.completions.create(
         model=engine.name, messages=[{"role": "user", "content": "A person?"}], temperature=temperature, seed=5, max_tokens=40,
         logprobs=True, response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}},
         extra_body={"return_token_ids": True})
     prompt, response = extra(reply)["prompt_token_ids"], extra(reply.choices[0])["token_ids"]
+    allowed = extra(reply.choices[0])["allowed_tokens"]
     returned = [t.logprob for t in reply.choices[0].logprobs.content or []]  # type: ignore[union-attr]
     constrainer = engine.constrainer()
     matcher = constrainer.matcher(json_schema_grammar(PERSON))
     with torch.no_grad():
         logits = engine.model(torch.tensor([prompt + response])).logits[0].float()
+    assert len(allowed) == len(response) == len(returned)
     for i, token in enumerate(response):
-        allowed = constrainer.allowed(matcher)
-        step = (logits[len(prompt) - 1 + i] / temperature).masked_fill(~allowed, float("-inf"))
+        mask = constrainer.allowed(matcher)
+        assert bool(mask[token]) and int(mask.sum()) == allowed[i]
+        step = logits[len(prompt) - 1 + i] / temperature
         assert abs(torch.log_softmax(step, -1)[token].item() - returned[i]) < 1e-3
         assert matcher.consume_token(token)
-    forced = [lp for lp in returned if lp == 0.0]
-    assert forced  # tokens the grammar forces (`{"name": "`) carry all the probability
+    assert 1 in allowed and any(count > 1 for count in allowed)  # `{"name": "` is forced, the name is not
+    assert all(lp < 0 for lp in returned)  # forced tokens are not certain under the model
 
 
 def test_constrained_and_free_requests_batch_together_without_changing_each_other(engine: Engine, api: openai.OpenAI) -> None:
@@ -162,3 +166,17 @@ def test_constrained_and_free_requests_batch_together_without_changing_each_othe
         replies = [f.result() for f in futures]
     assert [r.choices[0].message.content for r in replies[::2]] == [alone] * 3
     assert all((r.choices[0].message.content or "").startswith("{") for r in replies[1::2])
+
+
+def test_a_forced_tool_call_cut_at_max_tokens_is_a_length_finish_never_text(engine: Engine, api: openai.OpenAI) -> None:
+    for choice in ("required", {"type": "function", "function": {"name": "calculate"}}):
+        reply = api.chat.completions.create(model=engine.name, messages=ASK, tools=[WEATHER, CALC], tool_choice=choice,  # type: ignore[arg-type]
+                                            temperature=0, max_tokens=3)
+        message = reply.choices[0].message
+        assert reply.choices[0].finish_reason == "length"
+        assert message.content is None and not message.tool_calls
+        assert "max_tokens" in extra(reply.choices[0])["tool_call_parse_error"]
+    chunks = list(api.chat.completions.create(model=engine.name, messages=ASK, tools=[CALC], tool_choice="required",
+                                              temperature=0, max_tokens=3, stream=True))
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"

@@ -135,3 +135,43 @@ def test_concurrent_submissions_from_many_threads_all_complete(engine: Engine) -
         results = list(pool.map(lambda p: engine.submit(p, SamplingParams(max_tokens=6)).result(60), prompts))
     assert [r.prompt_token_ids for r in results] == prompts
     assert all(1 <= len(r.completions[0].token_ids) <= 6 for r in results)
+
+
+def test_a_tool_round_sampled_in_a_non_canonical_tokenization_continues_its_prompt_token_for_token(engine: Engine) -> None:
+    """The next chat prompt reuses the ids the engine sampled for the earlier turn (`")]` as `"` + `)]`, say), where
+    re-tokenizing the same text gives other ids; an edited history is tokenized afresh."""
+    import concurrent.futures as cf
+
+    from agentgrad.engine.engine import _Request, _Row
+    from agentgrad.engine.tools import PYTHONIC, render_history
+
+    calc = {"type": "function", "function": {"name": "calculate", "parameters": {
+        "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+    history = [{"role": "user", "content": "What is 123 + 456?"}]
+    prompt = engine.chat_prompt_ids(history, [calc])
+    text = '[calculate(expression="123 + 456")]'
+
+    def tokenize(piece: str) -> list[int]:
+        return list(engine.tokenizer(piece, add_special_tokens=False)["input_ids"])
+
+    canonical = tokenize(text)
+    # what a model may sample: the same text, its last token written one character at a time
+    sampled = canonical[:-1] + [t for ch in engine.tokenizer.decode(canonical[-1:]) for t in tokenize(ch)]
+    assert sampled != canonical and engine.tokenizer.decode(sampled) == text
+    eos = engine.tokenizer.eos_token_id
+    request = _Request(prompt, SamplingParams(), cf.Future(), None)
+    request.rows.append(_Row(request, 0, None, token_ids=sampled + [eos], finish_reason="stop"))
+    engine._resolve(request)
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "123 + 456"}'}}
+    after = history + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                       {"role": "tool", "tool_call_id": "call_1", "content": "579"}]
+    following = engine.chat_prompt_ids(after, [calc])
+    assert following[: len(prompt) + len(sampled) + 1] == prompt + sampled + [eos]
+    rendered = engine.tokenizer.apply_chat_template(render_history(after, [calc], PYTHONIC), add_generation_prompt=True,
+                                                    tokenize=False)
+    assert engine.tokenizer.decode(following, skip_special_tokens=False) == rendered  # the same text, other ids
+    edited = [dict(m) for m in after]
+    edited[1]["tool_calls"] = [{**call, "function": {"name": "calculate", "arguments": '{"expression": "123+456"}'}}]
+    fresh = engine.chat_prompt_ids(edited, [calc])
+    assert fresh[: len(prompt)] == prompt and fresh[len(prompt) : len(prompt) + len(sampled)] != sampled

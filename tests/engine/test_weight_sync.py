@@ -13,10 +13,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentgrad.algorithms.grpo import GRPOConfig, tis_weights
-from agentgrad.policy.config import check_engine_config
+from agentgrad.algorithms.grpo import tis_weights
+from agentgrad.policy.config import PolicyConfig
+from agentgrad.policy.transports import (
+    FileTransport,
+    NCCLTransport,
+    hf_state_dict,
+    make_transport,
+    nccl_init_info,
+    nccl_update_info,
+)
 from agentgrad.policy.vllm_server import ROUTES, VLLMServer, report_capabilities, serve_command
-from agentgrad.policy.transports import FileTransport, NCCLTransport, hf_state_dict, make_transport, nccl_init_info, nccl_update_info
 
 
 class Tied(torch.nn.Module):
@@ -103,7 +110,7 @@ def test_engine_settings_are_checked() -> None:
     for bad, message in ((dict(engine="sglang"), "engine must be"), (dict(tis_cap=0.5), "tis_cap must be at least 1"),
                          (dict(engine="vllm", vllm_replicas=0), "vllm_replicas"), (dict(vllm_transport="x"), "vllm_transport")):
         with pytest.raises(ValueError, match=message):
-            check_engine_config(GRPOConfig(**bad))
+            PolicyConfig(**bad)  # type: ignore[arg-type]
 
 
 def test_stopping_a_started_server_also_kills_the_processes_it_spawned(tmp_path: Path) -> None:

@@ -171,6 +171,30 @@ async def test_the_health_check_runs_by_itself_at_most_every_half_second(store: 
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.FAILED
 
 
+async def test_a_stuck_attempt_is_timed_out_on_time_with_no_one_asking_the_store(store: Store, clock: ManualClock) -> None:
+    """Every runner is stuck: no dequeue, no wait, no check. The store's own sweeper ends the attempt once its
+    clock passes the timeout, and the rollout is requeued, then failed, by its retry policy."""
+    rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=5, max_attempts=2))
+    first = await store.dequeue_rollout(worker_id="stuck")
+    assert first is not None
+
+    async def status_after(seconds: float) -> RolloutStatus:
+        clock.advance(seconds)  # only reads from here on: get_rollout looks at no attempt's time
+        for _ in range(200):  # the sweeper looks every half second of wall time
+            status = (await store.get_rollout(rollout.rollout_id)).status
+            if status is not RolloutStatus.RUNNING:
+                return status
+            await asyncio.sleep(0.02)
+        return status
+
+    assert await status_after(5.6) is RolloutStatus.REQUEUING
+    (timed_out,) = await store.query_attempts(rollout.rollout_id)
+    assert timed_out.status is AttemptStatus.TIMEOUT and timed_out.end_time == clock.now
+    second = await store.dequeue_rollout(worker_id="stuck-too")
+    assert second is not None and second.attempt.sequence == 2
+    assert await status_after(5.6) is RolloutStatus.FAILED  # max_attempts spent
+
+
 async def test_a_dead_runners_rollout_runs_again_under_the_default_config(store: Store, clock: ManualClock) -> None:
     from agentgrad.rollout.runner import HEARTBEAT_SECONDS
 
@@ -455,6 +479,23 @@ async def test_a_reward_that_is_not_a_finite_number_is_refused_and_changes_nothi
     assert await store.query_spans(rid) == []
     (attempt,) = await store.query_attempts(rid)
     assert attempt.status is AttemptStatus.RUNNING and attempt.reward is None
+
+
+async def test_a_number_json_cannot_carry_in_an_input_or_metadata_is_refused_naming_the_field(store: Store) -> None:
+    """NaN and infinities would come back as null over HTTP: every backend refuses them, saying where."""
+    nan, inf = float("nan"), float("inf")
+    with pytest.raises(StoreError, match=r"request 1's input\['scores'\]\[1\] is nan, not a finite number"):
+        await store.enqueue_rollouts([{"input": 1}, {"input": {"scores": [0.5, nan]}}])
+    with pytest.raises(StoreError, match=r"metadata\['weight'\] is inf, not a finite number"):
+        await store.start_rollout("t", metadata={"weight": inf})
+    with pytest.raises(StoreError, match=r"input is -inf"):
+        await store.start_rollout(-inf)
+    kept = await store.enqueue_rollout("t", metadata={"ok": 1.5})
+    with pytest.raises(StoreError, match=r"metadata of rollout .*\['bad'\] is nan"):
+        await store.update_rollout(kept.rollout_id, metadata={"bad": nan})
+    with pytest.raises(StoreError, match=r"request 0's input is .*object.*which JSON cannot hold"):
+        await store.enqueue_rollouts([{"input": object()}])
+    assert [r.metadata for r in await store.query_rollouts()] == [{"ok": 1.5}]  # nothing else was stored
 
 
 async def test_every_backend_words_its_errors_the_same(store: Store) -> None:

@@ -364,3 +364,11 @@ def test_the_operation_table_covers_every_store_method_with_its_own_parameter_na
         model = operation.body or operation.query
         sent = set(operation.path_params) | (set(model.model_fields) if model else set())
         assert sent == parameters, name
+
+
+def test_a_metric_value_json_cannot_carry_is_a_4xx_naming_it(served) -> None:  # type: ignore[no-untyped-def]
+    store, server = served
+    answer = httpx.post(server.url + "/api/metrics", content=b'{"metrics": [{"name": "m", "step": 0, "value": 1}, '
+                        b'{"name": "train/loss", "step": 3, "value": NaN}]}', headers={"content-type": "application/json"})
+    assert answer.status_code == 422 and "metrics[1].value ('train/loss' at step 3) is nan" in answer.json()["detail"]
+    assert asyncio.run(store.query_metrics()) == []

@@ -129,3 +129,41 @@ def test_a_metric_that_is_not_a_number_is_kept_as_one(tmp_path: Path) -> None:
                                    Metric(name="train/loss", step=1, value=float("inf"))]))
     values = [m.value for m in asyncio.run(store.query_metrics("train/loss"))]
     assert math.isnan(values[0]) and values[1] == float("inf")
+
+
+def test_a_store_that_cannot_be_opened_says_which_path_and_why(tmp_path: Path) -> None:
+    import pytest
+
+    from agentgrad.store import StoreError
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with pytest.raises(StoreError) as caught:  # SQLite alone says `unable to open database file`
+        SqliteStore(folder)
+    assert f"cannot open the store {folder}" in str(caught.value) and "is a folder" in str(caught.value)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match=f"cannot open the store {blocker / 'store.db'}"):
+        SqliteStore(blocker / "store.db")
+
+
+def test_a_store_in_a_read_only_folder_says_the_folder_is_read_only(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from agentgrad.store import StoreError
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if os.access(folder, os.W_OK):  # root writes anyway: let SQLite and the check see what a user would
+        real_connect = sqlite3.connect
+        monkeypatch.setattr(sqlite3, "connect", lambda path, *a, **k: real_connect(path, *a, **k) if str(path) != str(
+            folder / "store.db") else (_ for _ in ()).throw(sqlite3.OperationalError("unable to open database file")))
+        monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(folder))
+    try:
+        with pytest.raises(StoreError) as caught:
+            SqliteStore(folder / "store.db")
+    finally:
+        folder.chmod(0o700)
+    message = str(caught.value)
+    assert str(folder / "store.db") in message and f"the folder {folder} is read-only" in message, message
