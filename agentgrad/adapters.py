@@ -85,14 +85,23 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
             continue
         for choice in recorded_choices(span):
             if choice.prompt_token_ids and choice.response_token_ids is not None:
-                calls.append(LLMCall(span, choice.prompt_token_ids, choice.response_token_ids, choice.response_logprobs,
-                                     choice.response_allowed_tokens))
+                calls.append(
+                    LLMCall(
+                        span,
+                        choice.prompt_token_ids,
+                        choice.response_token_ids,
+                        choice.response_logprobs,
+                        choice.response_allowed_tokens,
+                    )
+                )
     return calls
 
 
 def reward_spans(spans: Sequence[Span]) -> list[Span]:
-    return sorted((s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
-                  key=lambda s: (s.end_time or s.start_time, s.sequence_id))
+    return sorted(
+        (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
+        key=lambda s: (s.end_time or s.start_time, s.sequence_id),
+    )
 
 
 def final_reward(spans: Sequence[Span]) -> float | None:
@@ -187,7 +196,11 @@ def to_trajectories(
         logprobs = call.response_logprobs or [0.0] * len(call.response_token_ids)
         written = [0 if skip_forced and forced else 1 for forced in call.forced]
         prompt = call.prompt_token_ids
-        if current is not None and len(prompt) >= len(current.token_ids) and prompt[: len(current.token_ids)] == current.token_ids:
+        if (
+            current is not None
+            and len(prompt) >= len(current.token_ids)
+            and prompt[: len(current.token_ids)] == current.token_ids
+        ):
             extra = prompt[len(current.token_ids) :]
             current.token_ids += extra + call.response_token_ids
             current.loss_mask += [0] * len(extra) + written
@@ -219,9 +232,14 @@ def chat_message(message: dict[str, Any]) -> dict[str, Any]:
     calls = message.get("tool_calls")
     if calls:
         out["tool_calls"] = [
-            {"id": call.get("id"), "type": call.get("type") or "function",
-             "function": {"name": (call.get("function") or {}).get("name"),
-                          "arguments": (call.get("function") or {}).get("arguments") or ""}}
+            {
+                "id": call.get("id"),
+                "type": call.get("type") or "function",
+                "function": {
+                    "name": (call.get("function") or {}).get("name"),
+                    "arguments": (call.get("function") or {}).get("arguments") or "",
+                },
+            }
             for call in calls
         ]
     for key in ("tool_call_id", "name"):

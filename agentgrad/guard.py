@@ -132,14 +132,24 @@ def store_errors(path: str, refusal: Refusal) -> bytes:
 
 
 def _unauthorized() -> Refusal:
-    return Refusal(401, "Unauthorized", "invalid_request_error", "invalid_api_key",
-                   "this server needs 'Authorization: Bearer <token>' with the token it was started with "
-                   "(clients of the gateway or the engine: the token is the API key)")
+    return Refusal(
+        401,
+        "Unauthorized",
+        "invalid_request_error",
+        "invalid_api_key",
+        "this server needs 'Authorization: Bearer <token>' with the token it was started with "
+        "(clients of the gateway or the engine: the token is the API key)",
+    )
 
 
 def _too_large(limit: int) -> Refusal:
-    return Refusal(413, "BodyTooLarge", "invalid_request_error", "request_too_large",
-                   f"request body is larger than the server's limit of {limit} bytes; send smaller batches")
+    return Refusal(
+        413,
+        "BodyTooLarge",
+        "invalid_request_error",
+        "request_too_large",
+        f"request body is larger than the server's limit of {limit} bytes; send smaller batches",
+    )
 
 
 # ----------------------------------------------------------------------------- the middleware
@@ -206,19 +216,36 @@ class Guard:
         method = scope["method"]
         refusal = None
         if self.expected is None and host is not None and not self._host_allowed(host, scope):
-            refusal = Refusal(403, "Forbidden", "permission_error", "host_not_allowed",
-                              f"this server does not answer to the host {host.decode('latin-1')!r} (only loopback "
-                              f"names without a token: a rebound DNS name is how a web page reaches a local server); "
-                              f"add the name to ${ALLOWED_HOSTS_ENV}, or start the server with a token")
+            refusal = Refusal(
+                403,
+                "Forbidden",
+                "permission_error",
+                "host_not_allowed",
+                f"this server does not answer to the host {host.decode('latin-1')!r} (only loopback "
+                f"names without a token: a rebound DNS name is how a web page reaches a local server); "
+                f"add the name to ${ALLOWED_HOSTS_ENV}, or start the server with a token",
+            )
         elif origin is not None and not _same_origin(origin, host):
-            refusal = Refusal(403, "Forbidden", "permission_error", "cross_site_request",
-                              f"cross-site request from the page at {origin.decode('latin-1')!r} refused: only "
-                              "this server's own pages may call it from a browser")
+            refusal = Refusal(
+                403,
+                "Forbidden",
+                "permission_error",
+                "cross_site_request",
+                f"cross-site request from the page at {origin.decode('latin-1')!r} refused: only "
+                "this server's own pages may call it from a browser",
+            )
         elif method in _BODY_METHODS and (fetch_site in _CROSS_SITE_FETCH or _browser_body(content_type)):
-            refusal = Refusal(403, "Forbidden", "permission_error", "cross_site_request",
-                              "this server takes JSON bodies only: send them with 'Content-Type: application/json' "
-                              "(a text/plain or form body is what a page on another site can send unasked)")
-        elif self.expected is not None and not bearer_ok(authorization, self.expected) and not self.public(scope["path"]):
+            refusal = Refusal(
+                403,
+                "Forbidden",
+                "permission_error",
+                "cross_site_request",
+                "this server takes JSON bodies only: send them with 'Content-Type: application/json' "
+                "(a text/plain or form body is what a page on another site can send unasked)",
+            )
+        elif (
+            self.expected is not None and not bearer_ok(authorization, self.expected) and not self.public(scope["path"])
+        ):
             refusal = _unauthorized()
         elif length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             refusal = _too_large(self.max_body_bytes)
@@ -235,9 +262,17 @@ class Guard:
             await self._refuse(scope, send, body)
             return
         if (content_type is None or b"json" in content_type) and json_too_deep(body, self.max_json_depth):
-            await self._refuse(scope, send, Refusal(
-                400, "ValidationError", "invalid_request_error", "json_too_deep",
-                f"the JSON body is nested too deeply (more than {self.max_json_depth} levels); send a flatter document"))
+            await self._refuse(
+                scope,
+                send,
+                Refusal(
+                    400,
+                    "ValidationError",
+                    "invalid_request_error",
+                    "json_too_deep",
+                    f"the JSON body is nested too deeply (more than {self.max_json_depth} levels); send a flatter document",
+                ),
+            )
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -305,7 +340,7 @@ def _hostname(host: bytes) -> bytes:
     """`Host` without its port, lower-cased: `[::1]:80` → `::1`, `Example:80` → `example`."""
     host = host.strip().lower()
     if host.startswith(b"["):
-        return host[1:host.find(b"]")] if b"]" in host else host
+        return host[1 : host.find(b"]")] if b"]" in host else host
     name, sep, port = host.rpartition(b":")
     return name if sep and port.isdigit() and b":" not in name else host
 

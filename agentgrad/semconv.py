@@ -164,8 +164,9 @@ FLUSH_ENDPOINT = "agentgrad/flush"
 _FINGERPRINT = re.compile(re.escape(WEIGHTS_FINGERPRINT).replace(r"\{version\}", r"(\d+)"))
 
 
-def gateway_route(base_url: str, rollout_id: str | None = None, attempt_id: str | None = None,
-                  agent: str | None = None) -> str:
+def gateway_route(
+    base_url: str, rollout_id: str | None = None, attempt_id: str | None = None, agent: str | None = None
+) -> str:
     """The gateway base URL (`…/v1`) that records calls into one attempt, as one named agent.
 
     `http://gw/v1` → `http://gw/rollouts/{r}/attempts/{a}/agents/{name}/v1`; each part is optional.

@@ -129,8 +129,8 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
 class ServerThread:
     """uvicorn serving `app` (guarded, see above) from a daemon thread. `port=0` takes a free port; `url` says which.
 
-        with ServerThread(app) as server:
-            httpx.get(server.url + "/health")
+    with ServerThread(app) as server:
+        httpx.get(server.url + "/health")
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, **uvicorn_options: Any) -> None:

@@ -317,7 +317,9 @@ class PromptTemplate(BaseModel):
             import jinja2.meta
 
             return set(jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(self.template)))
-        return {field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(self.template) if field}
+        return {
+            field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(self.template) if field
+        }
 
 
 Resource = Annotated[LLM | PromptTemplate, Field(discriminator="resource_type")]

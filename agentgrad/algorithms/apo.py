@@ -160,49 +160,75 @@ class APO(Algorithm["APOResult"]):
         if not any(r.status is RolloutStatus.SUCCEEDED for r in seed_runs):
             attempts = await self.store.query_attempts(seed_runs[0].rollout_id)
             error = attempts[-1].error if attempts else f"the rollout is still {seed_runs[0].status.value}"
-            raise APOError(f"every validation rollout of the seed prompt failed, the first with: {error}; "
-                           "APO needs an agent that runs (try it with Trainer.dev)")
+            raise APOError(
+                f"every validation rollout of the seed prompt failed, the first with: {error}; "
+                "APO needs an agent that runs (try it with Trainer.dev)"
+            )
         seed_score = Evaluation.of(seed_runs).reward_mean
-        await self.store.update_resources(seed_id, {
-            "algorithm": "apo", "prompt_name": search.prompt_name, "round": 0, "parent": None,
-            "status": "seed", "score": seed_score,
-        })
-        await self.log_metrics(0, {"apo/best_score": seed_score, "apo/round_best": seed_score,
-                                   "apo/beam_mean": seed_score})
-        self.console.print(f"[bold]APO[/bold] round 0: seed prompt {seed_id} scores {seed_score:.3f} "
-                           f"on {len(search.val_tasks)} validation tasks")
+        await self.store.update_resources(
+            seed_id,
+            {
+                "algorithm": "apo",
+                "prompt_name": search.prompt_name,
+                "round": 0,
+                "parent": None,
+                "status": "seed",
+                "score": seed_score,
+            },
+        )
+        await self.log_metrics(
+            0, {"apo/best_score": seed_score, "apo/round_best": seed_score, "apo/beam_mean": seed_score}
+        )
+        self.console.print(
+            f"[bold]APO[/bold] round 0: seed prompt {seed_id} scores {seed_score:.3f} "
+            f"on {len(search.val_tasks)} validation tasks"
+        )
         return Candidate(seed_id, seed_prompt, 0, None, seed_score)
 
     async def search_round(self, search: Search, round_: int, beam: list[Candidate], tried: dict[str, str]) -> Round:
         """One round: collect, criticize, edit, check and publish, score, select. `tried` gains the new templates."""
         # ---- collect: every prompt in the beam runs the same batch of training tasks
         batch = search.train_batch(round_)
-        train_runs = await asyncio.gather(*(
-            self.run_rollouts(batch, mode="train", resources_id=parent.resources_id, config=self.rollout_config,
-                              metadata=[{"apo_round": round_}] * len(batch), timeout=self.rollout_timeout)
-            for parent in beam
-        ))
+        train_runs = await asyncio.gather(
+            *(
+                self.run_rollouts(
+                    batch,
+                    mode="train",
+                    resources_id=parent.resources_id,
+                    config=self.rollout_config,
+                    metadata=[{"apo_round": round_}] * len(batch),
+                    timeout=self.rollout_timeout,
+                )
+                for parent in beam
+            )
+        )
 
         # ---- textual gradient: the critic reads each prompt's failures and says what to change
-        critiques = await asyncio.gather(*(
-            self.criticize(search.client, search.critic_model, parent.prompt, runs)
-            for parent, runs in zip(beam, train_runs)
-        ))
+        critiques = await asyncio.gather(
+            *(
+                self.criticize(search.client, search.critic_model, parent.prompt, runs)
+                for parent, runs in zip(beam, train_runs)
+            )
+        )
 
         # ---- edit: the editor rewrites each criticized prompt `branch_factor` times
         edits = [
             (parent, critique.text, EDIT_STYLES[i % len(EDIT_STYLES)])
-            for parent, critique in zip(beam, critiques) if critique.text is not None
+            for parent, critique in zip(beam, critiques)
+            if critique.text is not None
             for i in range(self.branch_factor)
         ]
-        rewrites = await asyncio.gather(*(
-            self.edit(search.client, search.editor_model, parent.prompt, critique, style)
-            for parent, critique, style in edits
-        ))
+        rewrites = await asyncio.gather(
+            *(
+                self.edit(search.client, search.editor_model, parent.prompt, critique, style)
+                for parent, critique, style in edits
+            )
+        )
 
         # ---- check and publish, then score the candidates that passed on the validation tasks
         candidates, rows, published = await self.publish_rewrites(
-            search, round_, [(*edit, rewrite.text) for edit, rewrite in zip(edits, rewrites)], tried)
+            search, round_, [(*edit, rewrite.text) for edit, rewrite in zip(edits, rewrites)], tried
+        )
         await self.score_candidates(search, round_, candidates)
         for candidate in candidates:
             rows[candidate.resources_id][2:4] = [f"{candidate.score_or_zero:.3f}", "scored"]
@@ -218,7 +244,10 @@ class APO(Algorithm["APOResult"]):
         )
 
     async def publish_rewrites(
-        self, search: Search, round_: int, rewrites: Sequence[tuple[Candidate, str, str, str | None]],
+        self,
+        search: Search,
+        round_: int,
+        rewrites: Sequence[tuple[Candidate, str, str, str | None]],
         tried: dict[str, str],
     ) -> tuple[list[Candidate], dict[str, list[str]], Tally]:
         """Every usable rewrite (parent, critique, style, template) becomes a snapshot; a broken one is rejected
@@ -234,15 +263,27 @@ class APO(Algorithm["APOResult"]):
             reason = check_rewrite(parent.prompt, prompt)
             if reason is None and template in tried:
                 reason = f"same template as {tried[template]}"
-            resources_id = await self.publish({**search.seed.resources, search.prompt_name: prompt}, {
-                "algorithm": "apo", "prompt_name": search.prompt_name, "round": round_,
-                "parent": parent.resources_id, "critique": critique, "edit_style": style,
-                "status": "rejected" if reason else "pending", "reason": reason,
-            })
+            resources_id = await self.publish(
+                {**search.seed.resources, search.prompt_name: prompt},
+                {
+                    "algorithm": "apo",
+                    "prompt_name": search.prompt_name,
+                    "round": round_,
+                    "parent": parent.resources_id,
+                    "critique": critique,
+                    "edit_style": style,
+                    "status": "rejected" if reason else "pending",
+                    "reason": reason,
+                },
+            )
             tried.setdefault(template, resources_id)
-            rows[resources_id] = [resources_id, parent.resources_id, "-",
-                                  f"rejected: {reason}" if reason else "pending",
-                                  changes(parent.prompt.template, template)]
+            rows[resources_id] = [
+                resources_id,
+                parent.resources_id,
+                "-",
+                f"rejected: {reason}" if reason else "pending",
+                changes(parent.prompt.template, template),
+            ]
             if reason:
                 rejected += 1
             else:
@@ -287,12 +328,21 @@ class APO(Algorithm["APOResult"]):
     ) -> APOResult:
         """Publish the best prompt as the latest resources, for whatever runs next."""
         seed_score = seed.score_or_zero
-        final = await self.publish({**search.seed.resources, search.prompt_name: best.prompt}, {
-            "algorithm": "apo", "prompt_name": search.prompt_name, "status": "best", "source": best.resources_id,
-            "round": best.round, "score": best.score_or_zero,
-        })
-        self.console.print(f"[bold]APO[/bold] best prompt: {best.resources_id} from round {best.round}, "
-                           f"score {best.score_or_zero:.3f} (seed {seed_score:.3f}), published as {final}:")
+        final = await self.publish(
+            {**search.seed.resources, search.prompt_name: best.prompt},
+            {
+                "algorithm": "apo",
+                "prompt_name": search.prompt_name,
+                "status": "best",
+                "source": best.resources_id,
+                "round": best.round,
+                "score": best.score_or_zero,
+            },
+        )
+        self.console.print(
+            f"[bold]APO[/bold] best prompt: {best.resources_id} from round {best.round}, "
+            f"score {best.score_or_zero:.3f} (seed {seed_score:.3f}), published as {final}:"
+        )
         self.console.print(best.prompt.template, markup=False, highlight=False)
         return APOResult(best.prompt, best.score_or_zero, final, best.resources_id, seed_score, round_best)
 
@@ -301,45 +351,58 @@ class APO(Algorithm["APOResult"]):
     async def validate(self, resources_id: str, tasks: Sequence[Any], round_: int) -> list[Rollout]:
         """Run the validation tasks with the prompt of snapshot `resources_id`; its score is their mean reward."""
         return await self.run_rollouts(
-            tasks, mode="val", resources_id=resources_id, config=self.rollout_config,
-            metadata=[{"apo_round": round_}] * len(tasks), timeout=self.rollout_timeout,
+            tasks,
+            mode="val",
+            resources_id=resources_id,
+            config=self.rollout_config,
+            metadata=[{"apo_round": round_}] * len(tasks),
+            timeout=self.rollout_timeout,
         )
 
     async def criticize(self, client: Any, model: str, prompt: PromptTemplate, runs: Sequence[Rollout]) -> Reply:
         """The critic's textual gradient of `prompt` from its failed runs; no text when none failed or
         the critic gave no usable reply."""
         failed = sorted(
-            (r for r in runs if r.status is not RolloutStatus.SUCCEEDED or r.reward is None
-             or r.reward < self.success_threshold),
+            (
+                r
+                for r in runs
+                if r.status is not RolloutStatus.SUCCEEDED or r.reward is None or r.reward < self.success_threshold
+            ),
             key=lambda r: r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else float("-inf"),
         )[: self.critic_examples]
         if not failed:
             return Reply(None, Tally(no_failures=1))
-        parts = [f"## Prompt template\n<template>\n{prompt.template}\n</template>\n",
-                 f"## Failed runs ({len(failed)} shown of the {len(runs)} runs of this batch)"]
+        parts = [
+            f"## Prompt template\n<template>\n{prompt.template}\n</template>\n",
+            f"## Failed runs ({len(failed)} shown of the {len(runs)} runs of this batch)",
+        ]
         for i, run in enumerate(failed, 1):
             reward = run.reward if run.status is RolloutStatus.SUCCEEDED else f"none, the run {run.status.value}"
             spans = await self.store.query_spans(run.rollout_id)
             task = json.dumps(run.input, default=repr)
             task = task if len(task) <= TRANSCRIPT_CHARS else task[:TRANSCRIPT_CHARS] + " …"
-            parts.append(f"\n### Run {i} · reward {reward}\nTask: {task}\n"
-                         f"{transcript(spans) or '(the agent recorded nothing)'}")
+            parts.append(
+                f"\n### Run {i} · reward {reward}\nTask: {task}\n{transcript(spans) or '(the agent recorded nothing)'}"
+            )
         messages = [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
         return await self.ask(client, model, messages, "critique", self.critic_temperature)
 
     async def edit(self, client: Any, model: str, prompt: PromptTemplate, critique: str, style: str) -> Reply:
         """The editor's rewrite of `prompt` along `critique`; no text when it gave no usable reply."""
         names = ", ".join(sorted(prompt.placeholders())) or "none"
-        syntax = ("Python str.format syntax: {name} is a placeholder, literal braces are written {{ and }}"
-                  if prompt.engine == "f-string" else "Jinja syntax: {{ name }} is a placeholder")
-        content = (f"## Template ({syntax}; its placeholders: {names})\n<template>\n{prompt.template}\n</template>\n\n"
-                   f"## Critique\n{critique}\n\n## How to edit\n{style}")
+        syntax = (
+            "Python str.format syntax: {name} is a placeholder, literal braces are written {{ and }}"
+            if prompt.engine == "f-string"
+            else "Jinja syntax: {{ name }} is a placeholder"
+        )
+        content = (
+            f"## Template ({syntax}; its placeholders: {names})\n<template>\n{prompt.template}\n</template>\n\n"
+            f"## Critique\n{critique}\n\n## How to edit\n{style}"
+        )
         messages = [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": content}]
         return await self.ask(client, model, messages, "new_prompt", self.editor_temperature)
 
-    async def ask(
-        self, client: Any, model: str, messages: list[dict[str, str]], tag: str, temperature: float
-    ) -> Reply:
+    async def ask(self, client: Any, model: str, messages: list[dict[str, str]], tag: str, temperature: float) -> Reply:
         """The text between `<tag>` markers of the model's reply, tried up to `max_tries` times.
 
         A malformed reply or a passing API error costs a try; a wrong model name or key stops the run.
@@ -360,8 +423,9 @@ class APO(Algorithm["APOResult"]):
                 problem = f"{type(exc).__name__}: {exc}"
             except (openai.APIError, ValueError) as exc:
                 problem = str(exc)
-            log.warning("APO %s reply from %s unusable (try %d of %d): %s",
-                        tag, model, attempt, self.max_tries, redact(problem))
+            log.warning(
+                "APO %s reply from %s unusable (try %d of %d): %s", tag, model, attempt, self.max_tries, redact(problem)
+            )
         return Reply(None, Tally(unusable=self.max_tries, skipped=1))
 
 
@@ -552,8 +616,10 @@ def transcript(spans: Sequence[Span]) -> str:
         elif sc.OBJECT_JSON in a:
             lines.append(f"object: {a[sc.OBJECT_JSON]}")
         elif sc.OPERATION_NAME in a:
-            lines.append(f"{a[sc.OPERATION_NAME]}: input {a.get(sc.OPERATION_INPUT, '-')} "
-                         f"-> output {a.get(sc.OPERATION_OUTPUT, '-')}")
+            lines.append(
+                f"{a[sc.OPERATION_NAME]}: input {a.get(sc.OPERATION_INPUT, '-')} "
+                f"-> output {a.get(sc.OPERATION_OUTPUT, '-')}"
+            )
         elif sc.EXCEPTION_TYPE in a:
             lines.append(f"error: {a[sc.EXCEPTION_TYPE]}: {a.get(sc.EXCEPTION_MESSAGE, '')}")
     text = "\n".join(lines)

@@ -88,8 +88,10 @@ async def flag_no_model_calls(store: Store, rollouts: Sequence[Rollout], calls: 
 
 def no_model_calls_error(algorithm: str, rollouts: int) -> RuntimeError:
     """The error of a training step none of whose `rollouts` (rewarded) recorded a model call: nothing to train on."""
-    return RuntimeError(f"{algorithm}: none of the step's {rollouts} rewarded rollouts made a model call through the "
-                        f"gateway, so there is nothing to train on: {NO_MODEL_CALLS_FIX}")
+    return RuntimeError(
+        f"{algorithm}: none of the step's {rollouts} rewarded rollouts made a model call through the "
+        f"gateway, so there is nothing to train on: {NO_MODEL_CALLS_FIX}"
+    )
 
 
 TOP_ERRORS = 3
@@ -109,8 +111,11 @@ class Failures:
         """A few lines for the console; when every rollout failed, the command that lists them."""
         if self.failed == 0:
             return ""
-        head = (f"every one of the {self.total} {label} rollouts failed" if self.failed == self.total
-                else f"{self.failed} of {self.total} {label} rollouts failed")
+        head = (
+            f"every one of the {self.total} {label} rollouts failed"
+            if self.failed == self.total
+            else f"{self.failed} of {self.total} {label} rollouts failed"
+        )
         lines = [head + (":" if self.errors else "")]
         lines += [f"  {count}× {error}" for error, count in self.errors]
         if self.failed == self.total:
@@ -160,10 +165,12 @@ class Algorithm(Generic[R]):
         """Take `ctx` as this run's context (the first thing `run` does); returns it."""
         if not isinstance(ctx, RunContext):
             name = type(self).__name__
-            raise TypeError(f"{name}.run takes a RunContext first, then train_data and val_data, not a "
-                            f"{type(ctx).__name__}: algorithms run inside a trainer, ag.Trainer(algorithm={name}(...), "
-                            "n_runners=...).fit(agent, train_data, val_data), or await "
-                            f"{name.lower()}.run(RunContext(store=...), train_data, val_data) on a store runners serve")
+            raise TypeError(
+                f"{name}.run takes a RunContext first, then train_data and val_data, not a "
+                f"{type(ctx).__name__}: algorithms run inside a trainer, ag.Trainer(algorithm={name}(...), "
+                "n_runners=...).fit(agent, train_data, val_data), or await "
+                f"{name.lower()}.run(RunContext(store=...), train_data, val_data) on a store runners serve"
+            )
         self.ctx = ctx
         return ctx
 
@@ -192,7 +199,6 @@ class Algorithm(Generic[R]):
         latest = await self.store.get_latest_resources()
         return await self.publish({**(latest.resources if latest else {}), name: resource}, metadata)
 
-
     async def run_rollouts(
         self,
         tasks: Sequence[Any],
@@ -210,8 +216,13 @@ class Algorithm(Generic[R]):
         """
         config = config or RolloutConfig()
         requests = [
-            {"input": task, "mode": mode, "resources_id": resources_id, "config": config,
-             "metadata": metadata[i] if metadata else {}}
+            {
+                "input": task,
+                "mode": mode,
+                "resources_id": resources_id,
+                "config": config,
+                "metadata": metadata[i] if metadata else {},
+            }
             for i, task in enumerate(tasks)
         ]
         queued = await self.store.enqueue_rollouts(requests)
@@ -231,7 +242,9 @@ class Algorithm(Generic[R]):
 C = TypeVar("C")
 
 
-def with_overrides(config: C, overrides: Mapping[str, Any], algorithm: str, nested: Mapping[str, type] | None = None) -> C:
+def with_overrides(
+    config: C, overrides: Mapping[str, Any], algorithm: str, nested: Mapping[str, type] | None = None
+) -> C:
     """A copy of `config` (a dataclass) with keyword overrides applied; `config` itself is unchanged.
 
     A name of a field of a `nested` config (`{"policy": PolicyConfig}`) goes to that field's copy, so
@@ -249,8 +262,9 @@ def with_overrides(config: C, overrides: Mapping[str, Any], algorithm: str, nest
         owner = next((name for name, kind in nested.items() if key in {f.name for f in dataclasses.fields(kind)}), None)
         if owner is None:
             valid = sorted(own | {f.name for kind in nested.values() for f in dataclasses.fields(kind)})
-            raise TypeError(f"{algorithm} has no setting {key!r}; the settings of {type(config).__name__} are: "
-                            f"{', '.join(valid)}")
+            raise TypeError(
+                f"{algorithm} has no setting {key!r}; the settings of {type(config).__name__} are: {', '.join(valid)}"
+            )
         inner[owner][key] = value
     copied: Any = dataclasses.replace(config, **top)  # type: ignore[type-var]  # C is a dataclass, as fields() checked
     for name, values in inner.items():

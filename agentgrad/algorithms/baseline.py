@@ -22,7 +22,9 @@ class Baseline(Algorithm["dict[str, Evaluation]"]):
         self.success_threshold = success_threshold
         self.config = config
 
-    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> dict[str, Evaluation]:
+    async def run(
+        self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None
+    ) -> dict[str, Evaluation]:
         self.bind(ctx)
         results: dict[str, Evaluation] = {}
         for split, data in (("train", train_data), ("val", val_data)):
@@ -49,5 +51,7 @@ def results_table(results: dict[str, Evaluation], title: str = "Baseline") -> Ta
     for column in ("split", "rollouts", "completed", "no reward", "reward mean", "success rate"):
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, r in results.items():
-        table.add_row(split, str(r.n), str(r.succeeded), str(r.no_reward), f"{r.reward_mean:.3f}", f"{r.success_rate:.1%}")
+        table.add_row(
+            split, str(r.n), str(r.succeeded), str(r.no_reward), f"{r.reward_mean:.3f}", f"{r.success_rate:.1%}"
+        )
     return table

@@ -70,13 +70,19 @@ class GRPOConfig:
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of training rollouts
     max_tokens: int = 48  # per model call
-    sampling: SamplingSource = "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    sampling: SamplingSource = (
+        "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    )
     missing_reward: MissingReward = "fail"  # a rollout whose agent reports no reward fails ("zero": counts as reward 0)
     rollout_timeout: float = 600.0  # seconds an attempt may take
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
-    agent_match: str | None = None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
+    agent_match: str | None = (
+        None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
+    )
     # ---- advantages
-    normalize_std: bool = True  # divide advantages by the group's reward std (GRPO); False: mean-centred only (Dr. GRPO)
+    normalize_std: bool = (
+        True  # divide advantages by the group's reward std (GRPO); False: mean-centred only (Dr. GRPO)
+    )
     skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
     # ---- the loss: clipped surrogate, token mean over the step (DAPO's token-level aggregation)
     clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
@@ -97,7 +103,9 @@ class GRPOConfig:
     # ---- checkpoints
     checkpoint_dir: str | None = None  # where step-N checkpoints go; a run resumes from the newest
     checkpoint_every: int = 0  # save every k steps (0: only at the end, when checkpoint_dir is set)
-    keep_checkpoints: int = 2  # the newest k step-N folders stay, older ones are deleted (0: keep all); each holds weights and optimizer
+    keep_checkpoints: int = (
+        2  # the newest k step-N folders stay, older ones are deleted (0: keep all); each holds weights and optimizer
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, PolicyConfig):
@@ -166,8 +174,9 @@ def policy_loss(
     return loss, diagnostics
 
 
-def tis_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
-                cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+def tis_weights(
+    trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, cap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Truncated importance sampling: per token min(p_trainer / p_sampler, cap), no gradient through it,
     and where the cap bit. With `cap=None`, weights of one (off).
 
@@ -221,10 +230,13 @@ def grpo_update(
                     ref = _reference_logprobs(model, reference, sequences, temperature, pad_token_id)
             loss = torch.zeros((), device=new[0].device)
             for i, ((trajectory, advantage), new_logprobs) in enumerate(zip(micro, new)):
-                mask = torch.tensor(trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32, device=loss.device)
+                mask = torch.tensor(
+                    trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32, device=loss.device
+                )
                 old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
-                token_loss, diag = policy_loss(new_logprobs, old, advantage, cfg.clip_eps,
-                                               None if ref is None else ref[i], cfg.kl_coef)
+                token_loss, diag = policy_loss(
+                    new_logprobs, old, advantage, cfg.clip_eps, None if ref is None else ref[i], cfg.kl_coef
+                )
                 # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
                 weight, truncated = tis_weights(new_logprobs, old, cfg.policy.tis_cap)
                 loss = loss + (token_loss * weight * mask).sum() / total_tokens
@@ -252,15 +264,24 @@ def grpo_update(
 # ----------------------------------------------------------------------------- the update, local or sharded
 
 
-def sharded_grpo_step(sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, float]], cfg: GRPOConfig,
-                      pad_token_id: int) -> dict[str, float]:
+def sharded_grpo_step(
+    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, float]], cfg: GRPOConfig, pad_token_id: int
+) -> dict[str, float]:
     """`grpo_update` on one rank's share of the whole step's `batch` (run by `ShardedPolicy.run` on every
     rank); the loss is over the step's global token count, so the ranks' sum is the one-process update."""
     share, most = sharded.share([len(t.token_ids) for t, _ in batch])
     micro_batches = math.ceil(most / cfg.micro_batch_size)  # the same on every rank
     total = sum(t.response_length for t, _ in batch)
-    stats = grpo_update(sharded.model, sharded.optimizer, [batch[i] for i in share], cfg, pad_token_id,
-                        sharded.reference, total_tokens=total, micro_batches=micro_batches)
+    stats = grpo_update(
+        sharded.model,
+        sharded.optimizer,
+        [batch[i] for i in share],
+        cfg,
+        pad_token_id,
+        sharded.reference,
+        total_tokens=total,
+        micro_batches=micro_batches,
+    )
     # loss, clip fraction and KL are sums of per-rank parts (each already divided by the global count)
     names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated"]
     parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
@@ -274,7 +295,9 @@ class LocalUpdate:
 
     def __init__(self, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.policy, self.cfg = policy, cfg
-        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
         self.reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.policy.lora_rank == 0 else None
 
     def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
@@ -320,10 +343,18 @@ class ShardedUpdate:
         self.group.close()
 
 
-def open_update(policy: LocalPolicy, cfg: GRPOConfig, launcher: Callable[..., TrainingGroup] | None) -> LocalUpdate | ShardedUpdate:
+def open_update(
+    policy: LocalPolicy, cfg: GRPOConfig, launcher: Callable[..., TrainingGroup] | None
+) -> LocalUpdate | ShardedUpdate:
     """The sharded update when a training group is asked for (`train_processes > 1`, or torchrun), else the local one."""
-    group = open_group(cfg.train_processes, policy, launcher, learning_rate=cfg.learning_rate,
-                       weight_decay=cfg.weight_decay, kl_reference=cfg.kl_coef > 0)
+    group = open_group(
+        cfg.train_processes,
+        policy,
+        launcher,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        kl_reference=cfg.kl_coef > 0,
+    )
     return LocalUpdate(policy, cfg) if group is None else ShardedUpdate(group, policy, cfg)
 
 
@@ -363,8 +394,14 @@ class GRPO(Algorithm["GRPOResult"]):
 
     serves_gateway = True
 
-    def __init__(self, config: GRPOConfig | None = None, *, local_engine: Engine | None = None, model: str | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: GRPOConfig | None = None,
+        *,
+        local_engine: Engine | None = None,
+        model: str | None = None,
+        **overrides: Any,
+    ) -> None:
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO", {"policy": PolicyConfig})
         self.local_engine = local_engine
         self.model_name = model
@@ -374,7 +411,9 @@ class GRPO(Algorithm["GRPOResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("GRPO needs training tasks")
-        with make_policy(cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port) as policy:
+        with make_policy(
+            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port
+        ) as policy:
             # ---- the update sharded over several processes (agentgrad.distributed), when asked
             update = open_update(policy, cfg, ctx.launcher)
             try:
@@ -388,18 +427,32 @@ class GRPO(Algorithm["GRPOResult"]):
 
         follow(lambda: self.local_engine.model if self.local_engine is not None else load_model(self.model_name)[0])
 
-    async def _train(self, policy: LocalPolicy, update: LocalUpdate | ShardedUpdate, train_data: list[Any],
-                     val_data: list[Any]) -> GRPOResult:
+    async def _train(
+        self, policy: LocalPolicy, update: LocalUpdate | ShardedUpdate, train_data: list[Any], val_data: list[Any]
+    ) -> GRPOResult:
         cfg = self.config
         engine = policy.engine
         # ---- resources: the agent's other resources, plus the policy behind the gateway
-        train_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
-                                           {"algorithm": "grpo", "purpose": "train"})
-        val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
-                                         {"algorithm": "grpo", "purpose": "val"})
+        train_id = await self.publish_with(
+            cfg.resource_name,
+            policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+            {"algorithm": "grpo", "purpose": "train"},
+        )
+        val_id = await self.publish_with(
+            cfg.resource_name,
+            policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
+            {"algorithm": "grpo", "purpose": "val"},
+        )
         # ---- the trainer's sampling, applied by the gateway to each call whatever the agent asks
-        policy.set_sampling(SamplingPlan({"train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
-                                          "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens}}, cfg.sampling))
+        policy.set_sampling(
+            SamplingPlan(
+                {
+                    "train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+                    "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens},
+                },
+                cfg.sampling,
+            )
+        )
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
 
         # ---- resume from the newest checkpoint, if any
@@ -414,21 +467,41 @@ class GRPO(Algorithm["GRPOResult"]):
         async def validate(step: int) -> Evaluation | None:
             if not val_data:
                 return None
-            rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config,
-                                               metadata=[{"step": step}] * len(val_data))
+            rollouts = await self.run_rollouts(
+                val_data,
+                mode="val",
+                resources_id=val_id,
+                config=rollout_config,
+                metadata=[{"step": step}] * len(val_data),
+            )
             result = Evaluation.of(rollouts, cfg.success_threshold)
-            await self.log_metrics(step, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean,
-                                          "val/no_reward": result.no_reward})
+            await self.log_metrics(
+                step,
+                {
+                    "val/accuracy": result.success_rate,
+                    "val/reward_mean": result.reward_mean,
+                    "val/no_reward": result.no_reward,
+                },
+            )
             return result
 
         initial = await validate(start)
         if initial is not None:
-            self.console.print(f"validation before step {start}: accuracy {initial.success_rate:.3f} "
-                               f"reward {initial.reward_mean:.3f} ({initial.n} tasks)")
+            self.console.print(
+                f"validation before step {start}: accuracy {initial.success_rate:.3f} "
+                f"reward {initial.reward_mean:.3f} ({initial.n} tasks)"
+            )
         final = initial
         failed_steps = identical_steps = 0
-        progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=self.console, transient=False)
+        progress = Progress(
+            TextColumn("GRPO"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=self.console,
+            transient=False,
+        )
         with progress:
             bar = progress.add_task("", total=cfg.steps, completed=start)
             for step in range(start + 1, cfg.steps + 1):
@@ -437,14 +510,21 @@ class GRPO(Algorithm["GRPOResult"]):
                 tasks = [train_data[i] for i in sampler.take(cfg.prompts_per_step)]
                 requests = [task for task in tasks for _ in range(cfg.group_size)]
                 groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
-                rollouts = await self.run_rollouts(requests, mode="train", resources_id=train_id, config=rollout_config,
-                                                   metadata=[{"step": step, "group": g} for g in groups])
+                rollouts = await self.run_rollouts(
+                    requests,
+                    mode="train",
+                    resources_id=train_id,
+                    config=rollout_config,
+                    metadata=[{"step": step, "group": g} for g in groups],
+                )
                 rollout_seconds = time.perf_counter() - began
                 failed_steps = failed_steps + 1 if all(r.status is not RolloutStatus.SUCCEEDED for r in rollouts) else 0
                 if cfg.max_failed_steps and failed_steps >= cfg.max_failed_steps:
                     failures = self.last_failures.describe("train", self.store) if self.last_failures else ""
-                    raise RuntimeError(f"GRPO stopped at step {step}: every rollout failed in {failed_steps} step(s) in a "
-                                       f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}")
+                    raise RuntimeError(
+                        f"GRPO stopped at step {step}: every rollout failed in {failed_steps} step(s) in a "
+                        f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}"
+                    )
 
                 # ---- adapt: spans → trajectories; advantages within each task's group
                 batch = await self._batch(rollouts, groups)
@@ -455,7 +535,10 @@ class GRPO(Algorithm["GRPOResult"]):
                     self.console.print(
                         f"for {IDENTICAL_STEPS} steps in a row every group's rollouts sampled the same tokens, so GRPO "
                         "has nothing to compare: the calls run greedily (an agent pinning temperature=0 under "
-                        "sampling='agent', or a backend ignoring the temperature)", highlight=False, markup=False)
+                        "sampling='agent', or a backend ignoring the temperature)",
+                        highlight=False,
+                        markup=False,
+                    )
                 generated = sum(t.response_length for t in batch.sampled)  # every rollout's, kept or not
 
                 # ---- optimize: clipped policy gradient over the response tokens
@@ -485,9 +568,11 @@ class GRPO(Algorithm["GRPOResult"]):
                 }
                 await self.log_metrics(step, metrics)
                 history.append({"step": step, **metrics})
-                description = (f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
-                               f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{len(tasks)} "
-                               f"{metrics['perf/step_seconds']:.1f}s")
+                description = (
+                    f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
+                    f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{len(tasks)} "
+                    f"{metrics['perf/step_seconds']:.1f}s"
+                )
 
                 # ---- validate and checkpoint
                 if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
@@ -496,11 +581,17 @@ class GRPO(Algorithm["GRPOResult"]):
                         description += f" | val acc {final.success_rate:.3f}"
                 progress.update(bar, advance=1, description=description)
                 progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
-                if checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
-                    update.save(checkpoint_dir / f"step-{step}", {"step": step, "history": history, "config": asdict(cfg)})
+                if checkpoint_dir and (
+                    (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps
+                ):
+                    update.save(
+                        checkpoint_dir / f"step-{step}", {"step": step, "history": history, "config": asdict(cfg)}
+                    )
                     prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
         last = latest_checkpoint(checkpoint_dir)
-        return GRPOResult(steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history)
+        return GRPOResult(
+            steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history
+        )
 
     async def _batch(self, rollouts: list[Rollout], groups: list[int]) -> StepBatch:
         """The step's trajectories with their advantages; groups whose rewards are all equal are dropped."""
@@ -513,12 +604,18 @@ class GRPO(Algorithm["GRPOResult"]):
             spans = await self.store.query_spans(rollout.rollout_id)
             calls.append(sum(is_llm_call(s) for s in spans))
             # tokens a grammar forced are no choice of the policy's: out of the loss (docs/constrained-decoding.md)
-            trajectories = to_trajectories(spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match, skip_forced=True)
+            trajectories = to_trajectories(
+                spans, reward=rollout.reward or 0.0, agent_match=cfg.agent_match, skip_forced=True
+            )
             scored.append((rollout, group, trajectories))
         flagged = await flag_no_model_calls(self.store, [r for r, _, _ in scored], calls)
         if flagged and sum(calls):
-            self.console.print(f"{flagged} of {len(scored)} rewarded rollouts made no model call through the gateway "
-                               f"(marked in their metadata): some agent calls bypass it", highlight=False, markup=False)
+            self.console.print(
+                f"{flagged} of {len(scored)} rewarded rollouts made no model call through the gateway "
+                f"(marked in their metadata): some agent calls bypass it",
+                highlight=False,
+                markup=False,
+            )
         samples: dict[int, set[tuple[tuple[int, ...], ...]]] = {}
         sizes: dict[int, int] = {}
         for _, group, trajectories in scored:
@@ -530,16 +627,27 @@ class GRPO(Algorithm["GRPOResult"]):
         by_group: dict[int, list[float]] = {}
         for reward, (_, group, _) in zip(rewards, scored):
             by_group.setdefault(group, []).append(reward)
-        useful = {g for g, values in by_group.items() if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)}
+        useful = {
+            g
+            for g, values in by_group.items()
+            if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
+        }
         pairs = [
             (trajectory, advantage)
             for advantage, (_, group, trajectories) in zip(advantages, scored)
             if group in useful
             for trajectory in trajectories
         ]
-        return StepBatch(pairs, rewards, len(useful), [t for _, _, trajectories in scored for t in trajectories],
-                         rewarded=len(scored), model_calls=sum(calls), groups_compared=len(compared),
-                         groups_identical=sum(len(samples[g]) == 1 for g in compared))
+        return StepBatch(
+            pairs,
+            rewards,
+            len(useful),
+            [t for _, _, trajectories in scored for t in trajectories],
+            rewarded=len(scored),
+            model_calls=sum(calls),
+            groups_compared=len(compared),
+            groups_identical=sum(len(samples[g]) == 1 for g in compared),
+        )
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -551,8 +659,13 @@ def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return reference
 
 
-def _reference_logprobs(model: torch.nn.Module, reference: torch.nn.Module | None, sequences: list[ScoredSequence],
-                        temperature: float, pad: int) -> list[torch.Tensor]:
+def _reference_logprobs(
+    model: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    sequences: list[ScoredSequence],
+    temperature: float,
+    pad: int,
+) -> list[torch.Tensor]:
     if reference is not None:
         return sequence_logprobs(reference, sequences, temperature, pad)
     with model.disable_adapter():  # type: ignore[operator]  # LoRA: the base weights are the reference

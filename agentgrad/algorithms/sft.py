@@ -52,7 +52,9 @@ class SFTConfig:
     temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of the collection rollouts
     max_tokens: int = 48  # per model call
-    sampling: SamplingSource = "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    sampling: SamplingSource = (
+        "trainer"  # the gateway applies the above to every call ("agent": only where the agent set none)
+    )
     missing_reward: MissingReward = "fail"  # a rollout whose agent reports no reward fails ("zero": counts as reward 0)
     rollout_timeout: float = 600.0  # seconds an attempt may take
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
@@ -98,8 +100,14 @@ class SFT(Algorithm["SFTResult"]):
 
     serves_gateway = True
 
-    def __init__(self, config: SFTConfig | None = None, *, local_engine: Engine | None = None, model: str | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: SFTConfig | None = None,
+        *,
+        local_engine: Engine | None = None,
+        model: str | None = None,
+        **overrides: Any,
+    ) -> None:
         self.config = with_overrides(config or SFTConfig(), overrides, "SFT", {"policy": PolicyConfig})
         self.local_engine = local_engine
         self.model_name = model
@@ -109,17 +117,32 @@ class SFT(Algorithm["SFTResult"]):
         cfg = self.config
         if not train_data:
             raise ValueError("SFT needs training tasks")
-        with make_policy(cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port) as policy:
+        with make_policy(
+            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port
+        ) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 
     async def _train(self, policy: LocalPolicy, train_data: list[Any], val_data: list[Any]) -> SFTResult:
         cfg = self.config
-        train_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
-                                           {"algorithm": "sft", "purpose": "collect"})
-        val_id = await self.publish_with(cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
-                                         {"algorithm": "sft", "purpose": "val"})
-        policy.set_sampling(SamplingPlan({"train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
-                                          "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens}}, cfg.sampling))
+        train_id = await self.publish_with(
+            cfg.resource_name,
+            policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+            {"algorithm": "sft", "purpose": "collect"},
+        )
+        val_id = await self.publish_with(
+            cfg.resource_name,
+            policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
+            {"algorithm": "sft", "purpose": "val"},
+        )
+        policy.set_sampling(
+            SamplingPlan(
+                {
+                    "train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+                    "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens},
+                },
+                cfg.sampling,
+            )
+        )
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
         sampler = TaskSampler(len(train_data), cfg.seed)
@@ -132,7 +155,9 @@ class SFT(Algorithm["SFTResult"]):
             rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config)
             result = Evaluation.of(rollouts, cfg.success_threshold)
             await self.log_metrics(round_, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean})
-            self.console.print(f"round {round_}: validation accuracy {result.success_rate:.3f} reward {result.reward_mean:.3f}")
+            self.console.print(
+                f"round {round_}: validation accuracy {result.success_rate:.3f} reward {result.reward_mean:.3f}"
+            )
             return result
 
         initial = final = await validate(0)
@@ -140,8 +165,12 @@ class SFT(Algorithm["SFTResult"]):
             began = time.perf_counter()
             # ---- collect: each sampled task several times
             tasks = [train_data[i] for i in sampler.take(cfg.tasks_per_round)]
-            rollouts = await self.run_rollouts([t for t in tasks for _ in range(cfg.samples_per_task)], mode="train",
-                                               resources_id=train_id, config=rollout_config)
+            rollouts = await self.run_rollouts(
+                [t for t in tasks for _ in range(cfg.samples_per_task)],
+                mode="train",
+                resources_id=train_id,
+                config=rollout_config,
+            )
             # ---- keep: rewarded attempts, each distinct token sequence once
             kept: dict[tuple[int, ...], Trajectory] = {}
             rewards = []
@@ -171,18 +200,26 @@ class SFT(Algorithm["SFTResult"]):
                 "perf/round_seconds": time.perf_counter() - began,
             }
             await self.log_metrics(round_, metrics)
-            self.console.print(f"round {round_}: kept {len(data)} of {len(rollouts)} rollouts "
-                               f"(reward mean {metrics['train/reward_mean']:.3f}), loss {loss:.3f}")
+            self.console.print(
+                f"round {round_}: kept {len(data)} of {len(rollouts)} rollouts "
+                f"(reward mean {metrics['train/reward_mean']:.3f}), loss {loss:.3f}"
+            )
             final = await validate(round_)
             history.append({"round": round_, **metrics, **({"val/accuracy": final.success_rate} if final else {})})
         checkpoint = None
         if cfg.checkpoint_dir:
-            checkpoint = str(policy.save(Path(cfg.checkpoint_dir) / f"step-{cfg.rounds}", optimizer,
-                                         {"step": cfg.rounds, "history": history, "config": asdict(cfg)}))
+            checkpoint = str(
+                policy.save(
+                    Path(cfg.checkpoint_dir) / f"step-{cfg.rounds}",
+                    optimizer,
+                    {"step": cfg.rounds, "history": history, "config": asdict(cfg)},
+                )
+            )
         return SFTResult(cfg.rounds, initial, final, checkpoint, history)
 
-    def _fine_tune(self, policy: LocalPolicy, optimizer: torch.optim.Optimizer, data: list[Trajectory],
-                   shuffle: random.Random) -> float:
+    def _fine_tune(
+        self, policy: LocalPolicy, optimizer: torch.optim.Optimizer, data: list[Trajectory], shuffle: random.Random
+    ) -> float:
         cfg = self.config
         losses = []
         with policy.engine.training() as model:
@@ -191,14 +228,23 @@ class SFT(Algorithm["SFTResult"]):
                 shuffle.shuffle(order)
                 for start in range(0, len(order), cfg.batch_size):
                     batch = [data[i] for i in order[start : start + cfg.batch_size]]
-                    losses.append(sft_update(model, optimizer, batch, cfg.max_grad_norm, policy.engine.tokenizer.pad_token_id))
+                    losses.append(
+                        sft_update(model, optimizer, batch, cfg.max_grad_norm, policy.engine.tokenizer.pad_token_id)
+                    )
         policy.engine.publish()
         policy.sync()  # vLLM: the new weights reach the servers before the next round
         return statistics.fmean(losses)
 
 
-def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Sequence[Trajectory], max_grad_norm: float,
-               pad_token_id: int = 0, *, total_tokens: int | None = None) -> float:
+def sft_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Sequence[Trajectory],
+    max_grad_norm: float,
+    pad_token_id: int = 0,
+    *,
+    total_tokens: int | None = None,
+) -> float:
     """One AdamW step on the NLL of the model-written tokens of `batch`, the mean over those tokens.
 
     One rank of a sharded update passes its share as `batch` and the whole batch's `total_tokens`
@@ -206,9 +252,13 @@ def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     """
 
     items = list(batch) or [idle_trajectory(pad_token_id)]
-    logprobs = sequence_logprobs(model, [ScoredSequence(t.token_ids, t.prompt_length) for t in items], 1.0, pad_token_id)
-    masks = [torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
-             for t, lp in zip(items, logprobs)]
+    logprobs = sequence_logprobs(
+        model, [ScoredSequence(t.token_ids, t.prompt_length) for t in items], 1.0, pad_token_id
+    )
+    masks = [
+        torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
+        for t, lp in zip(items, logprobs)
+    ]
     tokens = total_tokens or sum(float(m.sum()) for m in masks)
     loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
     optimizer.zero_grad(set_to_none=True)
@@ -216,4 +266,3 @@ def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     clip_grad_norm([p for p in model.parameters() if p.requires_grad], max_grad_norm)
     optimizer.step()
     return float(loss.detach())  # type: ignore[union-attr]
-

@@ -99,16 +99,20 @@ def run_folder(args: argparse.Namespace, ask: Any = None) -> RunFolder:
         console.print(f"the earlier run in {path} was moved to {aside}; starting over")
         earlier = False
     elif earlier and found is not None and args.algorithm == "grpo" and step >= demo_steps(args):
-        raise SystemExit(f"the demo run in {path} already finished its {step} steps ({found}); pass --fresh to run "
-                         "it again (the earlier folder is kept, renamed), or more --steps to train on from there")
+        raise SystemExit(
+            f"the demo run in {path} already finished its {step} steps ({found}); pass --fresh to run "
+            "it again (the earlier folder is kept, renamed), or more --steps to train on from there"
+        )
     elif earlier and not args.resume:
         where = f"step {step} ({found})" if found is not None else "its start (it saved no checkpoint)"
         question = f"an earlier demo run in {path} can resume from {where}: resume it? [Y/n] "
         if ask is None and sys.stdin.isatty():
             ask = console.input
         if ask is None:
-            raise SystemExit(f"an earlier demo run in {path} stopped; it resumes from {where}. Pass --resume to "
-                             "continue it, or --fresh to start over (the earlier folder is kept, renamed)")
+            raise SystemExit(
+                f"an earlier demo run in {path} stopped; it resumes from {where}. Pass --resume to "
+                "continue it, or --fresh to start over (the earlier folder is kept, renamed)"
+            )
         if ask(question).strip().lower() not in ("", "y", "yes"):
             raise SystemExit("not resumed: pass --fresh to start over (the earlier folder is kept, renamed)")
     if earlier and found is not None and args.algorithm == "sft":
@@ -131,7 +135,9 @@ async def cancel_unfinished(store_spec: str) -> int:
 
     store = open_store(store_spec)
     try:
-        left = await store.query_rollouts(status=[RolloutStatus.QUEUING, RolloutStatus.REQUEUING, RolloutStatus.RUNNING])
+        left = await store.query_rollouts(
+            status=[RolloutStatus.QUEUING, RolloutStatus.REQUEUING, RolloutStatus.RUNNING]
+        )
         for rollout in left:
             await store.update_rollout(rollout.rollout_id, status=RolloutStatus.CANCELLED)
         return len(left)
@@ -140,34 +146,71 @@ async def cancel_unfinished(store_spec: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", choices=["function", "tool", "plain"], default="function",
-                        help="function: three-digit additions and a calculator function (OpenAI function calling, the "
-                             "default); tool: the same by the text protocol 'calculate: <expr>'; plain: two-digit, no tool")
-    parser.add_argument("--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)")
+    parser.add_argument(
+        "--task",
+        choices=["function", "tool", "plain"],
+        default="function",
+        help="function: three-digit additions and a calculator function (OpenAI function calling, the "
+        "default); tool: the same by the text protocol 'calculate: <expr>'; plain: two-digit, no tool",
+    )
+    parser.add_argument(
+        "--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)"
+    )
     parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain / 3)")
     parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: store.db in the run folder)")
-    parser.add_argument("--run-dir", help="the run's folder: store and checkpoints (default: .agentgrad/demo-TASK-ALGORITHM)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the earlier run in the run folder from its newest checkpoint, without asking")
-    parser.add_argument("--fresh", action="store_true",
-                        help="start over; an earlier run in the run folder is kept, renamed with its date")
-    parser.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
-                        help="GRPO: checkpoint every K steps, so a crash loses fewer than K (default: 1: none; the "
-                             "newest 2 are kept, 1.6 GB each for the default model, ~7 s to write here)")
+    parser.add_argument(
+        "--run-dir", help="the run's folder: store and checkpoints (default: .agentgrad/demo-TASK-ALGORITHM)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the earlier run in the run folder from its newest checkpoint, without asking",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over; an earlier run in the run folder is kept, renamed with its date",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=1,
+        metavar="K",
+        help="GRPO: checkpoint every K steps, so a crash loses fewer than K (default: 1: none; the "
+        "newest 2 are kept, 1.6 GB each for the default model, ~7 s to write here)",
+    )
     parser.add_argument("--prompts-per-step", type=int, default=8, help="GRPO: tasks sampled per step (default: 8)")
     parser.add_argument("--group-size", type=int, default=8, help="GRPO: rollouts per task (default: 8)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategy", choices=["threads", "ray"], default="threads",
-                        help="runners as threads here, or as actors of a Ray cluster ($RAY_ADDRESS, else a local one)")
-    parser.add_argument("--train-processes", type=int, default=1,
-                        help="GRPO: shard the update with FSDP2 over this many processes (Ray actors with --strategy ray)")
-    parser.add_argument("--engine", choices=["local", "vllm"], default="local",
-                        help="what samples the rollouts: the built-in engine, or vLLM servers from .venv-vllm (make vllm)")
-    parser.add_argument("--vllm-replicas", type=int, default=1, help="--engine vllm: servers to start (one core each on a CPU)")
-    parser.add_argument("--vllm-url", action="append", default=[],
-                        help="--engine vllm: attach to this server (VLLM_SERVER_DEV_MODE=1) instead; repeat for replicas")
+    parser.add_argument(
+        "--strategy",
+        choices=["threads", "ray"],
+        default="threads",
+        help="runners as threads here, or as actors of a Ray cluster ($RAY_ADDRESS, else a local one)",
+    )
+    parser.add_argument(
+        "--train-processes",
+        type=int,
+        default=1,
+        help="GRPO: shard the update with FSDP2 over this many processes (Ray actors with --strategy ray)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["local", "vllm"],
+        default="local",
+        help="what samples the rollouts: the built-in engine, or vLLM servers from .venv-vllm (make vllm)",
+    )
+    parser.add_argument(
+        "--vllm-replicas", type=int, default=1, help="--engine vllm: servers to start (one core each on a CPU)"
+    )
+    parser.add_argument(
+        "--vllm-url",
+        action="append",
+        default=[],
+        help="--engine vllm: attach to this server (VLLM_SERVER_DEV_MODE=1) instead; repeat for replicas",
+    )
 
 
 def main(args: argparse.Namespace) -> None:
@@ -180,8 +223,10 @@ def main(args: argparse.Namespace) -> None:
     run = run_folder(args)  # before the model loads: a question or a stop comes at once
     if run.resume_step is not None:
         cancelled = asyncio.run(cancel_unfinished(run.store))
-        console.print(f"resuming the run in {run.path} from step {run.resume_step}"
-                      + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else ""))
+        console.print(
+            f"resuming the run in {run.path} from step {run.resume_step}"
+            + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else "")
+        )
     began = time.perf_counter()
     engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
     from agentgrad.policy.config import PolicyConfig
@@ -194,26 +239,41 @@ def main(args: argparse.Namespace) -> None:
 
         steps = demo_steps(args)
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
-        algorithm = GRPO(GRPOConfig(steps=steps, val_every=10 if args.task == "plain" else steps, micro_batch_size=8,
-                                    checkpoint_dir=checkpoints, checkpoint_every=args.checkpoint_every,
-                                    prompts_per_step=args.prompts_per_step, group_size=args.group_size,
-                                    seed=args.seed, train_processes=args.train_processes,
-                                    policy=policy), local_engine=engine)
+        algorithm = GRPO(
+            GRPOConfig(
+                steps=steps,
+                val_every=10 if args.task == "plain" else steps,
+                micro_batch_size=8,
+                checkpoint_dir=checkpoints,
+                checkpoint_every=args.checkpoint_every,
+                prompts_per_step=args.prompts_per_step,
+                group_size=args.group_size,
+                seed=args.seed,
+                train_processes=args.train_processes,
+                policy=policy,
+            ),
+            local_engine=engine,
+        )
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
-        algorithm = SFT(SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
-                        local_engine=engine)
+        algorithm = SFT(
+            SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
+            local_engine=engine,
+        )
     if args.strategy == "ray":
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
     trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(
-        algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store, strategy=args.strategy)
-    console.print(f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
-                  f"on {engine.name} ({engine.device}, "
-                  f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "
-                  f"store: {getattr(trainer.store, 'path', trainer.store)}")
+        algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store, strategy=args.strategy
+    )
+    console.print(
+        f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "
+        f"on {engine.name} ({engine.device}, "
+        f"rollouts by {'vLLM' if args.engine == 'vllm' else 'the built-in engine'}); "
+        f"store: {getattr(trainer.store, 'path', trainer.store)}"
+    )
     result = trainer.fit(calc.calc_agent, train, val)
     elapsed = time.perf_counter() - began
 
@@ -221,13 +281,22 @@ def main(args: argparse.Namespace) -> None:
     table = Table(title=f"calc agent ({args.task}), {len(val)} held-out problems, greedy")
     for column in ("", "accuracy", "tool-call rate", "reward mean", "completed"):
         table.add_column(column, justify="right")
-    for (name, evaluation), step in zip((("before", result.initial), ("after", result.final)), (min(rates, default=0), max(rates, default=0))):
+    for (name, evaluation), step in zip(
+        (("before", result.initial), ("after", result.final)), (min(rates, default=0), max(rates, default=0))
+    ):
         if evaluation is not None:
             rate = f"{rates[step]:.3f}" if step in rates else "-"
-            table.add_row(name, f"{evaluation.success_rate:.3f}", rate, f"{evaluation.reward_mean:.3f}",
-                          f"{evaluation.succeeded}/{evaluation.n}")
+            table.add_row(
+                name,
+                f"{evaluation.success_rate:.3f}",
+                rate,
+                f"{evaluation.reward_mean:.3f}",
+                f"{evaluation.succeeded}/{evaluation.n}",
+            )
     console.print(table)
     store = getattr(trainer.store, "path", trainer.store)
     console.print(f"{args.algorithm.upper()} took {elapsed / 60:.1f} min (model load, validation and training)")
-    console.print(f"store: {store}\n  agentgrad rollouts ls --store {store}\ncheckpoint: {result.checkpoint}"
-                  f"\nrun folder: {run.path} (the same command resumes it; --fresh starts over)")
+    console.print(
+        f"store: {store}\n  agentgrad rollouts ls --store {store}\ncheckpoint: {result.checkpoint}"
+        f"\nrun folder: {run.path} (the same command resumes it; --fresh starts over)"
+    )

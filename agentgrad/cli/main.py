@@ -60,7 +60,9 @@ def serve_engine_command(args: argparse.Namespace) -> None:
     from agentgrad.serving import run
 
     engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
-    console.print(f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1")
+    console.print(
+        f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1"
+    )
     run(Guard(create_engine_app(engine), token=args.token), host=args.host, port=args.port)
 
 
@@ -94,9 +96,14 @@ def apo_command(args: argparse.Namespace) -> None:
     module = load_agent_file(Path(args.agent_file))
     try:
         algorithm = ag.APO(
-            rounds=args.rounds, beam_width=args.beam_width, branch_factor=args.branch_factor,
-            train_batch_size=args.train_batch_size, val_batch_size=args.val_batch_size,
-            critic_model=args.critic_model or args.model, editor_model=args.editor_model, seed=args.seed,
+            rounds=args.rounds,
+            beam_width=args.beam_width,
+            branch_factor=args.branch_factor,
+            train_batch_size=args.train_batch_size,
+            val_batch_size=args.val_batch_size,
+            critic_model=args.critic_model or args.model,
+            editor_model=args.editor_model,
+            seed=args.seed,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -109,10 +116,15 @@ def apo_command(args: argparse.Namespace) -> None:
     store = open_store(args.store or default_store_path())
     upstream = Backend(url=args.base_url, api_key=api_key, token_ids=False, logprobs=False)
     with ServerThread(Gateway(store, default=upstream)) as gateway:
-        llm = ag.LLM(base_url=gateway.url + "/v1", model=args.model, proxied=True,
-                     sampling_parameters={"temperature": args.temperature})
-        trainer = ag.Trainer(algorithm, n_runners=args.runners, store=store,
-                             resources={"prompt": module.seed_prompt, "llm": llm})
+        llm = ag.LLM(
+            base_url=gateway.url + "/v1",
+            model=args.model,
+            proxied=True,
+            sampling_parameters={"temperature": args.temperature},
+        )
+        trainer = ag.Trainer(
+            algorithm, n_runners=args.runners, store=store, resources={"prompt": module.seed_prompt, "llm": llm}
+        )
         try:
             result = trainer.fit(module.agent, module.train_data, module.val_data)
         except APOError as exc:
@@ -124,14 +136,19 @@ def apo_command(args: argparse.Namespace) -> None:
     so_far = float("-inf")
     for round_, score in enumerate(result.round_best):
         so_far = max(so_far, score if score is not None else so_far)
-        table.add_row("0 (seed)" if round_ == 0 else str(round_), "-" if score is None else f"{score:.3f}",
-                      f"{so_far:.3f}")
+        table.add_row(
+            "0 (seed)" if round_ == 0 else str(round_), "-" if score is None else f"{score:.3f}", f"{so_far:.3f}"
+        )
     console.print(table)
-    console.print(f"best prompt (printed above): score {result.score:.3f} (seed {result.seed_score:.3f}), "
-                  f"snapshot {result.source_id}, published as {result.resources_id}")
+    console.print(
+        f"best prompt (printed above): score {result.score:.3f} (seed {result.seed_score:.3f}), "
+        f"snapshot {result.source_id}, published as {result.resources_id}"
+    )
     store_path = getattr(trainer.store, "path", args.store)
-    console.print(f"store: {store_path}  (the search: each resources snapshot's metadata; "
-                  f"rollouts: agentgrad rollouts ls --store {store_path})")
+    console.print(
+        f"store: {store_path}  (the search: each resources snapshot's metadata; "
+        f"rollouts: agentgrad rollouts ls --store {store_path})"
+    )
 
 
 def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None, close_store: bool) -> Any:
@@ -141,9 +158,17 @@ def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None,
     try:
         backends = dict(parse_backend(spec) for spec in args.backend)
         default = parse_backend(f"default={args.default}")[1] if args.default else None
-        return Gateway(store, backends, default=default, token=token, close_store=close_store,
-                       connect_timeout_s=args.connect_timeout, first_byte_timeout_s=args.first_byte_timeout,
-                       timeout_s=args.timeout, max_retries=args.retries)
+        return Gateway(
+            store,
+            backends,
+            default=default,
+            token=token,
+            close_store=close_store,
+            connect_timeout_s=args.connect_timeout,
+            first_byte_timeout_s=args.first_byte_timeout,
+            timeout_s=args.timeout,
+            max_retries=args.retries,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -162,8 +187,15 @@ def run_gateway(args: argparse.Namespace) -> None:
     from agentgrad.guard import Guard
 
     # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.guard).
-    run(Guard(gateway, token=args.token), host=args.host, port=args.port, access_log=False, proxy_headers=False,
-        server_header=False, date_header=False)
+    run(
+        Guard(gateway, token=args.token),
+        host=args.host,
+        port=args.port,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+    )
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -182,14 +214,26 @@ def serve(args: argparse.Namespace) -> None:
         gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
         extra, closing = gateway.routes(), [gateway.aclose]
     shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
-    console.print(f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})")
+    console.print(
+        f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})"
+    )
     console.print(f"  dashboard: {shown}/" + (f"\n  gateway: {shown}/v1" if extra else "") + "\nCtrl+C stops it")
-    run(create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing), host=args.host,
-        port=args.port, **UVICORN_OPTIONS)
+    run(
+        create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing),
+        host=args.host,
+        port=args.port,
+        **UVICORN_OPTIONS,
+    )
 
 
-def runner(store_spec: str, agent_spec: str, workers: int, token: str | None, gateway: str | None = None,
-           isolation: str = "thread") -> None:
+def runner(
+    store_spec: str,
+    agent_spec: str,
+    workers: int,
+    token: str | None,
+    gateway: str | None = None,
+    isolation: str = "thread",
+) -> None:
     """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C: `workers`
     attempts at once, sync agents too. `isolation="process"` runs each attempt in a process of its own.
 
@@ -233,23 +277,48 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
         TIMEOUT_SECONDS,
     )
 
-    parser.add_argument("--backend", action="append", default=[], metavar="MODEL=URL[,OPTION=VALUE...]",
-                        help="gateway: serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR "
-                             "(API key from that variable), model=NAME (upstream's name: the engine answers only to "
-                             "its own, smollm2-135m by default), system=NAME (agentgrad or vllm: asked for token ids "
-                             "and logprobs; others get the request as sent), token_ids=BOOL, logprobs=BOOL")
+    parser.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="MODEL=URL[,OPTION=VALUE...]",
+        help="gateway: serve MODEL from the OpenAI-compatible URL (repeatable); options: key_env=VAR "
+        "(API key from that variable), model=NAME (upstream's name: the engine answers only to "
+        "its own, smollm2-135m by default), system=NAME (agentgrad or vllm: asked for token ids "
+        "and logprobs; others get the request as sent), token_ids=BOOL, logprobs=BOOL",
+    )
     parser.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="gateway: upstream for any other model")
-    parser.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT_SECONDS, metavar="S",
-                        help=f"gateway: seconds to connect to an upstream (default: {CONNECT_TIMEOUT_SECONDS:g})")
-    parser.add_argument("--first-byte-timeout", type=float, default=FIRST_BYTE_TIMEOUT_SECONDS, metavar="S",
-                        help="gateway: longest silence from an upstream, before its answer starts or between stream "
-                             f"chunks (default: {FIRST_BYTE_TIMEOUT_SECONDS:g}; a non-streamed answer starts when complete)")
-    parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS, metavar="S",
-                        help=f"gateway: longest a call may take in all, retries included; then a 504 and the upstream "
-                             f"request is cancelled (default: {TIMEOUT_SECONDS:g})")
-    parser.add_argument("--retries", type=int, default=MAX_RETRIES, metavar="N",
-                        help=f"gateway: retries of a connection failure or an upstream 429/502/503, within --timeout "
-                             f"(default: {MAX_RETRIES})")
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT_SECONDS,
+        metavar="S",
+        help=f"gateway: seconds to connect to an upstream (default: {CONNECT_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--first-byte-timeout",
+        type=float,
+        default=FIRST_BYTE_TIMEOUT_SECONDS,
+        metavar="S",
+        help="gateway: longest silence from an upstream, before its answer starts or between stream "
+        f"chunks (default: {FIRST_BYTE_TIMEOUT_SECONDS:g}; a non-streamed answer starts when complete)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_SECONDS,
+        metavar="S",
+        help=f"gateway: longest a call may take in all, retries included; then a 504 and the upstream "
+        f"request is cancelled (default: {TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=MAX_RETRIES,
+        metavar="N",
+        help=f"gateway: retries of a connection failure or an upstream 429/502/503, within --timeout "
+        f"(default: {MAX_RETRIES})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,16 +342,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve_engine.add_argument("--host", default="127.0.0.1")
     serve_engine.add_argument("--port", type=int, default=8000)
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
-    serve_engine.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)")
+    serve_engine.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)"
+    )
     serve_engine.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    serve_engine.add_argument("--token", default=os.environ.get(TOKEN_ENV),
-                              help=f"bearer token callers must send (default: ${TOKEN_ENV}; required off loopback)")
+    serve_engine.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"bearer token callers must send (default: ${TOKEN_ENV}; required off loopback)",
+    )
     serve_engine.set_defaults(handler=serve_engine_command)
 
     apo = commands.add_parser(
-        "apo", help="improve an agent's prompt with any OpenAI-compatible model (key: OPENAI_API_KEY)",
+        "apo",
+        help="improve an agent's prompt with any OpenAI-compatible model (key: OPENAI_API_KEY)",
         description="Beam search over the agent's prompt with textual gradients (APO); prints each round's "
-                    "validation score and the best prompt. The API key is read from OPENAI_API_KEY.",
+        "validation score and the best prompt. The API key is read from OPENAI_API_KEY.",
     )
     apo.add_argument("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1")
     apo.add_argument("--model", required=True, help="the agent's model")
@@ -291,15 +366,18 @@ def build_parser() -> argparse.ArgumentParser:
     apo.add_argument("--rounds", type=int, default=3, help="search rounds (default: 3)")
     apo.add_argument("--beam-width", type=int, default=2, help="prompts kept after each round (default: 2)")
     apo.add_argument("--branch-factor", type=int, default=3, help="rewrites per prompt and round (default: 3)")
-    apo.add_argument("--train-batch-size", type=int, default=8,
-                     help="training rollouts per prompt and round (default: 8)")
+    apo.add_argument(
+        "--train-batch-size", type=int, default=8, help="training rollouts per prompt and round (default: 8)"
+    )
     apo.add_argument("--val-batch-size", type=int, help="validation tasks each prompt is scored on (default: all)")
     apo.add_argument("--temperature", type=float, default=0.0, help="the agent's sampling temperature (default: 0)")
     apo.add_argument("--runners", type=int, default=4, help="rollouts run at once (default: 4)")
     apo.add_argument("--seed", type=int, default=0, help="seed of the task order (default: 0)")
-    apo.add_argument("--agent-file", default=str(EXAMPLE_AGENT_FILE),
-                     help="Python file defining agent, seed_prompt, train_data and val_data "
-                          "(default: the ticket router example)")
+    apo.add_argument(
+        "--agent-file",
+        default=str(EXAMPLE_AGENT_FILE),
+        help="Python file defining agent, seed_prompt, train_data and val_data (default: the ticket router example)",
+    )
     apo.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
     apo.set_defaults(handler=apo_command)
 
@@ -311,7 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--mode", help="only this mode (train, val, ...)")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
-    ls.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollouts(console, s, a.status, a.mode, a.limit, a.offset)))
+    ls.set_defaults(
+        handler=lambda a: _with_store(
+            a.store, lambda s: views.print_rollouts(console, s, a.status, a.mode, a.limit, a.offset)
+        )
+    )
     show = rollout_commands.add_parser("show", help="one rollout: its attempts and span tree")
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
@@ -322,21 +404,27 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--prefix", help="only names starting with this (train/, val/, perf/, apo/)")
     metrics.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 
-    gateway = commands.add_parser("gateway", help="serve the OpenAI-compatible gateway that records model calls into a store")
+    gateway = commands.add_parser(
+        "gateway", help="serve the OpenAI-compatible gateway that records model calls into a store"
+    )
     gateway.add_argument("--store", required=True, help="SQLite path, 'memory', or store server URL")
     add_backend_arguments(gateway)
     gateway.add_argument("--host", default="127.0.0.1")
     gateway.add_argument("--port", type=int, default=8090)
-    gateway.add_argument("--token", default=os.environ.get(TOKEN_ENV),
-                         help=f"bearer token callers must send as their API key (default: ${TOKEN_ENV}; required off loopback)")
+    gateway.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"bearer token callers must send as their API key (default: ${TOKEN_ENV}; required off loopback)",
+    )
     gateway.set_defaults(handler=run_gateway)
 
     server = commands.add_parser("serve", help="serve a store over HTTP (runners and algorithms anywhere can use it)")
     server.add_argument("--store", required=True, help="SQLite file (created if missing), or 'memory'")
     server.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a token is required")
     server.add_argument("--port", type=int, default=DEFAULT_PORT)
-    server.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token clients must send "
-                        f"(default: ${TOKEN_ENV})")
+    server.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token clients must send (default: ${TOKEN_ENV})"
+    )
     add_backend_arguments(server)
     server.set_defaults(handler=serve)
 
@@ -344,13 +432,20 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")
     join.add_argument("--agent", required=True, help="the agent as module:object, importable from here")
     join.add_argument("--workers", type=int, default=1, help="attempts run at once in this process (one runner each)")
-    join.add_argument("--isolation", choices=("thread", "process"), default="thread",
-                      help="thread: agents run in this process, and whatever they raise fails only their attempt; "
-                           "process: each attempt in a process of its own, so an agent that exits or crashes the "
-                           "interpreter (os._exit, a segfault) fails its attempt with the exit code")
+    join.add_argument(
+        "--isolation",
+        choices=("thread", "process"),
+        default="thread",
+        help="thread: agents run in this process, and whatever they raise fails only their attempt; "
+        "process: each attempt in a process of its own, so an agent that exits or crashes the "
+        "interpreter (os._exit, a segfault) fails its attempt with the exit code",
+    )
     join.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"the server's token (default: ${TOKEN_ENV})")
-    join.add_argument("--gateway", help="gateway URL (…/v1) that agents building OpenAI() without arguments should "
-                                        "call: set as OPENAI_BASE_URL, routed to each attempt")
+    join.add_argument(
+        "--gateway",
+        help="gateway URL (…/v1) that agents building OpenAI() without arguments should "
+        "call: set as OPENAI_BASE_URL, routed to each attempt",
+    )
     join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway, a.isolation))
     return parser
 
@@ -376,4 +471,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
-

@@ -50,17 +50,27 @@ def duration(rollout: Rollout) -> str:
     return f"{(rollout.end_time or time.time()) - rollout.start_time:.2f}s"
 
 
-async def print_rollouts(console: Console, store: Store, status: list[str] | None, mode: str | None,
-                         limit: int, offset: int) -> None:
+async def print_rollouts(
+    console: Console, store: Store, status: list[str] | None, mode: str | None, limit: int, offset: int
+) -> None:
     rollouts = await store.query_rollouts(status=status, mode=mode, limit=limit, offset=offset)
     table = Table(title=f"Rollouts ({len(rollouts)} shown)")
     for column in ("id", "status", "mode", "attempts", "reward", "duration"):
-        table.add_column(column, justify="right" if column in ("attempts", "reward", "duration") else "left", no_wrap=True)
+        table.add_column(
+            column, justify="right" if column in ("attempts", "reward", "duration") else "left", no_wrap=True
+        )
     table.add_column("input", overflow="ellipsis", no_wrap=True, max_width=40)
     for r in rollouts:
         reward = "-" if r.reward is None else f"{r.reward:.3f}"
-        table.add_row(r.rollout_id, r.status.value, r.mode or "-", str(r.num_attempts), reward, duration(r),
-                      escape(short(r.input, 40)))
+        table.add_row(
+            r.rollout_id,
+            r.status.value,
+            r.mode or "-",
+            str(r.num_attempts),
+            reward,
+            duration(r),
+            escape(short(r.input, 40)),
+        )
     console.print(table)
     stats = await store.stats()
     console.print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.rollouts.items())))
@@ -91,8 +101,10 @@ def span_tree(spans: Sequence[Span], title: str) -> Tree:
 
 async def print_rollout(console: Console, store: Store, rollout_id: str) -> None:
     rollout = await store.get_rollout(rollout_id)
-    console.print(f"[bold]{rollout.rollout_id}[/bold]  status={rollout.status.value}  mode={rollout.mode}  "
-                  f"reward={rollout.reward}  resources={rollout.resources_id}")
+    console.print(
+        f"[bold]{rollout.rollout_id}[/bold]  status={rollout.status.value}  mode={rollout.mode}  "
+        f"reward={rollout.reward}  resources={rollout.resources_id}"
+    )
     console.print(f"input: {escape(short(rollout.input, 400))}")
     table = Table(title="Attempts")
     for column in ("#", "attempt", "worker", "status", "reward", "duration", "error"):
@@ -100,8 +112,15 @@ async def print_rollout(console: Console, store: Store, rollout_id: str) -> None
     attempts = await store.query_attempts(rollout_id)
     for a in attempts:
         took = f"{a.end_time - a.start_time:.2f}s" if a.end_time else "-"
-        table.add_row(str(a.sequence), a.attempt_id, a.worker_id or "-", a.status.value,
-                      "-" if a.reward is None else f"{a.reward:.3f}", took, escape(short(a.error or "", 60)))
+        table.add_row(
+            str(a.sequence),
+            a.attempt_id,
+            a.worker_id or "-",
+            a.status.value,
+            "-" if a.reward is None else f"{a.reward:.3f}",
+            took,
+            escape(short(a.error or "", 60)),
+        )
     console.print(table)
     for a in attempts:
         spans = await store.query_spans(rollout_id, a.attempt_id)
@@ -120,6 +139,13 @@ async def print_metrics(console: Console, store: Store, prefix: str | None) -> N
         values = [v for _, v in by_name[name] if not math.isnan(v)]
         if not values:
             continue
-        table.add_row(name, str(len(by_name[name])), f"{values[0]:.4g}", f"{values[-1]:.4g}", f"{min(values):.4g}",
-                      f"{max(values):.4g}", str(by_name[name][-1][0]))
+        table.add_row(
+            name,
+            str(len(by_name[name])),
+            f"{values[0]:.4g}",
+            f"{values[-1]:.4g}",
+            f"{min(values):.4g}",
+            f"{max(values):.4g}",
+            str(by_name[name][-1][0]),
+        )
     console.print(table)

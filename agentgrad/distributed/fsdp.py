@@ -96,13 +96,22 @@ class ShardedPolicy:
     broadcast to the others, so they need only the architecture.
     """
 
-    def __init__(self, model: torch.nn.Module, *, learning_rate: float, weight_decay: float = 0.0,
-                 kl_reference: bool = False, device: str | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        learning_rate: float,
+        weight_decay: float = 0.0,
+        kl_reference: bool = False,
+        device: str | None = None,
+    ) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         if not dist.is_initialized():
-            raise RuntimeError("ShardedPolicy needs torch.distributed initialized (torchrun, a Ray actor, or "
-                               "agentgrad.distributed.group.spawn_group)")
+            raise RuntimeError(
+                "ShardedPolicy needs torch.distributed initialized (torchrun, a Ray actor, or "
+                "agentgrad.distributed.group.spawn_group)"
+            )
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = device or rank_device()
         full = {k: v.detach().cpu() for k, v in model.state_dict().items()} if self.rank == 0 else {}
@@ -112,13 +121,16 @@ class ShardedPolicy:
 
             self.reference = shard(copy.deepcopy(model), self.device).requires_grad_(False).eval()
         self.model = shard(model, self.device)
-        set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(
+            self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        )
         if self.reference is not None:  # the starting weights, shard by shard (no collective)
             with torch.no_grad():
                 for frozen, trained in zip(self.reference.parameters(), self.model.parameters()):
                     frozen.copy_(trained)
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=learning_rate,
-                                           weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=learning_rate, weight_decay=weight_decay
+        )
 
     def share(self, lengths: Sequence[int]) -> tuple[list[int], int]:
         """This rank's indices of a step's sequences (balanced by tokens), and the most any rank got."""
@@ -152,7 +164,9 @@ class ShardedPolicy:
         full = self.full_state_dict()
         if self.rank == 0 and full is not None:
             export_hf(self.model, full, directory, tokenizer)
-            (directory / "agentgrad.json").write_text(json.dumps({"world_size": self.world_size, **(state or {})}, default=str))
+            (directory / "agentgrad.json").write_text(
+                json.dumps({"world_size": self.world_size, **(state or {})}, default=str)
+            )
         dist.barrier()
 
     def load(self, directory: str | Path) -> None:
@@ -162,8 +176,10 @@ class ShardedPolicy:
 
         sharded = Path(directory) / SHARDED_STATE
         if not sharded.exists():
-            raise FileNotFoundError(f"{directory} has no {SHARDED_STATE}/ folder: it was not saved by a sharded update; "
-                                    "resume it with train_processes=1, or start a new checkpoint_dir")
+            raise FileNotFoundError(
+                f"{directory} has no {SHARDED_STATE}/ folder: it was not saved by a sharded update; "
+                "resume it with train_processes=1, or start a new checkpoint_dir"
+            )
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         loaded: dict[str, Any] = {"model": model_state, "optim": optim_state}
         dcp.load(loaded, checkpoint_id=str(sharded))
@@ -186,4 +202,3 @@ def export_hf(model: torch.nn.Module, full: dict[str, torch.Tensor], directory: 
     skeleton.save_pretrained(directory)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
-

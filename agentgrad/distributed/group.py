@@ -63,15 +63,15 @@ class FromConfig:
 
 
 def launched_by_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-                                                    and "MASTER_ADDR" in os.environ)
+    return "TORCHELASTIC_RUN_ID" in os.environ or (
+        "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    )
 
 
 def init_from_env() -> None:
     """Join the process group described by the environment (torchrun's, or one we set): NCCL or gloo."""
     if not dist.is_initialized():
         dist.init_process_group(backend_for(rank_device()))
-
 
 
 def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
@@ -85,8 +85,10 @@ def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
         missing, unexpected = model.load_state_dict(full_state, strict=False)
         real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
         if real_missing or unexpected:
-            raise ValueError(f"the trained weights do not fit the served model: missing {real_missing[:3]}, "
-                             f"unexpected {unexpected[:3]}")
+            raise ValueError(
+                f"the trained weights do not fit the served model: missing {real_missing[:3]}, "
+                f"unexpected {unexpected[:3]}"
+            )
     engine.publish()
     policy.sync()
 
@@ -148,10 +150,12 @@ def follow(make_model: ModelFactory) -> None:
 # ----------------------------------------------------------------------------- spawned processes
 
 
-def _rank_main(rank: int, world_size: int, port: int, make_model: ModelFactory, options: dict[str, Any],
-               calls: Any, results: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(rank))
+def _rank_main(
+    rank: int, world_size: int, port: int, make_model: ModelFactory, options: dict[str, Any], calls: Any, results: Any
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     try:
         init_from_env()
@@ -185,8 +189,20 @@ class SpawnedGroup:
         self._calls = [context.Queue() for _ in range(world_size)]
         self._results = [context.Queue() for _ in range(world_size)]
         self._processes = [
-            context.Process(target=_rank_main, args=(r, world_size, port, FromConfig(config, state if r == 0 else None), policy_options, self._calls[r],
-                                                     self._results[r]), name=f"trainer-{r}", daemon=True)
+            context.Process(
+                target=_rank_main,
+                args=(
+                    r,
+                    world_size,
+                    port,
+                    FromConfig(config, state if r == 0 else None),
+                    policy_options,
+                    self._calls[r],
+                    self._results[r],
+                ),
+                name=f"trainer-{r}",
+                daemon=True,
+            )
             for r in range(world_size)
         ]
         for process in self._processes:
@@ -204,7 +220,8 @@ class SpawnedGroup:
                     if not self._processes[rank].is_alive():
                         self.close()
                         raise RuntimeError(
-                            f"training process {rank} died (exit code {self._processes[rank].exitcode})") from None
+                            f"training process {rank} died (exit code {self._processes[rank].exitcode})"
+                        ) from None
         errors = [payload for status, payload in answers if status == "error"]
         if errors:
             self.close()
@@ -230,8 +247,9 @@ class SpawnedGroup:
 # ----------------------------------------------------------------------------- what an algorithm calls
 
 
-def open_group(processes: int, policy: Any, launcher: Callable[..., TrainingGroup] | None = None,
-               **policy_options: Any) -> TrainingGroup | None:
+def open_group(
+    processes: int, policy: Any, launcher: Callable[..., TrainingGroup] | None = None, **policy_options: Any
+) -> TrainingGroup | None:
     """The training group an algorithm updates through, or None to update in this process as before.
 
     Under torchrun (WORLD_SIZE > 1) it is every launched rank, whatever `processes` says;
@@ -244,7 +262,9 @@ def open_group(processes: int, policy: Any, launcher: Callable[..., TrainingGrou
     if processes <= 1:
         return None
     if getattr(policy, "lora_rank", 0) > 0:
-        raise ValueError("train_processes > 1 shards full weights; LoRA (lora_rank > 0) trains in one process: "
-                         "set train_processes=1 or lora_rank=0")
+        raise ValueError(
+            "train_processes > 1 shards full weights; LoRA (lora_rank > 0) trains in one process: "
+            "set train_processes=1 or lora_rank=0"
+        )
     state = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
     return (launcher or SpawnedGroup)(processes, policy.model.config, state, **policy_options)

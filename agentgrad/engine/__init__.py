@@ -4,4 +4,13 @@ from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.model import DEFAULT_MODEL, ModelNotFoundError, load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
 
-__all__ = ["DEFAULT_MODEL", "Completion", "Engine", "Generation", "ModelNotFoundError", "SamplingParams", "load_model", "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "Completion",
+    "Engine",
+    "Generation",
+    "ModelNotFoundError",
+    "SamplingParams",
+    "load_model",
+    "resolve_model",
+]

@@ -35,11 +35,17 @@ REFUSED: dict[str, str] = {
 
 SUPPORT: list[tuple[str, str]] = [
     ("messages (system, developer, user, assistant with tool_calls, tool; text content parts)", "supported"),
-    ("max_tokens, max_completion_tokens (absent: up to the context left), temperature, top_p, n, stop, seed", "supported"),
+    (
+        "max_tokens, max_completion_tokens (absent: up to the context left), temperature, top_p, n, stop, seed",
+        "supported",
+    ),
     ("presence_penalty, frequency_penalty (over the tokens generated so far), logit_bias", "supported"),
     ("logprobs, top_logprobs (of the distribution actually sampled)", "supported"),
     ("tools, tool_choice auto / none / required / named (the last two by constrained decoding)", "supported"),
-    ("parallel_tool_calls", "supported: false ends the reply after one call; tool_choice required makes one call unless it is true"),
+    (
+        "parallel_tool_calls",
+        "supported: false ends the reply after one call; tool_choice required makes one call unless it is true",
+    ),
     ("response_format text / json_object / json_schema (constrained decoding)", "supported"),
     ("stream, stream_options.include_usage", "supported"),
     ("user, metadata, prompt_cache_key, safety_identifier", "accepted, not used (no effect on the output)"),
@@ -55,7 +61,9 @@ SUPPORT: list[tuple[str, str]] = [
 class RequestError(Exception):
     """A request the engine refuses: answered as an OpenAI-shaped error."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
         self.message, self.param, self.status, self.kind = message, param, status, kind
 
@@ -188,7 +196,9 @@ def validate(body: Any, schema: type[BaseModel], names: list[str]) -> Any:
             raise RequestError(f"unsupported parameter {name!r}: {REFUSED[name]}", name)
         raise RequestError(f"unsupported parameter {name!r}: this engine does not implement it", name)
     if body["model"] not in names:  # every request schema has a `model: str`, so it is the parsed one
-        raise RequestError(f"model {body['model']!r} is not served here; this engine serves {names}", "model", 404, "not_found_error")
+        raise RequestError(
+            f"model {body['model']!r} is not served here; this engine serves {names}", "model", 404, "not_found_error"
+        )
     return parsed
 
 
@@ -200,6 +210,9 @@ def text_of(content: Any, where: str) -> str:
     for i, part in enumerate(content):
         kind = part.get("type")
         if kind not in ("text", "input_text", "output_text") or not isinstance(part.get("text"), str):
-            raise RequestError(f"{where}.content[{i}]: content parts of type {kind!r} are not supported (text only)", f"{where}.content")
+            raise RequestError(
+                f"{where}.content[{i}]: content parts of type {kind!r} are not supported (text only)",
+                f"{where}.content",
+            )
         parts.append(part["text"])
     return "".join(parts)

@@ -33,7 +33,9 @@ from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
 class Plan:
     """What a request's tools and format ask of the engine, and how to read its reply."""
 
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> function spec, empty when no call may be made
+    tools: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # name -> function spec, empty when no call may be made
     rendered_tools: list[dict[str, Any]] | None = None  # what goes into the prompt
     grammar: str | None = None
     finish_after: list[str] = field(default_factory=list)
@@ -48,14 +50,23 @@ class Plan:
         parsed = toolfmt.parse_reply(completion.text, self.tools)
         finish = "tool_calls" if parsed.tool_calls and completion.finish_reason == "stop" else completion.finish_reason
         if self.forced and not parsed.tool_calls:
-            parsed = toolfmt.ParsedReply(None, error=(
-                f"the forced tool call ended unfinished (finish_reason {finish!r}) after {len(completion.token_ids)} tokens: "
-                "raise max_tokens, or leave it unset (the context left over)"))
+            parsed = toolfmt.ParsedReply(
+                None,
+                error=(
+                    f"the forced tool call ended unfinished (finish_reason {finish!r}) after {len(completion.token_ids)} tokens: "
+                    "raise max_tokens, or leave it unset (the context left over)"
+                ),
+            )
         return parsed, finish
 
 
-def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None, response_format: dict[str, Any] | None,
-         fmt: toolfmt.ToolFormat = toolfmt.HERMES) -> Plan:
+def plan(
+    tools: list[dict[str, Any]] | None,
+    tool_choice: Any,
+    parallel: bool | None,
+    response_format: dict[str, Any] | None,
+    fmt: toolfmt.ToolFormat = toolfmt.HERMES,
+) -> Plan:
     """The plan for chat-shaped `tools` / `tool_choice` / `response_format` (calls in `fmt`); RequestError naming what is wrong."""
     try:
         specs = toolfmt.functions(tools)
@@ -65,9 +76,14 @@ def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | 
     if isinstance(choice, dict):
         only = (choice.get("function") or {}).get("name") or choice.get("name")
         if choice.get("type") != "function" or not isinstance(only, str):
-            raise RequestError("tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}", "tool_choice")
+            raise RequestError(
+                "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
+                "tool_choice",
+            )
         if only not in specs:
-            raise RequestError(f"tool_choice names {only!r}, which is not among the tools {sorted(specs)}", "tool_choice")
+            raise RequestError(
+                f"tool_choice names {only!r}, which is not among the tools {sorted(specs)}", "tool_choice"
+            )
         choice = "required"
     if choice == "required" and not specs:
         raise RequestError("tool_choice 'required' needs tools", "tool_choice")
@@ -91,7 +107,9 @@ def plan(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel: bool | 
         except ValueError as exc:
             raise RequestError(f"response_format.json_schema.schema: {exc}", "response_format") from None
     elif kind not in ("text", "json_object", "json_schema"):
-        raise RequestError(f"response_format type {kind!r} is not supported (text, json_object, json_schema)", "response_format")
+        raise RequestError(
+            f"response_format type {kind!r} is not supported (text, json_object, json_schema)", "response_format"
+        )
     return result
 
 
@@ -115,7 +133,9 @@ def prompt_ids(engine: Engine, messages: list[dict[str, Any]], tools: list[dict[
     except Exception as exc:  # a template that cannot render these messages
         raise RequestError(f"the chat template cannot render these messages: {exc}", "messages") from None
     if len(ids) >= engine.max_model_len:
-        raise RequestError(f"the prompt has {len(ids)} tokens; this model takes at most {engine.max_model_len - 1}", "messages")
+        raise RequestError(
+            f"the prompt has {len(ids)} tokens; this model takes at most {engine.max_model_len - 1}", "messages"
+        )
     return ids
 
 
@@ -128,8 +148,13 @@ def submit_checked(engine: Engine, ids: list[int], params: SamplingParams) -> No
 
 async def chat_completions(engine: Engine, names: list[str], request: Request) -> Response:
     parsed: ChatRequest = validate(await read_json(request), ChatRequest, names)
-    the_plan = plan(parsed.tools, parsed.tool_choice, parsed.parallel_tool_calls, parsed.response_format,
-                    toolfmt.format_for(engine.tokenizer))
+    the_plan = plan(
+        parsed.tools,
+        parsed.tool_choice,
+        parsed.parallel_tool_calls,
+        parsed.response_format,
+        toolfmt.format_for(engine.tokenizer),
+    )
     ids = prompt_ids(engine, chat_messages(parsed.messages), the_plan.rendered_tools)
     top = (parsed.top_logprobs or 0) if parsed.logprobs else 0
     if parsed.top_logprobs and not parsed.logprobs:
@@ -155,7 +180,9 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
             "index": index,
             "message": message,
             "finish_reason": finish,
-            "logprobs": {"content": token_logprobs(engine, c.token_ids, c.logprobs, c.top_logprobs)} if parsed.logprobs else None,
+            "logprobs": {"content": token_logprobs(engine, c.token_ids, c.logprobs, c.top_logprobs)}
+            if parsed.logprobs
+            else None,
         }
         if reply.error:
             choice["tool_call_parse_error"] = reply.error
@@ -165,8 +192,13 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
                 choice[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
         choices.append(choice)
     body: dict[str, Any] = {
-        "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": parsed.model,
-        "system_fingerprint": weights_fingerprint(generation.version), "choices": choices, "usage": usage(generation),
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": parsed.model,
+        "system_fingerprint": weights_fingerprint(generation.version),
+        "choices": choices,
+        "usage": usage(generation),
     }
     if parsed.return_token_ids:
         body["prompt_token_ids"] = generation.prompt_token_ids
@@ -196,14 +228,23 @@ class _HeldText:
         return out
 
 
-def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int], params: SamplingParams, completion_id: str) -> Response:
+def _stream(
+    engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int], params: SamplingParams, completion_id: str
+) -> Response:
     future, queue = stream(engine, ids, params)
     created, version = int(time.time()), engine.version
     held = [_HeldText(bool(the_plan.tools), the_plan.fmt.open) for _ in range(params.n)]
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": parsed.model,
-                "system_fingerprint": weights_fingerprint(version), "choices": choices, **extra}
+        body = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": parsed.model,
+            "system_fingerprint": weights_fingerprint(version),
+            "choices": choices,
+            **extra,
+        }
         return f"data: {json.dumps(body)}\n\n"
 
     def ending(index: int, c: Completion) -> list[str]:
@@ -212,9 +253,12 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
         rest = c.text[held[index].sent :]
         out = []
         if reply.tool_calls:
-            calls = [{"index": k, "id": call["id"], "type": "function", "function": call["function"]} for k, call in enumerate(reply.tool_calls)]
+            calls = [
+                {"index": k, "id": call["id"], "type": "function", "function": call["function"]}
+                for k, call in enumerate(reply.tool_calls)
+            ]
             close = the_plan.fmt.close
-            trailing = rest[rest.rfind(close) + len(close):] if close in rest else ""
+            trailing = rest[rest.rfind(close) + len(close) :] if close in rest else ""
             delta: dict[str, Any] = {"tool_calls": calls}
             if trailing.strip():
                 delta["content"] = trailing
@@ -232,8 +276,13 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
     async def events() -> AsyncIterator[str]:
         try:
             first: dict[str, Any] = {"prompt_token_ids": ids} if parsed.return_token_ids else {}
-            yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-                         for i in range(params.n)], **first)
+            yield chunk(
+                [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                    for i in range(params.n)
+                ],
+                **first,
+            )
             while True:
                 event = await queue.get()
                 if isinstance(event, BaseException):
@@ -247,8 +296,14 @@ def _stream(engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int],
                         yield chunk([], usage=usage(event))
                     break
                 index, token, logprob, delta, top = event
-                choice: dict[str, Any] = {"index": index, "delta": {"content": held[index].feed(delta)}, "finish_reason": None,
-                                          "logprobs": {"content": token_logprobs(engine, [token], [logprob], [top])} if parsed.logprobs else None}
+                choice: dict[str, Any] = {
+                    "index": index,
+                    "delta": {"content": held[index].feed(delta)},
+                    "finish_reason": None,
+                    "logprobs": {"content": token_logprobs(engine, [token], [logprob], [top])}
+                    if parsed.logprobs
+                    else None,
+                }
                 if parsed.return_token_ids:
                     choice["token_ids"] = [token]
                 yield chunk([choice])

@@ -36,8 +36,11 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
             params.check(engine.max_batch_size, engine.vocab_size)
             bad = next((t for t in ids if not 0 <= t < engine.vocab_size), None)
             if bad is not None or not ids:
-                raise ValueError(f"prompt: token id {bad} is not in this model's vocabulary (0 to {engine.vocab_size - 1})"
-                                 if ids else "prompt: an empty prompt")
+                raise ValueError(
+                    f"prompt: token id {bad} is not in this model's vocabulary (0 to {engine.vocab_size - 1})"
+                    if ids
+                    else "prompt: an empty prompt"
+                )
         generations = await asyncio.gather(*(generate(engine, request, ids, params) for ids in prompts))
     except ValueError as exc:
         raise RequestError(str(exc), "prompt") from None
@@ -47,12 +50,26 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
     for p, generation in enumerate(generations):
         assert generation is not None
         for i, c in enumerate(generation.completions):
-            choice: dict[str, Any] = {"index": p * params.n + i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
+            choice: dict[str, Any] = {
+                "index": p * params.n + i,
+                "text": c.text,
+                "finish_reason": c.finish_reason,
+                "logprobs": None,
+            }
             if parsed.logprobs is not None:
                 tokens = [engine.tokenizer.decode([t]) for t in c.token_ids]
                 offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
-                top = [{engine.tokenizer.decode([t]): lp for t, lp in row} for row in c.top_logprobs] if parsed.logprobs else None
-                choice["logprobs"] = {"tokens": tokens, "token_logprobs": c.logprobs, "top_logprobs": top, "text_offset": offsets}
+                top = (
+                    [{engine.tokenizer.decode([t]): lp for t, lp in row} for row in c.top_logprobs]
+                    if parsed.logprobs
+                    else None
+                )
+                choice["logprobs"] = {
+                    "tokens": tokens,
+                    "token_logprobs": c.logprobs,
+                    "top_logprobs": top,
+                    "text_offset": offsets,
+                }
             if parsed.return_token_ids:
                 choice["prompt_token_ids"] = generation.prompt_token_ids
                 choice["token_ids"] = c.token_ids
@@ -60,7 +77,17 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
     version = max(g.version for g in generations if g is not None)
     prompt_tokens = sum(len(g.prompt_token_ids) for g in generations if g is not None)
     completion_tokens = sum(len(c.token_ids) for g in generations if g is not None for c in g.completions)
-    body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": parsed.model,
-            "system_fingerprint": weights_fingerprint(version), "choices": choices,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}}
+    body = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": parsed.model,
+        "system_fingerprint": weights_fingerprint(version),
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
     return JSONResponse(body, headers=headers(version))

@@ -56,7 +56,9 @@ class Completion:
     text: str
     finish_reason: str  # "stop" (end of turn or a stop string), "length", or "cancelled" (`Engine.cancel`)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, when asked for
-    allowed_tokens: list[int] | None = None  # per token, how many tokens the grammar allowed (1: forced); None: no grammar
+    allowed_tokens: list[int] | None = (
+        None  # per token, how many tokens the grammar allowed (1: forced); None: no grammar
+    )
 
 
 @dataclass
@@ -189,7 +191,9 @@ class Engine:
 
     # ------------------------------------------------------------------ prompts
 
-    def chat_prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_prompt_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         """Token ids of a chat, ready for the assistant's turn: the model's chat template, with tools
         and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`).
 
@@ -209,7 +213,9 @@ class Engine:
             tools_arg = None
         text = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=False)
         if not isinstance(text, str) or not self._round_trips():
-            ids = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True)
+            ids = self.tokenizer.apply_chat_template(
+                rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True
+            )
             if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                 ids = ids["input_ids"]
             return list(ids)
@@ -218,7 +224,7 @@ class Engine:
             head = list(self._sampled[known]) if known else []
             if known:
                 self._sampled.move_to_end(known)
-        ids = head + (self._tokenize(text[len(known):]) if len(known) < len(text) else [])
+        ids = head + (self._tokenize(text[len(known) :]) if len(known) < len(text) else [])
         with self._sampled_lock:
             self._rendered[tuple(ids)] = text
             self._rendered.move_to_end(tuple(ids))
@@ -234,7 +240,7 @@ class Engine:
         """Whether decoding ids gives back the exact text they came from (byte-level BPE does), which
         remembering sampled turns by their text relies on; checked once."""
         if self._lossless is None:
-            probe = "<|im_start|>x\n [f(a=\"1 + 2\")]  é\n\n\tdone.<|im_end|>\n"
+            probe = '<|im_start|>x\n [f(a="1 + 2")]  é\n\n\tdone.<|im_end|>\n'
             ids = self._tokenize(probe)
             self._lossless = self._detokenize(ids) == probe and self._tokenize(self._detokenize(ids)) == ids
         return self._lossless
@@ -248,8 +254,11 @@ class Engine:
             text = self._rendered.get(tuple(request.prompt_ids))
         if text is None:
             return
-        turns = {text + self._detokenize(row.token_ids): request.prompt_ids + row.token_ids
-                 for row in request.rows if row.finish_reason in ("stop", "length") and row.token_ids}
+        turns = {
+            text + self._detokenize(row.token_ids): request.prompt_ids + row.token_ids
+            for row in request.rows
+            if row.finish_reason in ("stop", "length") and row.token_ids
+        }
         with self._sampled_lock:
             for key, ids in turns.items():
                 self._sampled[key] = ids
@@ -272,14 +281,18 @@ class Engine:
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}")
+            raise ValueError(
+                f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}"
+            )
         bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
         request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)
         template = self.constrainer().matcher(params.grammar) if params.grammar is not None else None
         for index in range(params.n):
-            generator = None if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed + index)
+            generator = (
+                None if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed + index)
+            )
             matcher = None if template is None else template.deep_copy()
             request.rows.append(_Row(request, index, generator, matcher=matcher))
         with self._cv:
@@ -395,7 +408,9 @@ class Engine:
         cache = new_cache()
         if shared >= MIN_SHARED_PREFIX:
             for layer_index, (keys, values) in enumerate(self._prefix_kv(prompts[0][:shared])):
-                cache.update(keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index)
+                cache.update(
+                    keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index
+                )
         else:
             shared = 0
         suffixes = [p[shared:] for p in prompts]
@@ -405,7 +420,9 @@ class Engine:
         suffix_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in suffixes], device=self.device)
         mask = torch.cat([suffix_mask.new_ones(len(prompts), shared), suffix_mask], dim=1)
         positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self._sampler(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+        out = self._sampler(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
         self.stats["prefill_tokens"] += int(suffix_mask.sum())
         logits = out.logits[:, -1, :]
         if len(prompts) != len(rows):
@@ -459,8 +476,10 @@ class Engine:
 
     def _take_tokens(self, batch: Batch, logits: torch.Tensor) -> None:
         """Sample one token per row (under its grammar, if any), record it with its logprob, mark rows done."""
-        allowed = [None if row.matcher is None or row.finish_reason is not None else self.constrainer().allowed(row.matcher)
-                   for row in batch.rows]
+        allowed = [
+            None if row.matcher is None or row.finish_reason is not None else self.constrainer().allowed(row.matcher)
+            for row in batch.rows
+        ]
         sampled = sample(
             logits.float(),
             [row.request.params for row in batch.rows],
@@ -471,13 +490,18 @@ class Engine:
         batch.last = sampled.tokens.to(self.device)
         top_ids = sampled.top_ids.tolist() if sampled.top_ids is not None else None
         top_values = sampled.top_logprobs.tolist() if sampled.top_logprobs is not None else None
-        for i, (row, token, logprob, count) in enumerate(zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist(),
-                                                             sampled.allowed)):
+        for i, (row, token, logprob, count) in enumerate(
+            zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist(), sampled.allowed)
+        ):
             if row.finish_reason is not None:  # its request failed or was cancelled earlier in this step
                 continue
             k = row.request.params.top_logprobs
             # alternatives the grammar or top_p ruled out (logprob -inf) are not alternatives
-            top = [(t, v) for t, v in zip(top_ids[i][:k], top_values[i][:k]) if v > float("-inf")] if k and top_ids and top_values else []
+            top = (
+                [(t, v) for t, v in zip(top_ids[i][:k], top_values[i][:k]) if v > float("-inf")]
+                if k and top_ids and top_values
+                else []
+            )
             try:
                 if row.matcher is not None and not row.matcher.consume_token(token):
                     raise RuntimeError(f"the grammar refused token {token}: {row.matcher.get_error()}")
@@ -543,8 +567,17 @@ class Engine:
                 self._remember_sampled(request)
             except Exception:  # only a missed merge
                 log.exception("could not remember a completion's sampled ids")
-            completions = [Completion(r.token_ids, r.logprobs, r.text, r.finish_reason or "cancelled", r.top,
-                                      r.allowed if r.matcher is not None else None) for r in request.rows]
+            completions = [
+                Completion(
+                    r.token_ids,
+                    r.logprobs,
+                    r.text,
+                    r.finish_reason or "cancelled",
+                    r.top,
+                    r.allowed if r.matcher is not None else None,
+                )
+                for r in request.rows
+            ]
             request.future.set_result(Generation(request.prompt_ids, completions, request.version))
 
     def _drop_finished(self, batch: Batch) -> Batch | None:

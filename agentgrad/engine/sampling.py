@@ -22,7 +22,9 @@ from agentgrad.engine.params import SamplingParams
 @dataclass
 class Sampled:
     tokens: torch.Tensor  # (rows,)
-    logprobs: torch.Tensor  # (rows,): each token's logprob under the distribution it was drawn from (before a grammar mask)
+    logprobs: (
+        torch.Tensor
+    )  # (rows,): each token's logprob under the distribution it was drawn from (before a grammar mask)
     top_ids: torch.Tensor | None  # (rows, k): the k likeliest tokens of that distribution, when asked for
     top_logprobs: torch.Tensor | None
     allowed: list[int | None]  # per row, how many tokens its grammar allowed (1: forced); None without a grammar
@@ -39,10 +41,14 @@ def adjust(
     for i, (p, history, mask) in enumerate(zip(params, histories, allowed)):
         if p.logit_bias:
             ids = torch.tensor([t for t in p.logit_bias if t < vocab], dtype=torch.long, device=logits.device)
-            bias = torch.tensor([b for t, b in p.logit_bias.items() if t < vocab], device=logits.device, dtype=logits.dtype)
+            bias = torch.tensor(
+                [b for t, b in p.logit_bias.items() if t < vocab], device=logits.device, dtype=logits.dtype
+            )
             logits[i, ids] += bias
         if (p.presence_penalty or p.frequency_penalty) and history:
-            counts = torch.bincount(torch.tensor(list(history), device=logits.device), minlength=vocab)[:vocab].to(logits.dtype)
+            counts = torch.bincount(torch.tensor(list(history), device=logits.device), minlength=vocab)[:vocab].to(
+                logits.dtype
+            )
             logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
         if mask is not None:
             logits[i].masked_fill_(~mask.to(logits.device), float("-inf"))

@@ -53,7 +53,12 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
         return endpoint
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "agentgrad"} for n in names]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": n, "object": "model", "created": 0, "owned_by": "agentgrad"} for n in names],
+            }
+        )
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": engine.version})

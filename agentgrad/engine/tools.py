@@ -57,7 +57,9 @@ class ToolFormat:
     where the grammar spells the characters)."""
 
 
-HERMES = ToolFormat("hermes", """# Tools
+HERMES = ToolFormat(
+    "hermes",
+    """# Tools
 
 You may call one or more functions to assist with the user query.
 
@@ -69,13 +71,22 @@ You are provided with function signatures within <tools></tools> XML tags:
 For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
 <tool_call>
 {{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>""", result_role="user", open=OPEN, close=CLOSE)
+</tool_call>""",
+    result_role="user",
+    open=OPEN,
+    close=CLOSE,
+)
 
-PYTHONIC = ToolFormat("pythonic", """You have access to the following functions:
+PYTHONIC = ToolFormat(
+    "pythonic",
+    """You have access to the following functions:
 {tools}
 
 To call functions, reply with only the calls as a Python list, such as [func_name1(param1="value1", param2=2)].""",
-                      result_role="tool", open="[", close=")]")
+    result_role="tool",
+    open="[",
+    close=")]",
+)
 
 
 def template_supports_tools(tokenizer: Any) -> bool:
@@ -103,7 +114,9 @@ def functions(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
     for i, tool in enumerate(tools or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
-            raise ValueError(f"tools[{i}]: only function tools are supported, as {{'type': 'function', 'function': {{...}}}}")
+            raise ValueError(
+                f"tools[{i}]: only function tools are supported, as {{'type': 'function', 'function': {{...}}}}"
+            )
         name = function.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"tools[{i}].function.name must be a non-empty string")
@@ -157,16 +170,23 @@ def template_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for message in messages:
         if message.get("role") == "assistant" and message.get("tool_calls"):
-            calls = [{**call, "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments", {}))}}
-                     if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
-                     for call in message["tool_calls"]]
+            calls = [
+                {
+                    **call,
+                    "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments", {}))},
+                }
+                if isinstance(call, dict) and isinstance(call.get("function"), dict)
+                else call
+                for call in message["tool_calls"]
+            ]
             message = {**message, "tool_calls": calls}
         out.append(message)
     return out
 
 
-def render_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   fmt: ToolFormat = HERMES) -> list[dict[str, Any]]:
+def render_history(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, fmt: ToolFormat = HERMES
+) -> list[dict[str, Any]]:
     """Messages with only `role` and text `content`, tools and calls written in `fmt`."""
     out: list[dict[str, Any]] = []
     if tools:
@@ -181,7 +201,9 @@ def render_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] |
         if role == "developer":
             role = "system"
         if role == "assistant" and message.get("tool_calls"):
-            calls = calls_text([(c["function"]["name"], c["function"].get("arguments", {})) for c in message["tool_calls"]], fmt)
+            calls = calls_text(
+                [(c["function"]["name"], c["function"].get("arguments", {})) for c in message["tool_calls"]], fmt
+            )
             content = "\n".join(([content] if content else []) + [calls])
         if role == "tool" and fmt.result_role == "tool":
             out.append({"role": "tool", "content": content})
@@ -215,8 +237,13 @@ def _openai_calls(calls: list[Any], tools: dict[str, dict[str, Any]], first: int
         arguments = call.get("arguments", call.get("parameters", {}))
         if not isinstance(arguments, dict):
             return f"tool call {number}: arguments must be a JSON object, got {arguments!r}"
-        out.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                    "function": {"name": call["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}})
+        out.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(arguments, ensure_ascii=False)},
+            }
+        )
     return out
 
 
@@ -239,7 +266,9 @@ def _python_calls(text: str) -> list[dict[str, Any]] | str:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError as exc:
         return f"the calls are not a Python list: {exc.msg}"
-    if not isinstance(tree, ast.List) or not all(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) for c in tree.elts):
+    if not isinstance(tree, ast.List) or not all(
+        isinstance(c, ast.Call) and isinstance(c.func, ast.Name) for c in tree.elts
+    ):
         return "the calls are not a Python list of name(key=value, ...) calls"
     calls = []
     for call in tree.elts:
@@ -324,8 +353,9 @@ def parse_reply(text: str, tools: dict[str, dict[str, Any]]) -> ParsedReply:
     return ParsedReply(rest if rest.strip() else None, calls)
 
 
-def call_grammar(tools: dict[str, dict[str, Any]], only: str | None = None, parallel: bool = True,
-                 fmt: ToolFormat = HERMES) -> str:
+def call_grammar(
+    tools: dict[str, dict[str, Any]], only: str | None = None, parallel: bool = True, fmt: ToolFormat = HERMES
+) -> str:
     """An llguidance grammar for a reply that is only tool calls (`tool_choice` required, or `only` that one), in `fmt`.
 
     Pythonic calls pass the required parameters, in the schema's order (optional ones are left out)."""
@@ -343,8 +373,14 @@ def call_grammar(tools: dict[str, dict[str, Any]], only: str | None = None, para
     options = []
     for name in names:
         parameters = tools[name].get("parameters") or {"type": "object", "properties": {}}
-        options.append({"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
-                        "required": ["name", "arguments"], "additionalProperties": False})
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     repeat = ' ("\\n" call)*' if parallel else ""
     open_, close = (f"<[{fmt.tokens[0]}]>", f"<[{fmt.tokens[1]}]>") if fmt.tokens else (f'"{OPEN}"', f'"{CLOSE}"')

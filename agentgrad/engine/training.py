@@ -53,8 +53,12 @@ class StepPrefix:
             return
         self.token_ids = sequences[0].token_ids[:length]
         cache = DynamicCache()
-        model(input_ids=torch.tensor([self.token_ids], device=next(model.parameters()).device), cache=cache,
-              use_cache=True, logits_to_keep=1)
+        model(
+            input_ids=torch.tensor([self.token_ids], device=next(model.parameters()).device),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         self._outputs = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         self.leaves = [t.detach().requires_grad_(t.requires_grad) for t in self._outputs]
 
@@ -77,7 +81,10 @@ def shared_length(sequences: Sequence[ScoredSequence]) -> int:
 
 
 def sequence_logprobs(
-    model: torch.nn.Module, sequences: Sequence[ScoredSequence], temperature: float = 1.0, pad_token_id: int = 0,
+    model: torch.nn.Module,
+    sequences: Sequence[ScoredSequence],
+    temperature: float = 1.0,
+    pad_token_id: int = 0,
     prefix: StepPrefix | None = None,
 ) -> list[torch.Tensor]:
     """Per sequence, the logprob of each scored token given the ones before it (differentiable).
@@ -94,8 +101,12 @@ def sequence_logprobs(
         layers = [prefix.leaves[i : i + 2] for i in range(0, len(prefix.leaves), 2)]
     elif (shared := shared_length(sequences)) >= MIN_SHARED_PREFIX and not _sharded(model):
         own = DynamicCache()
-        model(input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device), cache=own, use_cache=True,
-              logits_to_keep=1)
+        model(
+            input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device),
+            cache=own,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         layers = [[layer.keys, layer.values] for layer in own.layers]
     else:
         shared, layers = 0, []
@@ -110,14 +121,20 @@ def sequence_logprobs(
     # every sequence ends at the last column: keep the logits of the last `kept` positions only
     scored = [len(s.token_ids) - s.first_scored for s in sequences]
     kept = max(scored) + 1
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                   logits_to_keep=kept).logits[:, :-1].float()
+    logits = (
+        model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=kept
+        )
+        .logits[:, :-1]
+        .float()
+    )
     if temperature != 1.0:
         logits = logits / temperature
     # targets right-aligned like the logits; one gather for the batch (per-row indexing of the
     # logits would make backward fill a batch-sized gradient once per row)
-    targets = torch.tensor([[0] * (kept - 1 - n) + s.token_ids[s.first_scored :] for s, n in zip(sequences, scored)],
-                           device=device)
+    targets = torch.tensor(
+        [[0] * (kept - 1 - n) + s.token_ids[s.first_scored :] for s, n in zip(sequences, scored)], device=device
+    )
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
 

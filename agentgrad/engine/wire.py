@@ -26,13 +26,18 @@ def usage(generation: Generation) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def token_logprobs(engine: Engine, token_ids: list[int], logprobs: list[float], tops: list[list[tuple[int, float]]] | None = None) -> list[dict[str, Any]]:
+def token_logprobs(
+    engine: Engine, token_ids: list[int], logprobs: list[float], tops: list[list[tuple[int, float]]] | None = None
+) -> list[dict[str, Any]]:
     """Chat `logprobs.content`: each token with its logprob and its top alternatives, all from the sampled distribution."""
     decode = engine.tokenizer.decode
     out = []
     for i, (token, logprob) in enumerate(zip(token_ids, logprobs)):
         text = decode([token])
-        top = [{"token": decode([t]), "logprob": lp, "bytes": list(decode([t]).encode())} for t, lp in (tops[i] if tops and i < len(tops) else [])]
+        top = [
+            {"token": decode([t]), "logprob": lp, "bytes": list(decode([t]).encode())}
+            for t, lp in (tops[i] if tops and i < len(tops) else [])
+        ]
         out.append({"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": top})
     return out
 
@@ -42,7 +47,9 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def generate(engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams) -> Generation | None:
+async def generate(
+    engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams
+) -> Generation | None:
     """Generate, or stop generating and return None as soon as the client disconnects."""
     future = engine.submit(prompt_ids, params)
     done = asyncio.ensure_future(asyncio.wrap_future(future))
@@ -57,7 +64,9 @@ async def generate(engine: Engine, request: Request, prompt_ids: list[int], para
     return None
 
 
-def stream(engine: Engine, prompt_ids: list[int], params: SamplingParams) -> tuple[concurrent.futures.Future[Generation], asyncio.Queue[Event]]:
+def stream(
+    engine: Engine, prompt_ids: list[int], params: SamplingParams
+) -> tuple[concurrent.futures.Future[Generation], asyncio.Queue[Event]]:
     """Submit with a queue that receives each token, then the generation (or the failure)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event] = asyncio.Queue()

@@ -76,7 +76,11 @@ _ROUTE = re.compile(
     r"/v1/(?P<endpoint>chat/completions|completions|responses|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
 _APIS = {"chat/completions": CHAT_COMPLETIONS_API, "completions": COMPLETIONS_API, "responses": RESPONSES_API}
-_ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = sc.ROLLOUT_HEADER.encode(), sc.ATTEMPT_HEADER.encode(), sc.AGENT_HEADER.encode()
+_ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
+    sc.ROLLOUT_HEADER.encode(),
+    sc.ATTEMPT_HEADER.encode(),
+    sc.AGENT_HEADER.encode(),
+)
 _VERSION_KEY = sc.VERSION_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -251,7 +255,9 @@ class Gateway:
         endpoint, method = match["endpoint"], scope["method"]
         expected = "GET" if endpoint == "models" else "POST"
         if method != expected:
-            error = GatewayError(405, f"{path} takes {expected}, not {method}", "invalid_request_error", "method_not_allowed")
+            error = GatewayError(
+                405, f"{path} takes {expected}, not {method}", "invalid_request_error", "method_not_allowed"
+            )
             return await _send_error(send, error, extra=[(b"allow", expected.encode())])
         await self.start()
         if endpoint == "models":
@@ -325,9 +331,18 @@ class Gateway:
                     pass
                 if not call.recorded:
                     self._recording += 1
-                    self._record(call, {}, GatewayError(499, "the agent closed the connection before the answer "
-                                                        "was complete; the upstream request was cancelled",
-                                                        "client_error", "client_disconnected"), 0)
+                    self._record(
+                        call,
+                        {},
+                        GatewayError(
+                            499,
+                            "the agent closed the connection before the answer "
+                            "was complete; the upstream request was cancelled",
+                            "client_error",
+                            "client_disconnected",
+                        ),
+                        0,
+                    )
         if not work.cancelled():
             work.result()  # a failure of the gateway's own surfaces as before (the server answers 500)
 
@@ -355,16 +370,22 @@ class Gateway:
                 return
             problem = request_problem(call.api, request)
             if problem is not None:
-                return await self._fail(send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request"))
+                return await self._fail(
+                    send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request")
+                )
             try:
                 outgoing, added = upstream.prepare(request, call.api)
             except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
-                return await self._fail(send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error"))
+                return await self._fail(
+                    send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error")
+                )
             call.token_ids_asked = added.asked
             backend = upstream.backend
             connect_s, first_byte_s, total_s = (
                 ours if ours is not None else theirs
-                for ours, theirs in zip(self.timeouts, (backend.connect_timeout_s, backend.first_byte_timeout_s, backend.timeout_s))
+                for ours, theirs in zip(
+                    self.timeouts, (backend.connect_timeout_s, backend.first_byte_timeout_s, backend.timeout_s)
+                )
             )
             deadline = Deadline.start(connect_s, first_byte_s, total_s)
             url, retries, response = upstream.urls[call.api], 0, None
@@ -372,11 +393,19 @@ class Gateway:
                 try:
                     async with asyncio.timeout_at(deadline.ends):
                         response, retries = await post_with_retries(
-                            self._session, upstream, call.api, outgoing, deadline=deadline,
-                            max_retries=self.max_retries, backoff_s=self.retry_backoff_s,
+                            self._session,
+                            upstream,
+                            call.api,
+                            outgoing,
+                            deadline=deadline,
+                            max_retries=self.max_retries,
+                            backoff_s=self.retry_backoff_s,
                         )
-                        streamed = (bool(request.get("stream")) and response.content_type == "text/event-stream"
-                                    and response.status < 400)
+                        streamed = (
+                            bool(request.get("stream"))
+                            and response.content_type == "text/event-stream"
+                            and response.status < 400
+                        )
                         if not streamed:
                             payload = await response.read()  # a stall or a cut here: a 504 / 502 below
                 except GatewayError as error:
@@ -447,7 +476,9 @@ class Gateway:
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler: StreamAssembler | ResponsesStream = ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
+        assembler: StreamAssembler | ResponsesStream = (
+            ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
+        )
         error: GatewayError | None = None
         pending = b""
         redactor = StreamRedactor(call.api) if StreamRedactor.needed() else None  # a key streamed in pieces
@@ -491,9 +522,7 @@ class Gateway:
         finally:
             self._record(call, {}, error, error.retries)
 
-    def _record(
-        self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int
-    ) -> None:
+    def _record(self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int) -> None:
         """Build the call's span and queue it for the store (after the client got its answer)."""
         call.recorded = True
         try:

@@ -21,8 +21,10 @@ def _kind(value: Any) -> str:
 def request_problem(api: str, request: dict[str, Any]) -> str | None:
     """Why the gateway cannot relay this request as it stands, or None."""
     stop = request.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-        isinstance(stop, list) and all(isinstance(s, str) for s in stop)
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
     ):
         return f"'stop' must be a string or a list of strings, not {_kind(stop)} {stop!r:.40}"
     if api == CHAT_COMPLETIONS_API:

@@ -83,8 +83,11 @@ def _logprobs(operation: str, logprobs: Any) -> list[float] | None:
     return None if values is None else list(values)
 
 
-USAGE_KEYS = {CHAT_COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
-              COMPLETIONS_API: ("prompt_tokens", "completion_tokens"), RESPONSES_API: ("input_tokens", "output_tokens")}
+USAGE_KEYS = {
+    CHAT_COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
+    COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
+    RESPONSES_API: ("input_tokens", "output_tokens"),
+}
 """The names each OpenAI API gives its input and output token counts in `usage`."""
 
 
@@ -217,7 +220,6 @@ class StreamAssembler:
         return {**self.response, "choices": [self._choices[i] for i in sorted(self._choices)]}
 
 
-
 # ----------------------------------------------------------------------------- the span of a call
 
 
@@ -254,9 +256,12 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
     try:
         attributes = request_attributes(call.api, call.request, system)
     except Exception as exc:  # a request the record cannot hold is still recorded, without its body
-        attributes = {sc.GEN_AI_OPERATION: call.operation, sc.GEN_AI_SYSTEM: system,
-                      sc.GEN_AI_REQUEST_MODEL: str(call.request.get("model")),
-                      sc.UNRECORDED_REQUEST: f"{type(exc).__name__}: {exc}"}
+        attributes = {
+            sc.GEN_AI_OPERATION: call.operation,
+            sc.GEN_AI_SYSTEM: system,
+            sc.GEN_AI_REQUEST_MODEL: str(call.request.get("model")),
+            sc.UNRECORDED_REQUEST: f"{type(exc).__name__}: {exc}",
+        }
     if call.agent:
         attributes[sc.AGENT_NAME] = call.agent
     attributes.update(call.sampling)
@@ -264,7 +269,9 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port
     attributes.update(response_attributes)
     if error is None and sc.RESPONSE_TOKEN_IDS not in attributes:
-        attributes[sc.TOKEN_IDS_ABSENT] = sc.TOKEN_IDS_NOT_RETURNED if call.token_ids_asked else sc.TOKEN_IDS_NOT_REQUESTED
+        attributes[sc.TOKEN_IDS_ABSENT] = (
+            sc.TOKEN_IDS_NOT_RETURNED if call.token_ids_asked else sc.TOKEN_IDS_NOT_REQUESTED
+        )
     attributes[sc.LATENCY_MS] = round(elapsed * 1000, 3)
     if call.first_token is not None:
         attributes[sc.TIME_TO_FIRST_TOKEN_MS] = round((call.first_token - call.started) * 1000, 3)

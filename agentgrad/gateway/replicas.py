@@ -101,8 +101,10 @@ class ReplicaPool:
             while any(self.in_flight):
                 if not self._drained.wait(max(deadline - time.monotonic(), 0)):
                     self._reopen()
-                    raise TimeoutError(f"{sum(self.in_flight)} call(s) to {self.name!r} still in flight after "
-                                       f"{timeout_s:g} s; the weights were not changed")
+                    raise TimeoutError(
+                        f"{sum(self.in_flight)} call(s) to {self.name!r} still in flight after "
+                        f"{timeout_s:g} s; the weights were not changed"
+                    )
         try:
             yield
         finally:

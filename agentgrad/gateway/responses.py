@@ -41,8 +41,11 @@ def input_messages(request: dict[str, Any]) -> list[Any]:
         if kind == "message":
             messages.append({"role": item.get("role"), "content": _text(item.get("content"))})
         elif kind == "function_call":
-            call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}}
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+            }
             last = messages[-1] if messages else None
             if isinstance(last, dict) and last.get("role") == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -51,8 +54,13 @@ def input_messages(request: dict[str, Any]) -> list[Any]:
         elif kind == "function_call_output":
             output = item.get("output")
             text = output if isinstance(output, str) else _text(output)
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
-                             "content": text if isinstance(text, str) else json.dumps(text)})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": text if isinstance(text, str) else json.dumps(text),
+                }
+            )
         else:
             messages.append(item)
     return messages
@@ -69,8 +77,13 @@ def output_message(response: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     texts.append(part["text"])
         elif item.get("type") == "function_call":
-            calls.append({"id": item.get("call_id"), "type": "function",
-                          "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}})
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+                }
+            )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
         message["tool_calls"] = calls
@@ -103,8 +116,13 @@ def output_attributes(response: dict[str, Any]) -> dict[str, Any]:
         attributes[sc.RESPONSE_ALLOWED_TOKENS] = response[sc.ALLOWED_TOKENS_FIELD]
     logprobs = response.get("token_logprobs")
     if not isinstance(logprobs, list):  # else the sampled tokens' logprobs of the text, when `include` asked
-        parts = [p for item in response.get("output") or () if isinstance(item, dict) and item.get("type") == "message"
-                 for p in item.get("content") or () if isinstance(p, dict) and isinstance(p.get("logprobs"), list)]
+        parts = [
+            p
+            for item in response.get("output") or ()
+            if isinstance(item, dict) and item.get("type") == "message"
+            for p in item.get("content") or ()
+            if isinstance(p, dict) and isinstance(p.get("logprobs"), list)
+        ]
         logprobs = [entry.get("logprob") for p in parts for entry in p["logprobs"]] if parts else None
     if logprobs is not None:
         attributes[sc.RESPONSE_LOGPROBS] = logprobs
@@ -128,8 +146,11 @@ class ResponsesStream:
             self.started = event["response"]
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             self.text += event["delta"]
-        elif (kind == "response.output_item.done" and isinstance(event.get("item"), dict)
-              and event["item"].get("type") == "function_call"):
+        elif (
+            kind == "response.output_item.done"
+            and isinstance(event.get("item"), dict)
+            and event["item"].get("type") == "function_call"
+        ):
             self.items.append(event["item"])
 
     def result(self) -> dict[str, Any]:

@@ -21,8 +21,11 @@ SamplingSource = Literal["trainer", "agent"]
 SAMPLING_SOURCES = ("trainer", "agent")
 SETTINGS = ("temperature", "top_p", "max_tokens")
 """The settings a sampling plan may set (the names of chat completions)."""
-_MAX_TOKENS_KEYS = {sc.CHAT_COMPLETIONS_API: ("max_tokens", "max_completion_tokens"), sc.COMPLETIONS_API: ("max_tokens",),
-                    sc.RESPONSES_API: ("max_output_tokens",)}
+_MAX_TOKENS_KEYS = {
+    sc.CHAT_COMPLETIONS_API: ("max_tokens", "max_completion_tokens"),
+    sc.COMPLETIONS_API: ("max_tokens",),
+    sc.RESPONSES_API: ("max_output_tokens",),
+}
 """Where each API takes its output cap; chat completions take either name (the one the agent set; else `max_tokens`)."""
 
 
@@ -36,16 +39,19 @@ class SamplingPlan:
 
     def __post_init__(self) -> None:
         if self.source not in SAMPLING_SOURCES:
-            raise ValueError(f"sampling is 'trainer' (the trainer's settings override the agent's) or 'agent' "
-                             f"(the agent's own settings are kept), not {self.source!r}")
+            raise ValueError(
+                f"sampling is 'trainer' (the trainer's settings override the agent's) or 'agent' "
+                f"(the agent's own settings are kept), not {self.source!r}"
+            )
         for mode, settings in self.by_mode.items():
             unknown = set(settings) - set(SETTINGS)
             if unknown:
                 raise ValueError(f"sampling for mode {mode!r} sets {sorted(unknown)}; it can set {', '.join(SETTINGS)}")
 
 
-def apply_sampling(api: str, request: dict[str, Any], settings: Mapping[str, float | int],
-                   source: SamplingSource) -> dict[str, Any]:
+def apply_sampling(
+    api: str, request: dict[str, Any], settings: Mapping[str, float | int], source: SamplingSource
+) -> dict[str, Any]:
     """Rewrite `request` (in place) with `settings`; returns the span attributes saying what the agent asked for."""
     attributes: dict[str, Any] = {sc.SAMPLING_SOURCE: source}
     for name, value in settings.items():

@@ -135,7 +135,9 @@ class Upstream:
         if key:
             headers["authorization"] = f"Bearer {key}"
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        urls = {api: f"{base}/{api.replace('.', '/')}" for api in (CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API)}
+        urls = {
+            api: f"{base}/{api.replace('.', '/')}" for api in (CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API)
+        }
         return cls(name, backend, urls, headers, parts.hostname, port)
 
     def prepare(self, request: dict[str, Any], api: str) -> tuple[bytes, Added]:
@@ -145,8 +147,9 @@ class Upstream:
         backend = self.backend
         add_ids = backend.asks_token_ids and not request.get("return_token_ids")
         asked_logprobs = request.get("logprobs")
-        add_logprobs = (api != RESPONSES_API and backend.asks_logprobs
-                        and (asked_logprobs is None or asked_logprobs is False))
+        add_logprobs = (
+            api != RESPONSES_API and backend.asks_logprobs and (asked_logprobs is None or asked_logprobs is False)
+        )
         add_usage = False
         if add_ids:
             outgoing["return_token_ids"] = True
@@ -184,7 +187,12 @@ class Added:
                 return False
             answer.pop("usage", None)
         if self.token_ids:
-            for key in ("prompt_token_ids", "token_ids", "token_logprobs", ALLOWED_TOKENS_FIELD):  # the last three: a Responses body
+            for key in (
+                "prompt_token_ids",
+                "token_ids",
+                "token_logprobs",
+                ALLOWED_TOKENS_FIELD,
+            ):  # the last three: a Responses body
                 answer.pop(key, None)
         for choice in answer.get("choices") or ():
             if self.token_ids:
@@ -256,8 +264,10 @@ class Deadline:
             what = f"sent nothing for {self.first_byte_s:g} s (first-byte timeout)"
         else:
             what = f"did not finish the call within {self.total_s:g} s (total timeout)"
-        message = (f"upstream {upstream.name!r} at {url} {what}; the request was cancelled "
-                   "(raise the gateway's --connect-timeout / --first-byte-timeout / --timeout if it is just slow)")
+        message = (
+            f"upstream {upstream.name!r} at {url} {what}; the request was cancelled "
+            "(raise the gateway's --connect-timeout / --first-byte-timeout / --timeout if it is just slow)"
+        )
         return GatewayError(504, message, "upstream_error", "upstream_timeout", retries)
 
 
@@ -280,15 +290,18 @@ async def post_with_retries(
     for attempt in range(max_retries + 1):
         retry_after: str | None = None
         remaining = deadline.remaining()
-        timeout = aiohttp.ClientTimeout(total=None, connect=min(deadline.connect_s, remaining),
-                                        sock_read=min(deadline.first_byte_s, remaining))
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=min(deadline.connect_s, remaining), sock_read=min(deadline.first_byte_s, remaining)
+        )
         try:
             response = await session.post(url, data=body, headers=upstream.headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing reached the upstream
             error = deadline.error(upstream, url, exc)
         except TimeoutError as exc:  # it has the request and says nothing: a hung upstream
             raise deadline.error(upstream, url, exc, attempt) from None
-        except aiohttp.ClientError as exc:  # refused, reset, or closed before a byte of answer (a stale pooled connection)
+        except (
+            aiohttp.ClientError
+        ) as exc:  # refused, reset, or closed before a byte of answer (a stale pooled connection)
             error = GatewayError(
                 502,
                 f"upstream {upstream.name!r} at {url} is unreachable: {type(exc).__name__}: {exc}",
@@ -309,8 +322,9 @@ async def post_with_retries(
         if attempt == max_retries or wait >= deadline.remaining():
             error.retries = attempt
             raise error
-        log.info("retrying %s in %.2f s (try %d of %d): %s", redact(url), wait, attempt + 2, max_retries + 1,
-                 error.message)
+        log.info(
+            "retrying %s in %.2f s (try %d of %d): %s", redact(url), wait, attempt + 2, max_retries + 1, error.message
+        )
         await asyncio.sleep(wait)
     raise AssertionError("unreachable")
 

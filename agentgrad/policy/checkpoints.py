@@ -36,7 +36,11 @@ def complete_checkpoints(directory: Path | None) -> list[Path]:
     """The complete `step-N` folders under `directory`, oldest first (a `.partial` one is still being written)."""
     if directory is None or not directory.exists():
         return []
-    steps = [p for p in directory.glob("step-*") if p.is_dir() and not p.name.endswith(".partial") and (p / TRAINER_STATE).exists()]
+    steps = [
+        p
+        for p in directory.glob("step-*")
+        if p.is_dir() and not p.name.endswith(".partial") and (p / TRAINER_STATE).exists()
+    ]
     return sorted(steps, key=lambda p: int(p.name.split("-")[1]))
 
 

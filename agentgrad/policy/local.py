@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class LocalPolicy:
     """`engine` (or a new one loading `model`), with an engine server and a gateway on loopback.
 
@@ -56,7 +57,8 @@ class LocalPolicy:
             from peft import LoraConfig, get_peft_model
 
             adapted = get_peft_model(
-                self.engine.model, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, target_modules=lora_targets, lora_dropout=0.0)
+                self.engine.model,
+                LoraConfig(r=lora_rank, lora_alpha=lora_alpha, target_modules=lora_targets, lora_dropout=0.0),
             )
             self.engine.replace_model(adapted)
         self._servers: list[ServerThread] = []
@@ -75,8 +77,13 @@ class LocalPolicy:
 
         engine_server = ServerThread(create_engine_app(self.engine)).start()
         self._servers.append(engine_server)
-        backend = Backend(url=engine_server.url + "/v1", model=self.engine.name, system="agentgrad",
-                          first_byte_timeout_s=LIMIT, timeout_s=LIMIT)
+        backend = Backend(
+            url=engine_server.url + "/v1",
+            model=self.engine.name,
+            system="agentgrad",
+            first_byte_timeout_s=LIMIT,
+            timeout_s=LIMIT,
+        )
         self.serve_gateway(Gateway(self.store, {self.engine.name: backend}, default=backend))
 
     def serve_gateway(self, gateway: Any) -> None:
@@ -84,8 +91,10 @@ class LocalPolicy:
         try:
             server = ServerThread(gateway, port=self.gateway_port).start()
         except RuntimeError as exc:
-            raise RuntimeError(f"the policy's gateway cannot listen on 127.0.0.1:{self.gateway_port} ({exc}); "
-                               "give the Trainer another gateway_port (0: any free port)") from None
+            raise RuntimeError(
+                f"the policy's gateway cannot listen on 127.0.0.1:{self.gateway_port} ({exc}); "
+                "give the Trainer another gateway_port (0: any free port)"
+            ) from None
         self._servers.append(server)
         self.gateway_url = server.url
         self.gateway = gateway
@@ -113,8 +122,12 @@ class LocalPolicy:
         """The resource an agent calls: the gateway, routed per attempt by the runner."""
         if self.gateway_url is None:
             raise RuntimeError("start the policy before asking for its LLM resource")
-        return LLM(base_url=self.gateway_url + "/v1", model=self.engine.name, proxied=True,
-                   sampling_parameters=sampling_parameters)
+        return LLM(
+            base_url=self.gateway_url + "/v1",
+            model=self.engine.name,
+            proxied=True,
+            sampling_parameters=sampling_parameters,
+        )
 
     def sync(self) -> float:
         """Nothing to move: the engine serves what `engine.publish()` made current (a vLLM policy copies)."""
@@ -131,7 +144,9 @@ class LocalPolicy:
             self.model.save_pretrained(partial)
             self.engine.tokenizer.save_pretrained(partial)
             torch.save({"optimizer": optimizer.state_dict(), "state": state}, partial / TRAINER_STATE)
-            (partial / "agentgrad.json").write_text(json.dumps({"engine_version": self.engine.version, **state}, default=str))
+            (partial / "agentgrad.json").write_text(
+                json.dumps({"engine_version": self.engine.version, **state}, default=str)
+            )
         return directory
 
     def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -153,8 +168,10 @@ class LocalPolicy:
                 missing, unexpected = model.load_state_dict(weights, strict=False)
                 real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
                 if real_missing or unexpected:
-                    raise ValueError(f"checkpoint {directory} does not fit the model: missing {real_missing[:3]}, "
-                                     f"unexpected {unexpected[:3]}")
+                    raise ValueError(
+                        f"checkpoint {directory} does not fit the model: missing {real_missing[:3]}, "
+                        f"unexpected {unexpected[:3]}"
+                    )
         saved = torch.load(directory / TRAINER_STATE, weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])
         self.engine.publish()

@@ -77,7 +77,9 @@ class FileTransport:
 
     def __init__(self, urls: Sequence[str], directory: Path | None = None, dtype: torch.dtype | None = None) -> None:
         self.urls = list(urls)
-        self.root = Path(tempfile.mkdtemp(prefix="agentgrad-weights-", dir=directory or (SHM if SHM.is_dir() else None)))
+        self.root = Path(
+            tempfile.mkdtemp(prefix="agentgrad-weights-", dir=directory or (SHM if SHM.is_dir() else None))
+        )
         self.dtype = dtype
         self._client = httpx.Client()
 
@@ -102,8 +104,11 @@ class FileTransport:
     def push(self, model: torch.nn.Module, version: int) -> None:
         folder = self.write(model, version)
         for url in self.urls:
-            _post(self._client, url + "/collective_rpc",
-                  json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+            _post(
+                self._client,
+                url + "/collective_rpc",
+                json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}},
+            )
 
     def close(self) -> None:
         self._client.close()
@@ -125,8 +130,11 @@ class LoRATransport:
         folder = self.root / f"v{version}"
         model.save_pretrained(folder)  # type: ignore[operator]  # a peft model: only the adapters
         for url in self.urls:
-            _post(self._client, url + "/v1/load_lora_adapter",
-                  json={"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": self._loaded})
+            _post(
+                self._client,
+                url + "/v1/load_lora_adapter",
+                json={"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": self._loaded},
+            )
         self._loaded = True
         for old in self.root.iterdir():
             if old != folder:
@@ -152,8 +160,12 @@ def nccl_update_info(weights: dict[str, torch.Tensor]) -> dict[str, list[Any]]:
 def nccl_init_info(unique_id: bytes, world_size: int) -> dict[str, Any]:
     """`/init_weight_transfer_engine`'s payload for a trainer that mints the NCCL unique id itself:
     the trainer is rank 0, the servers' workers ranks 1.. (`rank_offset` 1), tensors sent one by one."""
-    return {"nccl_unique_id_b64": base64.b64encode(unique_id).decode(), "rank_offset": 1,
-            "world_size": world_size, "packed": False}
+    return {
+        "nccl_unique_id_b64": base64.b64encode(unique_id).decode(),
+        "rank_offset": 1,
+        "world_size": world_size,
+        "packed": False,
+    }
 
 
 class NCCLTransport:
@@ -167,11 +179,14 @@ class NCCLTransport:
 
     def __init__(self, urls: Sequence[str], device: str = "cuda") -> None:
         if not torch.cuda.is_available():
-            raise RuntimeError("the nccl weight transport needs CUDA on the trainer and the servers; "
-                               "on a CPU use transport='file'")
+            raise RuntimeError(
+                "the nccl weight transport needs CUDA on the trainer and the servers; on a CPU use transport='file'"
+            )
         if len(urls) != 1:
-            raise ValueError(f"the nccl transport serves one vLLM server per trainer group, got {len(urls)}: "
-                             "use transport='file' for several replicas")
+            raise ValueError(
+                f"the nccl transport serves one vLLM server per trainer group, got {len(urls)}: "
+                "use transport='file' for several replicas"
+            )
         self.url = urls[0]
         self.device = torch.device(device)
         self._client = httpx.Client()
@@ -179,8 +194,12 @@ class NCCLTransport:
         unique_id = torch.cuda.nccl.unique_id()
         world = 1 + workers
         with ThreadPoolExecutor(1) as pool:  # the workers block in their rendezvous until rank 0 joins
-            done = pool.submit(_post, self._client, self.url + "/init_weight_transfer_engine",
-                               json={"init_info": nccl_init_info(unique_id, world)})
+            done = pool.submit(
+                _post,
+                self._client,
+                self.url + "/init_weight_transfer_engine",
+                json={"init_info": nccl_init_info(unique_id, world)},
+            )
             self._comm = torch.cuda.nccl.init_rank(world, unique_id, 0)
             warm = torch.zeros(1, device=self.device)
             torch.cuda.nccl.all_reduce([warm], comms=[self._comm])  # the workers' warm-up handshake
@@ -190,8 +209,9 @@ class NCCLTransport:
         weights = {k: v.to(self.device) for k, v in hf_state_dict(model).items()}
         _post(self._client, self.url + "/start_weight_update")
         with ThreadPoolExecutor(1) as pool:  # the server receives while rank 0 sends
-            received = pool.submit(_post, self._client, self.url + "/update_weights",
-                                   json={"update_info": nccl_update_info(weights)})
+            received = pool.submit(
+                _post, self._client, self.url + "/update_weights", json={"update_info": nccl_update_info(weights)}
+            )
             for tensor in weights.values():
                 torch.cuda.nccl.broadcast([tensor], root=0, comms=[self._comm])
             torch.cuda.synchronize(self.device)

@@ -56,8 +56,15 @@ class VLLMPolicy(LocalPolicy):
             raise ValueError(f"replicas must be at least 1, got {replicas}")
         # the trainer's copy samples nothing: fp32 only, no bf16 sampling copy
         engine = engine or Engine(model, sampling_dtype=torch.float32)
-        super().__init__(store, engine, model, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                         gateway_port=gateway_port)
+        super().__init__(
+            store,
+            engine,
+            model,
+            lora_rank=lora_rank,
+            lora_alpha=lora_alpha,
+            lora_targets=lora_targets,
+            gateway_port=gateway_port,
+        )
         self.model_path = resolve_model(model)
         self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
         self.servers: list[VLLMServer] = []
@@ -74,20 +81,34 @@ class VLLMPolicy(LocalPolicy):
             if self.urls:
                 self.servers = attach_servers(self.urls)
             else:
-                self.servers = start_servers(self.model_path, self.engine.name, self.replicas, lora_rank=self.lora_rank,
-                                             extra_args=self.vllm_args)
+                self.servers = start_servers(
+                    self.model_path,
+                    self.engine.name,
+                    self.replicas,
+                    lora_rank=self.lora_rank,
+                    extra_args=self.vllm_args,
+                )
             urls = [s.url for s in self.servers]
             self.transport = make_transport(self.transport_kind, urls, lora=self.lora_rank > 0)
             self.capabilities = report_capabilities(self.servers, self.transport.name)
             log.info(self.capabilities)
             missing = sorted({r for s in self.servers for r in s.missing(self.transport.name)})
             if missing:
-                raise RuntimeError(f"the vLLM servers lack {', '.join(missing)}, which weight transport "
-                                   f"{self.transport.name!r} needs; {self.capabilities}")
+                raise RuntimeError(
+                    f"the vLLM servers lack {', '.join(missing)}, which weight transport "
+                    f"{self.transport.name!r} needs; {self.capabilities}"
+                )
             served = LORA_NAME if self.lora_rank > 0 else None
-            backends = [Backend(url=s.api_url, system="vllm", model=served or self.engine.name,
-                                first_byte_timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
-                                timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS) for s in self.servers]
+            backends = [
+                Backend(
+                    url=s.api_url,
+                    system="vllm",
+                    model=served or self.engine.name,
+                    first_byte_timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
+                    timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
+                )
+                for s in self.servers
+            ]
             self.pool = ReplicaPool(self.engine.name, backends, version=self.engine.version)
             self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
             self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool))
@@ -133,4 +154,6 @@ class VLLMPolicy(LocalPolicy):
     def _post(self, server: VLLMServer, route: str, **kwargs: Any) -> None:
         response = self._client.post(server.url + route, **kwargs)
         if response.status_code != 200:
-            raise RuntimeError(f"vLLM at {server.url}: POST {route} answered {response.status_code}: {response.text[:300]}")
+            raise RuntimeError(
+                f"vLLM at {server.url}: POST {route} answered {response.status_code}: {response.text[:300]}"
+            )

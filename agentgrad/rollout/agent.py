@@ -137,8 +137,11 @@ class FunctionAgent(LitAgent):
             elif isinstance(annotation, type) and issubclass(annotation, RESOURCE_CLASSES):
                 matches = [r for r in resources.values() if isinstance(r, annotation)]
                 if len(matches) != 1:
-                    hint = (f"give one: Trainer(resources={{{name!r}: ag.{annotation.__name__}(...)}})" if not matches
-                            else "name the parameter after one of them")
+                    hint = (
+                        f"give one: Trainer(resources={{{name!r}: ag.{annotation.__name__}(...)}})"
+                        if not matches
+                        else "name the parameter after one of them"
+                    )
                     raise AgentError(
                         f"agent {self.name} asks for {name}: {annotation.__name__}, but the resources hold "
                         f"{len(matches)} of that type ({sorted(resources)}); {hint}"

@@ -94,11 +94,11 @@ def emit_annotation(annotation: Mapping[str, Any]) -> None:
 class operation:
     """A span around a block or a function, recording its inputs and output.
 
-        with operation("search", query=q) as op:
-            op.set_output(results)
+    with operation("search", query=q) as op:
+        op.set_output(results)
 
-        @operation                     # or @operation("name")
-        def search(query): ...
+    @operation                     # or @operation("name")
+    def search(query): ...
     """
 
     def __new__(cls, name: str | Callable[..., Any] | None = None, **inputs: Any) -> Any:

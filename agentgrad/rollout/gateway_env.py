@@ -36,8 +36,11 @@ def openai_environment(gateway_url: str, api_key: str = "agentgrad") -> Iterator
     `gateway_url` (`…/v1`), and every `openai` call made inside a rollout names its attempt in headers."""
     saved = {name: os.environ.get(name) for name in OPENAI_ENV}
     if saved["OPENAI_BASE_URL"] not in (None, gateway_url):
-        log.info("OPENAI_BASE_URL is %s; the trainer points it at its gateway %s while it runs",
-                 saved["OPENAI_BASE_URL"], gateway_url)
+        log.info(
+            "OPENAI_BASE_URL is %s; the trainer points it at its gateway %s while it runs",
+            saved["OPENAI_BASE_URL"],
+            gateway_url,
+        )
     os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = gateway_url, api_key
     was_instrumented = instrument._original_build_headers is not None
     instrument_openai()

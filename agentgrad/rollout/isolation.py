@@ -77,8 +77,13 @@ class _PipeSink:
             self.connection.send(("span", span))
 
 
-def _attempt_main(connection: Connection, agent: LitAgent, rollout: AttemptedRollout, resources: NamedResources,
-                  parent: tuple[int, int] | None) -> None:
+def _attempt_main(
+    connection: Connection,
+    agent: LitAgent,
+    rollout: AttemptedRollout,
+    resources: NamedResources,
+    parent: tuple[int, int] | None,
+) -> None:
     """The attempt's process: run the agent once under the attempt's tracing context, answer its reward or error."""
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -88,8 +93,9 @@ def _attempt_main(connection: Connection, agent: LitAgent, rollout: AttemptedRol
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the runner's to answer: it ends this process
     if parent is not None:  # the agent's spans are children of the runner's rollout span
-        span_context = trace.SpanContext(parent[0], parent[1], is_remote=True,
-                                         trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))
+        span_context = trace.SpanContext(
+            parent[0], parent[1], is_remote=True, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)
+        )
         otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(span_context)))
     with bind_attempt(rollout.rollout_id, rollout.attempt.attempt_id, _PipeSink(connection)):  # type: ignore[arg-type]
         try:
@@ -109,15 +115,24 @@ class AttemptProcesses:
         self._live: set[Any] = set()
         self._lock = threading.Lock()
 
-    def run(self, agent: LitAgent, rollout: AttemptedRollout, resources: NamedResources, sink: Any,
-            parent: tuple[int, int] | None) -> tuple[float | None, str | None]:
+    def run(
+        self,
+        agent: LitAgent,
+        rollout: AttemptedRollout,
+        resources: NamedResources,
+        sink: Any,
+        parent: tuple[int, int] | None,
+    ) -> tuple[float | None, str | None]:
         """Run the agent on the rollout in a new process (blocking; call it from a worker thread).
 
         Returns (reward, None) or (None, error); spans arrive through `sink.put` as the agent writes them."""
         context = process_context()
         receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_attempt_main, args=(send, agent, rollout, resources, parent),
-                                  name=f"{self.worker_id}-{rollout.attempt.attempt_id}")
+        process = context.Process(
+            target=_attempt_main,
+            args=(send, agent, rollout, resources, parent),
+            name=f"{self.worker_id}-{rollout.attempt.attempt_id}",
+        )
         try:
             process.start()  # pickles the agent, task and resources: an error here says which did not pickle
         finally:

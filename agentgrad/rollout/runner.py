@@ -269,9 +269,15 @@ class Runner:
         """The store refused the attempt's result: fail the attempt with the reason rather than leave it running
         (to end `unresponsive` much later). If the attempt already ended (timed out meanwhile), say so."""
         try:
-            await self.store.update_attempt(rollout_id, attempt_id, status=AttemptStatus.FAILED,
-                                            error=f"the store refused the attempt's result: {refusal}")
-            log.warning("rollout %s: attempt %s failed: the store refused its result: %s", rollout_id, attempt_id, refusal)
+            await self.store.update_attempt(
+                rollout_id,
+                attempt_id,
+                status=AttemptStatus.FAILED,
+                error=f"the store refused the attempt's result: {refusal}",
+            )
+            log.warning(
+                "rollout %s: attempt %s failed: the store refused its result: %s", rollout_id, attempt_id, refusal
+            )
         except StoreError as exc:  # the store gave the attempt up (timeout, no heartbeat) meanwhile
             log.warning("rollout %s: result of attempt %s not recorded: %s (%s)", rollout_id, attempt_id, refusal, exc)
 
@@ -284,7 +290,8 @@ class Runner:
         current = trace.get_current_span().get_span_context()
         parent = (current.trace_id, current.span_id) if current.is_valid else None
         return await asyncio.get_running_loop().run_in_executor(
-            self._threads, self._processes.run, self.agent, item, resources, self.sink, parent)
+            self._threads, self._processes.run, self.agent, item, resources, self.sink, parent
+        )
 
     async def _no_reward(self, item: AttemptedRollout) -> bool:
         """Whether the attempt ended with no reward span either; if so, its rollout's metadata says so."""
@@ -340,7 +347,9 @@ class Runner:
                 await self.flush_gateways([llm.base_url for llm in proxied])
             await self.sink.flush()
             if status is AttemptStatus.SUCCEEDED and reward is None and await self._no_reward(item):
-                status, error = (AttemptStatus.FAILED, NO_REWARD_ERROR) if item.config.missing_reward == "fail" else (status, None)
+                status, error = (
+                    (AttemptStatus.FAILED, NO_REWARD_ERROR) if item.config.missing_reward == "fail" else (status, None)
+                )
             try:
                 await self.store.update_attempt(rollout_id, attempt_id, status=status, reward=reward, error=error)
             except StoreError as exc:

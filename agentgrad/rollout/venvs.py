@@ -55,11 +55,31 @@ class RunnerProcesses:
     asked to finish what it runs (SIGTERM), then killed after `STOP_SECONDS`.
     """
 
-    def __init__(self, python: str, store_url: str, agent: str, *, workers: int = 1, token: str | None = None,
-                 gateway: str | None = None, cwd: Path = ROOT, env: dict[str, str] | None = None,
-                 log: Path | None = None) -> None:
-        self.command = [python, "-m", "agentgrad.cli", "runner", "--store", store_url, "--agent", agent,
-                        "--workers", str(workers)]
+    def __init__(
+        self,
+        python: str,
+        store_url: str,
+        agent: str,
+        *,
+        workers: int = 1,
+        token: str | None = None,
+        gateway: str | None = None,
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> None:
+        self.command = [
+            python,
+            "-m",
+            "agentgrad.cli",
+            "runner",
+            "--store",
+            store_url,
+            "--agent",
+            agent,
+            "--workers",
+            str(workers),
+        ]
         if gateway:
             self.command += ["--gateway", gateway]
         path = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH", "")) if p)
@@ -72,15 +92,22 @@ class RunnerProcesses:
 
     def start(self) -> RunnerProcesses:
         self._log_file = open(self.log, "ab") if self.log else None  # noqa: SIM115  (closed in stop)
-        self.process = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdout=self._log_file or subprocess.DEVNULL,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self.command,
+            cwd=self.cwd,
+            env=self.env,
+            stdout=self._log_file or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         return self
 
     def check(self) -> None:
         """Raise if the runner process has exited (a bad agent spec, a missing package)."""
         if self.process is not None and self.process.poll() is not None:
             shown = f"; its output is in {self.log}" if self.log else ""
-            raise RuntimeError(f"runner process {' '.join(self.command)} exited with code {self.process.returncode}{shown}")
+            raise RuntimeError(
+                f"runner process {' '.join(self.command)} exited with code {self.process.returncode}{shown}"
+            )
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -100,8 +127,15 @@ class RunnerProcesses:
         self.stop()
 
 
-async def run_with_runners(algorithm: Any, store: Store, runners: Sequence[RunnerProcesses], train_data: Sequence[Any],
-                           val_data: Sequence[Any] | None = None, poll_seconds: float = 0.5, gateway_port: int = 0) -> Any:
+async def run_with_runners(
+    algorithm: Any,
+    store: Store,
+    runners: Sequence[RunnerProcesses],
+    train_data: Sequence[Any],
+    val_data: Sequence[Any] | None = None,
+    poll_seconds: float = 0.5,
+    gateway_port: int = 0,
+) -> Any:
     """Run `algorithm` on `store` while the runner processes (already pointed at it) execute its rollouts;
     fails fast when every runner process has died. `gateway_port`: where an algorithm that serves its
     model (GRPO, SFT) puts its gateway (0: any free port)."""
@@ -109,7 +143,9 @@ async def run_with_runners(algorithm: Any, store: Store, runners: Sequence[Runne
 
     from agentgrad.algorithms.base import RunContext
 
-    task = asyncio.ensure_future(algorithm.run(RunContext(store=store, gateway_port=gateway_port), train_data, val_data))
+    task = asyncio.ensure_future(
+        algorithm.run(RunContext(store=store, gateway_port=gateway_port), train_data, val_data)
+    )
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=poll_seconds)

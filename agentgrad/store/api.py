@@ -131,8 +131,10 @@ class AddMetricsBody(Body):
         """JSON has no NaN or infinity: such a value would read back as null, so the server refuses it."""
         for index, metric in enumerate(self.metrics):
             if not math.isfinite(metric.value):
-                raise ValueError(f"metrics[{index}].value ({metric.name!r} at step {metric.step}) is {metric.value}, "
-                                 "not a finite number; send finite values")
+                raise ValueError(
+                    f"metrics[{index}].value ({metric.name!r} at step {metric.step}) is {metric.value}, "
+                    "not a finite number; send finite values"
+                )
         return self
 
 
@@ -180,46 +182,144 @@ def _all_have_ids(body: AddSpansBody) -> bool:
 
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("enqueue_rollouts", "POST", "/api/rollouts", list[Rollout], "Queue new rollouts, in order.",
-              body=EnqueueBody, once=True),
-    Operation("query_rollouts", "POST", "/api/rollouts/query", list[Rollout],
-              "Rollouts in enqueue order, filtered and paginated.", body=QueryRolloutsBody),
-    Operation("dequeue_rollout", "POST", "/api/rollouts/dequeue", AttemptedRollout | None,
-              "Claim the oldest waiting rollout with a new attempt; null if none waits.", body=DequeueBody, once=True),
-    Operation("start_rollout", "POST", "/api/rollouts/start", AttemptedRollout,
-              "Create a rollout already running with its first attempt.", body=StartBody, once=True),
-    Operation("wait_for_rollouts", "POST", "/api/rollouts/wait", list[Rollout],
-              "Hold the request until every rollout is finished or `timeout` passes; returns the finished.",
-              body=WaitBody),
+    Operation(
+        "enqueue_rollouts",
+        "POST",
+        "/api/rollouts",
+        list[Rollout],
+        "Queue new rollouts, in order.",
+        body=EnqueueBody,
+        once=True,
+    ),
+    Operation(
+        "query_rollouts",
+        "POST",
+        "/api/rollouts/query",
+        list[Rollout],
+        "Rollouts in enqueue order, filtered and paginated.",
+        body=QueryRolloutsBody,
+    ),
+    Operation(
+        "dequeue_rollout",
+        "POST",
+        "/api/rollouts/dequeue",
+        AttemptedRollout | None,
+        "Claim the oldest waiting rollout with a new attempt; null if none waits.",
+        body=DequeueBody,
+        once=True,
+    ),
+    Operation(
+        "start_rollout",
+        "POST",
+        "/api/rollouts/start",
+        AttemptedRollout,
+        "Create a rollout already running with its first attempt.",
+        body=StartBody,
+        once=True,
+    ),
+    Operation(
+        "wait_for_rollouts",
+        "POST",
+        "/api/rollouts/wait",
+        list[Rollout],
+        "Hold the request until every rollout is finished or `timeout` passes; returns the finished.",
+        body=WaitBody,
+    ),
     Operation("get_rollout", "GET", "/api/rollouts/{rollout_id}", Rollout, "One rollout."),
-    Operation("update_rollout", "PATCH", "/api/rollouts/{rollout_id}", Rollout,
-              "Cancel a rollout or merge keys into its metadata.", body=UpdateRolloutBody, once=True),
-    Operation("query_attempts", "GET", "/api/rollouts/{rollout_id}/attempts", list[Attempt],
-              "Attempts of a rollout, first to last."),
-    Operation("update_attempt", "PATCH", "/api/rollouts/{rollout_id}/attempts/{attempt_id}", Attempt,
-              "End an attempt or record its reward.", body=UpdateAttemptBody, once=True),
-    Operation("check_attempts", "POST", "/api/attempts/check", None, "Mark timed-out and unresponsive attempts now.",
-              body=CheckAttemptsBody),
-    Operation("add_spans", "POST", "/api/spans", AddSpansReply,
-              "Store spans; each gets the next sequence id of its rollout.", body=AddSpansBody, once=True,
-              reply=_sequence_ids, repeat_safe=_all_have_ids),
-    Operation("query_spans", "GET", "/api/spans", list[Span],
-              "Spans of a rollout's latest attempt, of one attempt, or of all attempts.", query=SpansQuery),
-    Operation("add_resources", "POST", "/api/resources", ResourcesSnapshot, "Store a new version of the resources.",
-              body=AddResourcesBody, once=True),
+    Operation(
+        "update_rollout",
+        "PATCH",
+        "/api/rollouts/{rollout_id}",
+        Rollout,
+        "Cancel a rollout or merge keys into its metadata.",
+        body=UpdateRolloutBody,
+        once=True,
+    ),
+    Operation(
+        "query_attempts",
+        "GET",
+        "/api/rollouts/{rollout_id}/attempts",
+        list[Attempt],
+        "Attempts of a rollout, first to last.",
+    ),
+    Operation(
+        "update_attempt",
+        "PATCH",
+        "/api/rollouts/{rollout_id}/attempts/{attempt_id}",
+        Attempt,
+        "End an attempt or record its reward.",
+        body=UpdateAttemptBody,
+        once=True,
+    ),
+    Operation(
+        "check_attempts",
+        "POST",
+        "/api/attempts/check",
+        None,
+        "Mark timed-out and unresponsive attempts now.",
+        body=CheckAttemptsBody,
+    ),
+    Operation(
+        "add_spans",
+        "POST",
+        "/api/spans",
+        AddSpansReply,
+        "Store spans; each gets the next sequence id of its rollout.",
+        body=AddSpansBody,
+        once=True,
+        reply=_sequence_ids,
+        repeat_safe=_all_have_ids,
+    ),
+    Operation(
+        "query_spans",
+        "GET",
+        "/api/spans",
+        list[Span],
+        "Spans of a rollout's latest attempt, of one attempt, or of all attempts.",
+        query=SpansQuery,
+    ),
+    Operation(
+        "add_resources",
+        "POST",
+        "/api/resources",
+        ResourcesSnapshot,
+        "Store a new version of the resources.",
+        body=AddResourcesBody,
+        once=True,
+    ),
     Operation("query_resources", "GET", "/api/resources", list[ResourcesSnapshot], "Every snapshot, oldest first."),
-    Operation("get_latest_resources", "GET", "/api/resources/latest", ResourcesSnapshot | None,
-              "The newest snapshot, or null."),
+    Operation(
+        "get_latest_resources",
+        "GET",
+        "/api/resources/latest",
+        ResourcesSnapshot | None,
+        "The newest snapshot, or null.",
+    ),
     Operation("get_resources", "GET", "/api/resources/{resources_id}", ResourcesSnapshot, "One snapshot."),
-    Operation("update_resources", "PATCH", "/api/resources/{resources_id}", ResourcesSnapshot,
-              "Merge keys into a snapshot's metadata.", body=UpdateResourcesBody, once=True),
-    Operation("heartbeat", "POST", "/api/workers/heartbeat", Worker, "A worker is alive, with the attempts it runs.",
-              body=HeartbeatBody),
+    Operation(
+        "update_resources",
+        "PATCH",
+        "/api/resources/{resources_id}",
+        ResourcesSnapshot,
+        "Merge keys into a snapshot's metadata.",
+        body=UpdateResourcesBody,
+        once=True,
+    ),
+    Operation(
+        "heartbeat",
+        "POST",
+        "/api/workers/heartbeat",
+        Worker,
+        "A worker is alive, with the attempts it runs.",
+        body=HeartbeatBody,
+    ),
     Operation("query_workers", "GET", "/api/workers", list[Worker], "Every worker."),
-    Operation("add_metrics", "POST", "/api/metrics", None, "Append points to training curves.",
-              body=AddMetricsBody, once=True),
-    Operation("query_metrics", "GET", "/api/metrics", list[Metric], "Points by exact name or name prefix.",
-              query=MetricsQuery),
+    Operation(
+        "add_metrics", "POST", "/api/metrics", None, "Append points to training curves.", body=AddMetricsBody, once=True
+    ),
+    Operation(
+        "query_metrics", "GET", "/api/metrics", list[Metric], "Points by exact name or name prefix.", query=MetricsQuery
+    ),
     Operation("stats", "GET", "/api/stats", StoreStats, "Counts by status."),
 )
 
@@ -249,8 +349,13 @@ def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, An
 
     errors = {"$ref": "#/components/schemas/Error"}
     paths: dict[str, Any] = {
-        "/api/health": {"get": {"operationId": "health", "summary": "Is the server up?", "responses": {"200": {
-            "description": "up", "content": {JSON: {"schema": {"type": "object"}}}}}}},
+        "/api/health": {
+            "get": {
+                "operationId": "health",
+                "summary": "Is the server up?",
+                "responses": {"200": {"description": "up", "content": {JSON: {"schema": {"type": "object"}}}}},
+            }
+        },
     }
     for operation in operations:
         parameters = [
@@ -260,7 +365,9 @@ def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, An
         if operation.query is not None:
             query = schema_of(operation.query)
             for name, prop in query["properties"].items():
-                parameters.append({"name": name, "in": "query", "required": name in query.get("required", ()), "schema": prop})
+                parameters.append(
+                    {"name": name, "in": "query", "required": name in query.get("required", ()), "schema": prop}
+                )
         entry: dict[str, Any] = {
             "operationId": operation.name,
             "summary": operation.summary,
@@ -274,21 +381,29 @@ def openapi_schema(operations: Sequence[Operation] = OPERATIONS) -> dict[str, An
             required = any(field.is_required() for field in operation.body.model_fields.values())
             entry["requestBody"] = {"required": required, "content": {JSON: {"schema": schema_of(operation.body)}}}
         paths.setdefault(operation.path, {})[operation.method.lower()] = entry
-    paths["/v1/traces"] = {"post": {
-        "operationId": "otlp_traces",
-        "summary": "OTLP/HTTP trace export (protobuf or JSON); spans with agentgrad.rollout_id land in that rollout.",
-        "requestBody": {"required": True, "content": {
-            JSON: {"schema": {"type": "object"}},
-            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-        }},
-        "responses": {
-            "200": {"description": "accepted, maybe partially", "content": {
-                JSON: {"schema": {"type": "object"}},
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-            }},
-            "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
-        },
-    }}
+    paths["/v1/traces"] = {
+        "post": {
+            "operationId": "otlp_traces",
+            "summary": "OTLP/HTTP trace export (protobuf or JSON); spans with agentgrad.rollout_id land in that rollout.",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    JSON: {"schema": {"type": "object"}},
+                    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "accepted, maybe partially",
+                    "content": {
+                        JSON: {"schema": {"type": "object"}},
+                        "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                    },
+                },
+                "default": {"description": "what was wrong", "content": {JSON: {"schema": errors}}},
+            },
+        }
+    }
     _tagged_unions(paths, components)
     return {
         "openapi": "3.1.0",

@@ -153,7 +153,9 @@ class StoreClient(Store):
                 raise _ServerTrouble(f"HTTP {response.status}: {response.body[:500]!r}")
             except (TimeoutError, TransportError, _ServerTrouble) as exc:
                 if time.monotonic() + backoff > deadline:
-                    raise StoreUnreachable(f"store server at {self.url} failed for {self.retry_seconds:.0f} s: {exc}") from exc
+                    raise StoreUnreachable(
+                        f"store server at {self.url} failed for {self.retry_seconds:.0f} s: {exc}"
+                    ) from exc
                 log.debug("store call %s %s failed (%s); retrying in %.2f s", method, path, exc, backoff)
                 await asyncio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
@@ -179,8 +181,15 @@ class StoreClient(Store):
         metadata: dict[str, Any] | None = None,
         worker_id: str | None = None,
     ) -> AttemptedRollout:
-        return await self._invoke("start_rollout", input=input, mode=mode, resources_id=resources_id,
-                                  config=config or RolloutConfig(), metadata=metadata or {}, worker_id=worker_id)
+        return await self._invoke(
+            "start_rollout",
+            input=input,
+            mode=mode,
+            resources_id=resources_id,
+            config=config or RolloutConfig(),
+            metadata=metadata or {},
+            worker_id=worker_id,
+        )
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         return await self._invoke("get_rollout", rollout_id=rollout_id)
@@ -194,9 +203,14 @@ class StoreClient(Store):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[Rollout]:
-        return await self._invoke("query_rollouts", status=None if status is None else list(status), mode=mode,
-                                  rollout_ids=None if rollout_ids is None else list(rollout_ids), limit=limit,
-                                  offset=offset)
+        return await self._invoke(
+            "query_rollouts",
+            status=None if status is None else list(status),
+            mode=mode,
+            rollout_ids=None if rollout_ids is None else list(rollout_ids),
+            limit=limit,
+            offset=offset,
+        )
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
         return await self._invoke("query_attempts", rollout_id=rollout_id)
@@ -210,8 +224,9 @@ class StoreClient(Store):
         reward: float | None = None,
         error: str | None = None,
     ) -> Attempt:
-        return await self._invoke("update_attempt", rollout_id=rollout_id, attempt_id=attempt_id, status=status,
-                                  reward=reward, error=error)
+        return await self._invoke(
+            "update_attempt", rollout_id=rollout_id, attempt_id=attempt_id, status=status, reward=reward, error=error
+        )
 
     async def update_rollout(
         self,
@@ -236,8 +251,9 @@ class StoreClient(Store):
                 break
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             poll = LONG_POLL_SECONDS if remaining is None else min(remaining, LONG_POLL_SECONDS)
-            answer = await self._invoke("wait_for_rollouts", poll + REQUEST_TIMEOUT_SECONDS, rollout_ids=pending,
-                                        timeout=poll)
+            answer = await self._invoke(
+                "wait_for_rollouts", poll + REQUEST_TIMEOUT_SECONDS, rollout_ids=pending, timeout=poll
+            )
             finished.update((rollout.rollout_id, rollout) for rollout in answer)
             if remaining is not None and poll >= remaining:  # the server held it to the deadline
                 break
@@ -262,7 +278,9 @@ class StoreClient(Store):
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
     ) -> list[Span]:
-        return await self._invoke("query_spans", rollout_id=rollout_id, attempt_id=attempt_id, all_attempts=all_attempts)
+        return await self._invoke(
+            "query_spans", rollout_id=rollout_id, attempt_id=attempt_id, all_attempts=all_attempts
+        )
 
     # ------------------------------------------------------------------ resources
 
@@ -302,8 +320,10 @@ class StoreClient(Store):
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
         for metric in metrics:
             if not math.isfinite(metric.value):
-                raise ValueError(f"metric {metric.name!r} at step {metric.step} is {metric.value}, which JSON cannot carry "
-                                 "to the store server; log a finite value")
+                raise ValueError(
+                    f"metric {metric.name!r} at step {metric.step} is {metric.value}, which JSON cannot carry "
+                    "to the store server; log a finite value"
+                )
         await self._invoke("add_metrics", metrics=list(metrics))
 
     async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:

@@ -72,8 +72,9 @@ class LocalStore(Store):
             return
         stop = self._sweeping = threading.Event()
         weakref.finalize(self, stop.set)  # a store dropped without close() stops its sweeper too
-        threading.Thread(target=_sweep, args=(weakref.ref(self), seconds, stop, self.clock()), name=f"sweeper {self!r}",
-                         daemon=True).start()
+        threading.Thread(
+            target=_sweep, args=(weakref.ref(self), seconds, stop, self.clock()), name=f"sweeper {self!r}", daemon=True
+        ).start()
 
     def _stop_sweeper(self) -> None:
         if self._sweeping is not None:
@@ -135,8 +136,9 @@ class LocalStore(Store):
         status: RolloutStatus | str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Rollout:
-        return await self._change_rollout(rollout_id, partial(t.update_rollout, status=status, metadata=metadata,
-                                                              at=self.clock()))
+        return await self._change_rollout(
+            rollout_id, partial(t.update_rollout, status=status, metadata=metadata, at=self.clock())
+        )
 
     async def check_attempts(self, force: bool = False) -> None:
         at = self.clock()
@@ -153,8 +155,9 @@ class LocalStore(Store):
         info: dict[str, Any] | None = None,
     ) -> Worker:
         at = self.clock()
-        change = partial(t.heartbeat, worker_id=worker_id, status=status, active_attempts=active_attempts, info=info,
-                         at=at)
+        change = partial(
+            t.heartbeat, worker_id=worker_id, status=status, active_attempts=active_attempts, info=info, at=at
+        )
         return await self._heartbeat(worker_id, change, list(active_attempts or ()), at)
 
     # ------------------------------------------------------------------ what a backend implements

@@ -94,10 +94,13 @@ class MemoryStore(LocalStore):
                 candidates.sort(key=lambda r: r.enqueue_time)
             else:
                 candidates = list(self._rollouts.values())
-            selected = [r for r in candidates
-                        if (wanted is None or r.status in wanted) and (query.mode is None or r.mode == query.mode)]
+            selected = [
+                r
+                for r in candidates
+                if (wanted is None or r.status in wanted) and (query.mode is None or r.mode == query.mode)
+            ]
             end = None if query.limit is None else query.offset + query.limit
-            return [r.model_copy() for r in selected[query.offset:end]]
+            return [r.model_copy() for r in selected[query.offset : end]]
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._lock:

@@ -126,8 +126,16 @@ class _Dispatch:
                 key = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"idempotency-key"), None)
                 query = scope["query_string"].decode("latin-1")
                 status, payload = await handler(self.state.store, body, query, key, params)
-                await send({"type": "http.response.start", "status": status, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": payload})
                 return
         await self.app(scope, receive, send)
@@ -192,6 +200,7 @@ def create_app(
     for path, methods in by_path.items():  # one route per path, so a 405 lists all its methods in `Allow`
         routes.append(Route(path, _by_method(methods), methods=list(methods)))
     routes += [Route("/v1/traces", otlp_traces, methods=["POST"]), *extra_routes, *dashboard_routes()]
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -201,8 +210,13 @@ def create_app(
     starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
     starlette.state.store = store
     starlette.state.max_body_bytes = max_body_bytes
-    app = Guard(_Dispatch(starlette, handlers), token=token, public=_is_public, errors=store_errors,
-                max_body_bytes=max_body_bytes)
+    app = Guard(
+        _Dispatch(starlette, handlers),
+        token=token,
+        public=_is_public,
+        errors=store_errors,
+        max_body_bytes=max_body_bytes,
+    )
     app.state = starlette.state  # type: ignore[attr-defined]
     return app
 

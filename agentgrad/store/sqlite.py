@@ -61,22 +61,27 @@ WAITING_SQL = "status IN ('queuing', 'requeuing')"
 
 
 class SqliteStore(LocalStore):
-    def __init__(self, path: str | Path, clock: Clock | None = None, *, sweep_seconds: float | None = SWEEP_SECONDS
-                 ) -> None:
+    def __init__(
+        self, path: str | Path, clock: Clock | None = None, *, sweep_seconds: float | None = SWEEP_SECONDS
+    ) -> None:
         super().__init__(clock)
         self.path = Path(path)
         try:
             self._open()
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the store {self.path}: {exc}{_open_reason(self.path)}; give a path where "
-                             "this user can create and write files (the store also writes <name>-wal and "
-                             "<name>-shm beside it)") from exc
+            raise StoreError(
+                f"cannot open the store {self.path}: {exc}{_open_reason(self.path)}; give a path where "
+                "this user can create and write files (the store also writes <name>-wal and "
+                "<name>-shm beside it)"
+            ) from exc
         self._last_prune = 0.0
         self._checkpoints = threading.Event()
         weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
         threading.Thread(
-            target=checkpoint_until, args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False),
-                                           self._checkpoints), name=f"checkpoint {self.path.name}", daemon=True
+            target=checkpoint_until,
+            args=(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False), self._checkpoints),
+            name=f"checkpoint {self.path.name}",
+            daemon=True,
         ).start()
         self._start_sweeper(sweep_seconds)
 
@@ -146,14 +151,19 @@ class SqliteStore(LocalStore):
         if isinstance(exc, DiskFullError):
             return exc
         full = (isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL) or (
-            isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+            isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+        )
         if not full:
             return None
         if not self._full:
             self._full = True
-            log.error("store %s: the disk is full (%s); writes fail until there is room, reads still work", self.path, exc)
-        return DiskFullError(f"the disk holding the store {self.path} is full ({exc}): nothing was written; free space "
-                             f"on it (or move the store to a disk with room) and try again; reads still work")
+            log.error(
+                "store %s: the disk is full (%s); writes fail until there is room, reads still work", self.path, exc
+            )
+        return DiskFullError(
+            f"the disk holding the store {self.path} is full ({exc}): nothing was written; free space "
+            f"on it (or move the store to a disk with room) and try again; reads still work"
+        )
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
@@ -178,8 +188,10 @@ class SqliteStore(LocalStore):
                 db.execute("INSERT INTO replies (key, time, status, body) VALUES (?, ?, ?, ?)", (key, at, status, body))
                 if at - self._last_prune > REPLY_SECONDS / 10:
                     self._last_prune = at
-                    db.execute("DELETE FROM replies WHERE id < (SELECT id FROM replies WHERE time >= ? ORDER BY id LIMIT 1)",
-                               (at - REPLY_SECONDS,))
+                    db.execute(
+                        "DELETE FROM replies WHERE id < (SELECT id FROM replies WHERE time >= ? ORDER BY id LIMIT 1)",
+                        (at - REPLY_SECONDS,),
+                    )
         return status, body
 
     # ------------------------------------------------------------------ rollouts and attempts
@@ -208,10 +220,18 @@ class SqliteStore(LocalStore):
             "UPDATE rollouts SET status = ?, metadata = ?, reward = ?, num_attempts = ?, latest_attempt_id = ?, "
             "start_time = ?, end_time = ?, queue_position = CASE WHEN ? THEN ? ELSE queue_position END "
             "WHERE rollout_id = ?",
-            (rollout.status.value, json.dumps(rollout.metadata), rollout.reward, rollout.num_attempts,
-             rollout.latest_attempt_id, rollout.start_time, rollout.end_time,
-             rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING, self.clock(),
-             rollout.rollout_id),
+            (
+                rollout.status.value,
+                json.dumps(rollout.metadata),
+                rollout.reward,
+                rollout.num_attempts,
+                rollout.latest_attempt_id,
+                rollout.start_time,
+                rollout.end_time,
+                rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING,
+                self.clock(),
+                rollout.rollout_id,
+            ),
         )
         return rollout.status is not before and rollout.status.finished
 
@@ -371,13 +391,26 @@ class SqliteStore(LocalStore):
         rows: list[tuple[Any, ...]] = []
         with self._write() as db:
             groups = t.by_rollout(spans)
-            attempts = self._get_attempts(db, [(spans[i].rollout_id, spans[i].attempt_id)  # type: ignore[misc]
-                                               for rollout_id, indices in groups.items() if rollout_id is not None
-                                               for i in indices])
+            attempts = self._get_attempts(
+                db,
+                [
+                    (spans[i].rollout_id, spans[i].attempt_id)  # type: ignore[misc]
+                    for rollout_id, indices in groups.items()
+                    if rollout_id is not None
+                    for i in indices
+                ],
+            )
             keys = [rollout_id or UNATTACHED for rollout_id in groups]
             next_ids = self._next_sequence_ids(db, keys)
-            known = self._stored_span_ids(db, [(key, spans[i].span_id) for key, indices in zip(keys, groups.values())
-                                               for i in indices if spans[i].span_id])
+            known = self._stored_span_ids(
+                db,
+                [
+                    (key, spans[i].span_id)
+                    for key, indices in zip(keys, groups.values())
+                    for i in indices
+                    if spans[i].span_id
+                ],
+            )
             for key, (rollout_id, indices) in zip(keys, groups.items()):
                 written, fresh = t.sequence_spans([spans[i] for i in indices], next_ids[key], known.setdefault(key, {}))
                 for i, span in zip(indices, written):
@@ -453,7 +486,10 @@ class SqliteStore(LocalStore):
                 if all_attempts and attempt_id is None:
                     sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
                 else:
-                    sql, params = "SELECT body FROM spans WHERE rollout_key = ? AND attempt_id = ?", (rollout_id, attempt_id)
+                    sql, params = (
+                        "SELECT body FROM spans WHERE rollout_key = ? AND attempt_id = ?",
+                        (rollout_id, attempt_id),
+                    )
                 rows = self._conn.execute(sql + " ORDER BY sequence_id", params).fetchall()
         return [Span.model_validate_json(row[0]) for row in rows]
 
@@ -474,7 +510,9 @@ class SqliteStore(LocalStore):
         with self._write() as db:
             snapshot = self._get_resources(db, resources_id)
             snapshot.metadata = {**snapshot.metadata, **metadata}
-            db.execute("UPDATE resources SET body = ? WHERE resources_id = ?", (snapshot.model_dump_json(), resources_id))
+            db.execute(
+                "UPDATE resources SET body = ? WHERE resources_id = ?", (snapshot.model_dump_json(), resources_id)
+            )
         return snapshot
 
     def _get_resources(self, db: sqlite3.Connection, resources_id: str) -> ResourcesSnapshot:
@@ -492,7 +530,10 @@ class SqliteStore(LocalStore):
         return ResourcesSnapshot.model_validate_json(rows[0][0]) if rows else None
 
     async def query_resources(self) -> list[ResourcesSnapshot]:
-        return [ResourcesSnapshot.model_validate_json(row[0]) for row in self._read("SELECT body FROM resources ORDER BY version")]
+        return [
+            ResourcesSnapshot.model_validate_json(row[0])
+            for row in self._read("SELECT body FROM resources ORDER BY version")
+        ]
 
     # ------------------------------------------------------------------ workers, metrics, stats
 

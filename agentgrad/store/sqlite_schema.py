@@ -149,5 +149,3 @@ def checkpoint_until(conn: sqlite3.Connection, stop: threading.Event) -> None:
                 pass
     finally:
         conn.close()
-
-

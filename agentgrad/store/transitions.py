@@ -95,8 +95,10 @@ def check_tasks(tasks: Sequence[Any], name: str) -> None:
     error naming its index and the offending value, rather than a failure once the model has loaded."""
     for index, task in enumerate(tasks):
         if problem := json_problem(task, f"task {index} of {name}"):
-            raise StoreError(f"{problem}; a task must be JSON (dicts, lists, strings, finite numbers, booleans, "
-                             "null): convert it before training")
+            raise StoreError(
+                f"{problem}; a task must be JSON (dicts, lists, strings, finite numbers, booleans, "
+                "null): convert it before training"
+            )
 
 
 def check_request(request: RolloutRequest, where: str) -> RolloutRequest:
@@ -118,22 +120,34 @@ def new_attempt_id() -> str:
 
 def as_requests(items: Iterable[RolloutRequest | dict[str, Any]]) -> list[RolloutRequest]:
     """The requests as models, each checked to be JSON (`check_json`)."""
-    return [check_request(item if isinstance(item, RolloutRequest) else RolloutRequest.model_validate(item),
-                          f"request {index}'s")
-            for index, item in enumerate(items)]
+    return [
+        check_request(
+            item if isinstance(item, RolloutRequest) else RolloutRequest.model_validate(item), f"request {index}'s"
+        )
+        for index, item in enumerate(items)
+    ]
 
 
 def new_rollout(request: RolloutRequest, at: float) -> Rollout:
     """A queued rollout for `request`."""
-    return Rollout(rollout_id=new_rollout_id(), **request.model_dump(exclude={"config"}), config=request.config,
-                   enqueue_time=at)
+    return Rollout(
+        rollout_id=new_rollout_id(), **request.model_dump(exclude={"config"}), config=request.config, enqueue_time=at
+    )
 
 
 def start_request(
-    input: Any, mode: str | None, resources_id: str | None, config: RolloutConfig | None, metadata: dict[str, Any] | None
+    input: Any,
+    mode: str | None,
+    resources_id: str | None,
+    config: RolloutConfig | None,
+    metadata: dict[str, Any] | None,
 ) -> RolloutRequest:
-    return check_request(RolloutRequest(input=input, mode=mode, resources_id=resources_id,
-                                        config=config or RolloutConfig(), metadata=metadata or {}), "the rollout's")
+    return check_request(
+        RolloutRequest(
+            input=input, mode=mode, resources_id=resources_id, config=config or RolloutConfig(), metadata=metadata or {}
+        ),
+        "the rollout's",
+    )
 
 
 def open_attempt(rollout: Rollout, worker_id: str | None, at: float) -> AttemptedRollout:
@@ -323,11 +337,13 @@ def heartbeat(
     return worker
 
 
-
 # ----------------------------------------------------------------------------- resources
 
 
-def new_snapshot(version: int, resources: NamedResources, metadata: dict[str, Any] | None, at: float) -> ResourcesSnapshot:
+def new_snapshot(
+    version: int, resources: NamedResources, metadata: dict[str, Any] | None, at: float
+) -> ResourcesSnapshot:
     """Version `version` of the resources (`res-<version>`), the newest once stored."""
-    return ResourcesSnapshot(resources_id=f"res-{version}", version=version, resources=resources,
-                             metadata=metadata or {}, create_time=at)
+    return ResourcesSnapshot(
+        resources_id=f"res-{version}", version=version, resources=resources, metadata=metadata or {}, create_time=at
+    )

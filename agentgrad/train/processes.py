@@ -40,8 +40,14 @@ WATCH_SECONDS = 0.2
 """How often the algorithm's process looks at its runner processes."""
 
 
-async def run_processes(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContext, layout: Layout,
-                        train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
+async def run_processes(
+    algorithm: Algorithm[R],
+    agent: LitAgent,
+    ctx: RunContext,
+    layout: Layout,
+    train_data: Sequence[Any],
+    val_data: Sequence[Any] | None,
+) -> R:
     """Serve `ctx.store`, start `layout.n_runners` runner processes, run the algorithm, stop them all.
 
     With `layout.gateway` (`…/v1`), the runners' no-argument `OpenAI()` calls it, routed to each attempt.
@@ -62,8 +68,16 @@ async def run_processes(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContex
     processes = [
         context.Process(
             target=run_workers,
-            args=(url, token, agent, [f"runner-{i}"], layout.runner_concurrency, hooks, layout.gateway,
-                  layout.runner_isolation),
+            args=(
+                url,
+                token,
+                agent,
+                [f"runner-{i}"],
+                layout.runner_concurrency,
+                hooks,
+                layout.gateway,
+                layout.runner_isolation,
+            ),
             name=f"runner-{i}",  # also its worker id
         )
         for i in range(layout.n_runners)
@@ -103,7 +117,9 @@ async def _run_watching(store: Store, work: Any, processes: Sequence[multiproces
                     continue
                 reported.add(process.name)
                 cause = _exit_cause(process.exitcode)
-                log.error("runner process %s (pid %s) %s; its rollouts go back to the queue", process.name, process.pid, cause)
+                log.error(
+                    "runner process %s (pid %s) %s; its rollouts go back to the queue", process.name, process.pid, cause
+                )
                 await release_attempts(store, {process.name}, f"runner process {cause}")
             if len(reported) == len(processes):
                 raise RuntimeError(f"all {len(processes)} runner processes died; their errors are above")
@@ -182,14 +198,21 @@ def run_workers(
 
 
 async def _workers(
-    spec: str, token: str | None, agent: LitAgent, worker_ids: Sequence[str], concurrency: int, hooks: Sequence[Hook],
+    spec: str,
+    token: str | None,
+    agent: LitAgent,
+    worker_ids: Sequence[str],
+    concurrency: int,
+    hooks: Sequence[Hook],
     isolation: Literal["thread", "process"] = "thread",
 ) -> None:
     from agentgrad.store.client import StoreClient
 
     store = StoreClient(spec, token) if spec.startswith(("http://", "https://")) else open_store(spec)
-    runners = [Runner(agent, store, worker_id=wid, hooks=hooks, concurrency=concurrency, isolation=isolation)
-               for wid in worker_ids]
+    runners = [
+        Runner(agent, store, worker_id=wid, hooks=hooks, concurrency=concurrency, isolation=isolation)
+        for wid in worker_ids
+    ]
     loop = asyncio.get_running_loop()
 
     def stop() -> None:

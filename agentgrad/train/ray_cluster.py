@@ -49,12 +49,15 @@ def connect() -> bool:
 class RunnerActor:
     """A `Runner` in a Ray actor, on its own event loop thread; `ping` answers while it works."""
 
-    def __init__(self, url: str, token: str, agent: LitAgent, worker_id: str, concurrency: int, hooks: Sequence[Hook]) -> None:
+    def __init__(
+        self, url: str, token: str, agent: LitAgent, worker_id: str, concurrency: int, hooks: Sequence[Hook]
+    ) -> None:
         self.worker_id = worker_id
         self._loop = asyncio.new_event_loop()
         self._runner: Any = None
-        self._thread = threading.Thread(target=self._loop.run_until_complete,
-                                        args=(self._main(url, token, agent, concurrency, hooks),), daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(self._main(url, token, agent, concurrency, hooks),), daemon=True
+        )
         self._thread.start()
 
     async def _main(self, url: str, token: str, agent: LitAgent, concurrency: int, hooks: Sequence[Hook]) -> None:
@@ -66,7 +69,9 @@ class RunnerActor:
             # this process is new: an attempt still running under this worker id was its dead predecessor's
             released = await release_attempts(store, {self.worker_id}, "runner actor died and was restarted")
             if released:
-                log.warning("%s restarted: %d attempt(s) of its predecessor go back to the queue", self.worker_id, released)
+                log.warning(
+                    "%s restarted: %d attempt(s) of its predecessor go back to the queue", self.worker_id, released
+                )
             self._runner = Runner(agent, store, worker_id=self.worker_id, hooks=hooks, concurrency=concurrency)
             await self._runner.run()
         finally:
@@ -84,7 +89,9 @@ class RunnerActor:
         self._thread.join(10)
 
 
-def start_runners(url: str, token: str, agent: LitAgent, per_node: int, concurrency: int, hooks: Sequence[Hook]) -> list[Any]:
+def start_runners(
+    url: str, token: str, agent: LitAgent, per_node: int, concurrency: int, hooks: Sequence[Hook]
+) -> list[Any]:
     """`per_node` runner actors on every alive node, named by their worker id, restarted whenever they die."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -95,10 +102,14 @@ def start_runners(url: str, token: str, agent: LitAgent, per_node: int, concurre
     for node_index, node in enumerate(nodes):
         for i in range(per_node):
             worker_id = f"runner-{node_index}-{i}"
-            actors.append(remote.options(
-                name=worker_id, max_restarts=-1, num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
-            ).remote(url, token, agent, worker_id, concurrency, list(hooks)))
+            actors.append(
+                remote.options(
+                    name=worker_id,
+                    max_restarts=-1,
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
+                ).remote(url, token, agent, worker_id, concurrency, list(hooks))
+            )
     ray.get([a.ping.remote() for a in actors])  # all constructed
     return actors
 
@@ -124,8 +135,13 @@ class TrainingRank:
         from agentgrad.distributed.fsdp import ShardedPolicy
         from agentgrad.distributed.group import init_from_env
 
-        os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]), RANK=str(self.rank),
-                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")  # Ray gives each actor its own GPU
+        os.environ.update(
+            MASTER_ADDR=master[0],
+            MASTER_PORT=str(master[1]),
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK="0",
+        )  # Ray gives each actor its own GPU
         init_from_env()
         self.sharded = ShardedPolicy(make_model(), **options)
 
@@ -145,10 +161,16 @@ class RayGroup:
         gpus = ray.cluster_resources().get("GPU", 0) >= world_size
         remote = ray.remote(num_gpus=1, num_cpus=0)(TrainingRank) if gpus else ray.remote(num_cpus=1)(TrainingRank)
         self.world_size = world_size
-        self.actors: list[Any] = [remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)]
+        self.actors: list[Any] = [
+            remote.options(scheduling_strategy="SPREAD").remote(r, world_size) for r in range(world_size)
+        ]
         master = ray.get(self.actors[0].address.remote())
-        ray.get([a.setup.remote(master, FromConfig(config, state if r == 0 else None), policy_options)
-                 for r, a in enumerate(self.actors)])
+        ray.get(
+            [
+                a.setup.remote(master, FromConfig(config, state if r == 0 else None), policy_options)
+                for r, a in enumerate(self.actors)
+            ]
+        )
 
     def call(self, method: str, *args: Any) -> Any:
         import ray
@@ -165,8 +187,14 @@ class RayGroup:
 # ----------------------------------------------------------------------------- the strategy
 
 
-async def run_ray(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContext, layout: Layout,
-                  train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
+async def run_ray(
+    algorithm: Algorithm[R],
+    agent: LitAgent,
+    ctx: RunContext,
+    layout: Layout,
+    train_data: Sequence[Any],
+    val_data: Sequence[Any] | None,
+) -> R:
     """Serve `ctx.store` from the driver, start the runner actors, run the algorithm with its training
     ranks launched as Ray actors (`RayGroup` as the context's launcher), stop them."""
     import ray
@@ -175,12 +203,15 @@ async def run_ray(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContext, lay
 
     local = await asyncio.to_thread(connect)
     token = secrets.token_urlsafe(16)
-    server = await asyncio.to_thread(store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start)
+    server = await asyncio.to_thread(
+        store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start
+    )
     url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
     actors: list[Any] = []
     try:
-        actors = await asyncio.to_thread(start_runners, url, token, agent, layout.n_runners, layout.runner_concurrency,
-                                         layout.hooks)
+        actors = await asyncio.to_thread(
+            start_runners, url, token, agent, layout.n_runners, layout.runner_concurrency, layout.hooks
+        )
         log.info("store served at %s to %d runner actors", url, len(actors))
         return await algorithm.run(dataclasses.replace(ctx, launcher=RayGroup), train_data, val_data)
     finally:

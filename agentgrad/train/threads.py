@@ -25,12 +25,24 @@ STOP_SECONDS = 30.0
 """How long the strategy waits for runners to finish their rollouts in flight once the algorithm is done."""
 
 
-async def run_threads(algorithm: Algorithm[R], agent: LitAgent, ctx: RunContext, layout: Layout,
-                      train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
+async def run_threads(
+    algorithm: Algorithm[R],
+    agent: LitAgent,
+    ctx: RunContext,
+    layout: Layout,
+    train_data: Sequence[Any],
+    val_data: Sequence[Any] | None,
+) -> R:
     """Start `layout.n_runners` runner threads on `ctx.store`, run the algorithm, stop them."""
     runners = [
-        Runner(agent, ctx.store, worker_id=f"runner-{i}", hooks=list(layout.hooks), concurrency=layout.runner_concurrency,
-               isolation=layout.runner_isolation)
+        Runner(
+            agent,
+            ctx.store,
+            worker_id=f"runner-{i}",
+            hooks=list(layout.hooks),
+            concurrency=layout.runner_concurrency,
+            isolation=layout.runner_isolation,
+        )
         for i in range(layout.n_runners)
     ]
     threads = [

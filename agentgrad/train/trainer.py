@@ -169,15 +169,24 @@ class Trainer(Generic[R]):
     ) -> R:
         return await self._fit(self.algorithm, as_agent(agent), train_data, val_data)
 
-    async def _fit(self, algorithm: Algorithm[Any], agent: LitAgent, train_data: Sequence[Any],
-                   val_data: Sequence[Any] | None, *, local_llm: bool = False) -> Any:
+    async def _fit(
+        self,
+        algorithm: Algorithm[Any],
+        agent: LitAgent,
+        train_data: Sequence[Any],
+        val_data: Sequence[Any] | None,
+        *,
+        local_llm: bool = False,
+    ) -> Any:
         check_tasks(train_data, "train_data")  # before a model loads: a bad task is a message, not a late TypeError
         check_tasks(val_data or (), "val_data")
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank only joins rank 0's updates
             follow = getattr(algorithm, "follow", None)
             if follow is None:
-                raise RuntimeError(f"launched as rank {os.environ['RANK']} (torchrun), but {type(algorithm).__name__} "
-                                   "has no sharded update to join: run it without torchrun, or use GRPO")
+                raise RuntimeError(
+                    f"launched as rank {os.environ['RANK']} (torchrun), but {type(algorithm).__name__} "
+                    "has no sharded update to join: run it without torchrun, or use GRPO"
+                )
             return await asyncio.to_thread(follow)
         store = self.store
         ctx = RunContext(store=store, gateway_port=self.gateway_port, console=self.console)
@@ -192,14 +201,19 @@ class Trainer(Generic[R]):
                 return await strategy(algorithm, agent, ctx, layout, train_data, val_data)
             from agentgrad.rollout.gateway_env import openai_environment
 
-            ctx.console.print(f"gateway of the model being trained: {gateway} (the runners' OPENAI_BASE_URL)",
-                              highlight=False, markup=False)
+            ctx.console.print(
+                f"gateway of the model being trained: {gateway} (the runners' OPENAI_BASE_URL)",
+                highlight=False,
+                markup=False,
+            )
             if (elsewhere := bypassing_base_url(gateway)) is not None:
                 ctx.console.print(
                     f"warning: OPENAI_BASE_URL was {elsewhere} when the trainer started: an OpenAI() client built "
                     "before the run (at import time) keeps calling it, so its calls never reach the model being "
                     "trained; build the client inside the agent (from its `llm` resource, or with no arguments)",
-                    highlight=False, markup=False)
+                    highlight=False,
+                    markup=False,
+                )
             with openai_environment(gateway):
                 return await strategy(algorithm, agent, ctx, layout, train_data, val_data)
         finally:
@@ -224,10 +238,16 @@ class Trainer(Generic[R]):
             ctx.console.print(
                 f"agent {agent.name} asks for {name}: ag.LLM and no resource gives one ({exc}): pass "
                 f"Trainer(resources={{{name!r}: ag.LLM(base_url=..., model=...)}}), or install 'agentgrad[train]' "
-                "for the local model", highlight=False, markup=False)
+                "for the local model",
+                highlight=False,
+                markup=False,
+            )
             return None
-        ctx.console.print(f"agent {agent.name} asks for {name}: ag.LLM and no resource gives one: "
-                          "serving the local model", highlight=False, markup=False)
+        ctx.console.print(
+            f"agent {agent.name} asks for {name}: ag.LLM and no resource gives one: serving the local model",
+            highlight=False,
+            markup=False,
+        )
         policy = LocalPolicy(ctx.store, gateway_port=ctx.gateway_port)
         await asyncio.to_thread(policy.start)
         await ctx.store.add_resources({**given, name: policy.llm()})
