@@ -20,9 +20,9 @@ import orjson
 import agentgrad.gateway.responses as responses
 from agentgrad import semconv as sc
 from agentgrad.redact import redact_known
-from agentgrad.rollout.tracer import SpanSink
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
+from agentgrad.store.sink import SpanSink
 from agentgrad.types import Span, SpanStatus
 
 if TYPE_CHECKING:

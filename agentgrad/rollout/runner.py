@@ -32,9 +32,10 @@ import httpx
 from agentgrad.rollout.agent import LitAgent, agent_threads, as_agent
 from agentgrad.rollout.emit import emit_exception, emit_reward
 from agentgrad.rollout.isolation import ISOLATIONS, AttemptProcesses, describe
-from agentgrad.rollout.tracer import SpanSink, bind_attempt, get_tracer
+from agentgrad.rollout.tracer import bind_attempt, get_tracer
 from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, NO_REWARD, ROLLOUT_ID, ROLLOUT_SPAN
 from agentgrad.store import NotFoundError, Store, StoreError
+from agentgrad.store.sink import SpanSink
 from agentgrad.types import (
     LLM,
     AttemptedRollout,
