@@ -7,6 +7,7 @@ server; attaching syncs the policy's weights into it first, so tests do not see 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,9 @@ from agentgrad.policy.config import PolicyConfig
 from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
 from agentgrad.store import MemoryStore, SqliteStore
-from examples.calc_agent import build_messages, make_splits
+from agentgrad.engine.tools import functions, parse_reply
+from agentgrad.types import RolloutStatus
+from examples.calc_agent import CALCULATE_TOOL, build_messages, calc_agent, make_splits
 from tests.test_training_e2e import close_enough
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
@@ -181,3 +184,45 @@ def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_v
     (before,) = set(collected)
     # validation before the round on the old weights, after it (post-sync) on the new ones
     assert asyncio.run(versions("val")) == [before] * 4 + [before + 1] * 4
+
+
+def test_a_chat_call_with_tools_and_auto_choice_is_served_and_its_calls_parsed_with_exact_token_ids(
+    policy: VLLMPolicy,
+) -> None:
+    """The server agentgrad starts for SmolLM2 parses pythonic calls (`tool_flags`; without them vLLM answered 400),
+    from the very prompt the built-in engine builds, tools and a tool round included."""
+    tools = [CALCULATE_TOOL]
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "calculate", "arguments": json.dumps({"expression": "123 + 456"})}}
+    question = build_messages("What is 123 + 456?", "function")
+    tool_round = question + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": "call_1", "content": "579"}]
+    called = 0
+    for messages in (question, tool_round):
+        body = {"model": NAME, "messages": messages, "tools": tools, "tool_choice": "auto", "n": 16, "seed": 1,
+                "return_token_ids": True, "temperature": 1.0, "max_tokens": 32}
+        response = httpx.post(f"{policy.gateway_url}/v1/chat/completions", json=body, timeout=300)
+        assert response.status_code == 200, response.text
+        assert response.json()["prompt_token_ids"] == policy.engine.chat_prompt_ids(messages, tools)
+        for choice in response.json()["choices"]:
+            text = policy.engine.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
+            ours = parse_reply(text, functions(tools))  # what the built-in engine makes of the same tokens
+            theirs = choice["message"].get("tool_calls") or []
+            called += bool(theirs)
+            assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in theirs] == [
+                (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in ours.tool_calls], text
+    print(f"{called}/32 replies called the calculator")
+
+
+def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(tmp_path: Path,
+                                                                              vllm_server: VLLMServer) -> None:
+    train, val = make_splits(n_train=40, n_val=2, seed=5, demo="function")
+    config = dict(prompts_per_step=2, group_size=4, max_tokens=32, val_every=0, learning_rate=1e-5,
+                  engine="vllm", vllm_urls=[vllm_server.url], checkpoint_dir=str(tmp_path / "checkpoints"))
+    store = MemoryStore()
+    result = ag.Trainer(GRPO(steps=1, **config), n_runners=1, runner_concurrency=8, store=store).fit(
+        calc_agent, train, val)
+    assert [h["step"] for h in result.history] == [1]
+    rollouts = asyncio.run(store.query_rollouts(mode="train"))
+    assert len(rollouts) == 2 * 4
+    assert [r.status for r in rollouts if r.status != RolloutStatus.SUCCEEDED] == []
