@@ -444,15 +444,7 @@ class GRPO(Algorithm["GRPOResult"]):
             {"algorithm": "grpo", "purpose": "val"},
         )
         # ---- the trainer's sampling, applied by the gateway to each call whatever the agent asks
-        policy.set_sampling(
-            SamplingPlan(
-                {
-                    "train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
-                    "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens},
-                },
-                cfg.sampling,
-            )
-        )
+        policy.set_sampling(SamplingPlan.for_training(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.sampling))
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
 
         # ---- resume from the newest checkpoint, if any

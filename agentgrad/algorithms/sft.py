@@ -134,15 +134,7 @@ class SFT(Algorithm["SFTResult"]):
             policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
             {"algorithm": "sft", "purpose": "val"},
         )
-        policy.set_sampling(
-            SamplingPlan(
-                {
-                    "train": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
-                    "val": {"temperature": 0.0, "max_tokens": cfg.max_tokens},
-                },
-                cfg.sampling,
-            )
-        )
+        policy.set_sampling(SamplingPlan.for_training(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.sampling))
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
         sampler = TaskSampler(len(train_data), cfg.seed)

@@ -48,6 +48,19 @@ class SamplingPlan:
             if unknown:
                 raise ValueError(f"sampling for mode {mode!r} sets {sorted(unknown)}; it can set {', '.join(SETTINGS)}")
 
+    @classmethod
+    def for_training(
+        cls, temperature: float, top_p: float, max_tokens: int, source: SamplingSource = "trainer"
+    ) -> SamplingPlan:
+        """What GRPO and SFT apply: training calls at their temperature, top-p and cap; validation greedy."""
+        return cls(
+            {
+                "train": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens},
+                "val": {"temperature": 0.0, "max_tokens": max_tokens},
+            },
+            source,
+        )
+
 
 def apply_sampling(
     api: str, request: dict[str, Any], settings: Mapping[str, float | int], source: SamplingSource
