@@ -180,3 +180,16 @@ def test_an_agent_that_writes_no_final_block_is_judged_on_its_last_query_that_ra
     with served(replies) as (url, _):
         episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
     assert episode.answer == question["gold"] and not episode.failed_query and not episode.self_corrected
+
+
+def test_runner_threads_building_a_database_at_once_all_get_it_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rollouts of one runner process used to share one partial file and failed with "disk I/O error"
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setenv("AGENTGRAD_SQL_DIR", str(tmp_path / "fresh"))
+    name = db.database_names()[0]
+    gold = next(q["gold"] for q in QUESTIONS if q["db"] == name)
+    with ThreadPoolExecutor(8) as pool:
+        rewards = list(pool.map(lambda _: db.execution_match(name, gold, gold), range(16)))
+    assert rewards == [1.0] * 16
+    assert [p.name for p in (tmp_path / "fresh").iterdir()] == [db.database_path(name).name]

@@ -14,6 +14,7 @@ import os
 import re
 import sqlite3
 import tempfile
+import threading
 import time
 from collections import Counter
 from contextlib import closing
@@ -38,7 +39,8 @@ def database_path(name: str) -> Path:
     path = folder / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.sqlite"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        # one partial file per thread: rollouts in runner threads of one process build the same file at once
+        partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
         partial.unlink(missing_ok=True)
         with closing(sqlite3.connect(partial)) as connection:
             connection.executescript(text)
