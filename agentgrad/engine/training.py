@@ -4,7 +4,8 @@ The sequences of one step usually share a long prefix (system prompt, few-shot e
 It is run once, as a batch of one, and its keys and values are broadcast to every sequence:
 the result and the gradients are the same as running each sequence in full (the prefix's
 gradient is the sum over the sequences), at a fraction of the cost. `StepPrefix` runs it once
-for all the micro-batches of an update rather than once per micro-batch. Logits are computed
+for all the micro-batches of an update rather than once per micro-batch. Not under FSDP2, nor with
+gradient checkpointing (see `_apart`): there each sequence runs in full. Logits are computed
 only where a token is scored, never over the whole vocabulary at every position.
 """
 
@@ -49,7 +50,7 @@ class StepPrefix:
         self.token_ids: list[int] = []
         self._outputs: list[torch.Tensor] = []
         self.leaves: list[torch.Tensor] = []  # keys and values, layer by layer
-        if not sequences or _sharded(model) or (length := shared_length(sequences)) < MIN_SHARED_PREFIX:
+        if not sequences or _apart(model) or (length := shared_length(sequences)) < MIN_SHARED_PREFIX:
             return
         self.token_ids = sequences[0].token_ids[:length]
         cache = DynamicCache()
@@ -99,7 +100,7 @@ def sequence_logprobs(
     if prefix is not None and prefix.starts(sequences):
         shared = len(prefix.token_ids)
         layers = [prefix.leaves[i : i + 2] for i in range(0, len(prefix.leaves), 2)]
-    elif (shared := shared_length(sequences)) >= MIN_SHARED_PREFIX and not _sharded(model):
+    elif (shared := shared_length(sequences)) >= MIN_SHARED_PREFIX and not _apart(model):
         own = DynamicCache()
         model(
             input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device),
@@ -137,6 +138,12 @@ def sequence_logprobs(
     )
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
+
+
+def _apart(model: torch.nn.Module) -> bool:
+    """Whether the shared prefix must not be run apart: under FSDP2 (`_sharded`), or with gradient checkpointing,
+    whose layers drop the cache in training (transformers: a layer that writes the cache would write it twice)."""
+    return _sharded(model) or any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
 def _sharded(model: torch.nn.Module) -> bool:
