@@ -124,6 +124,13 @@ def test_the_final_query_is_read_from_the_last_sql_block_or_a_bare_select() -> N
     assert agent.final_query("I don't know.") is None
 
 
+def test_a_run_sql_call_repeated_as_json_text_gives_its_query_not_the_json_around_it() -> None:
+    # Qwen-0.5B after a tool round: the bare-SELECT reading took the closing quote and braces and failed
+    text = '{"name": "run_sql", "arguments": {"query": "SELECT count(*) FROM airports;"}}'
+    assert agent.final_query(text) == "SELECT count(*) FROM airports"
+    assert agent.final_query('{"name": "run_sql", "arguments": {}}') is None
+
+
 # ----------------------------------------------------------------------------- the agent against a scripted model
 
 

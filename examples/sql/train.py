@@ -21,7 +21,7 @@ ANNOTATIONS = ("sql.failed_query", "sql.self_corrected", "sql.queries", "sql.ans
 @ag.rollout
 def sql_rollout(task: dict[str, Any], llm: ag.LLM) -> float:
     episode = agent.solve(task["question"], task["db"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
-                          **llm.sampling_parameters)
+                          run_first=bool(task.get("run_first")), **llm.sampling_parameters)
     ag.emit_annotation({
         "sql.failed_query": episode.failed_query,
         "sql.self_corrected": episode.self_corrected,
