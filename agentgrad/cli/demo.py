@@ -125,7 +125,7 @@ def demo_steps(args: argparse.Namespace) -> int:
     """GRPO steps, or SFT rounds."""
     if args.algorithm == "sft":
         return args.steps or 3
-    return args.steps or (20 if args.task == "plain" else 10)
+    return args.steps or {"plain": 20, "sql": 6}.get(args.task, 10)
 
 
 async def cancel_unfinished(store_spec: str) -> int:
@@ -148,16 +148,38 @@ async def cancel_unfinished(store_spec: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task",
-        choices=["function", "tool", "plain"],
+        choices=["function", "tool", "plain", "sql"],
         default="function",
         help="function: three-digit additions and a calculator function (OpenAI function calling, the "
-        "default); tool: the same by the text protocol 'calculate: <expr>'; plain: two-digit, no tool",
+        "default); tool: the same by the text protocol 'calculate: <expr>'; plain: two-digit, no tool; "
+        "sql: the text-to-SQL agent of examples/sql on Qwen2.5-Coder-0.5B with LoRA (agentgrad.cli.sql_demo)",
+    )
+    parser.add_argument(
+        "--model",
+        help="a built-in model name or a Hugging Face folder (default: smollm2-135m; qwen2.5-coder-0.5b for sql)",
+    )
+    parser.add_argument(
+        "--sql-first-call",
+        choices=["required", "auto"],
+        default="required",
+        help="sql: the agent's first turn must run a query (tool_choice required; the untrained Qwen-0.5B "
+        "almost never calls run_sql by itself), or may answer at once (auto)",
     )
     parser.add_argument(
         "--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)"
     )
-    parser.add_argument("--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain / 3)")
-    parser.add_argument("--val-size", type=int, default=256, help="held-out problems judged before and after")
+    parser.add_argument(
+        "--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain, 6 for sql / 3)"
+    )
+    parser.add_argument(
+        "--val-size", type=int, help="held-out problems judged before and after (default: 256; 24 for sql)"
+    )
+    parser.add_argument(
+        "--val-every",
+        type=int,
+        metavar="K",
+        help="GRPO: validate every K steps too (default: only before and after; 2 for sql)",
+    )
     parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
     parser.add_argument("--store", help="SQLite file for the run (default: store.db in the run folder)")
     parser.add_argument(
@@ -181,8 +203,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GRPO: checkpoint every K steps, so a crash loses fewer than K (default: 1: none; the "
         "newest 2 are kept, 1.6 GB each for the default model, ~7 s to write here)",
     )
-    parser.add_argument("--prompts-per-step", type=int, default=8, help="GRPO: tasks sampled per step (default: 8)")
-    parser.add_argument("--group-size", type=int, default=8, help="GRPO: rollouts per task (default: 8)")
+    parser.add_argument("--prompts-per-step", type=int, help="GRPO: tasks sampled per step (default: 8; 4 for sql)")
+    parser.add_argument("--group-size", type=int, help="GRPO: rollouts per task (default: 8; 4 for sql)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--strategy",
@@ -219,7 +241,7 @@ def main(args: argparse.Namespace) -> None:
     if args.resume and args.fresh:
         raise SystemExit("--resume continues the earlier run, --fresh starts over: pass one of them")
     calc = load_calc_example()
-    train, val = calc.make_splits(n_train=2000, n_val=args.val_size, seed=args.seed, demo=args.task)
+    train, val = calc.make_splits(n_train=2000, n_val=args.val_size or 256, seed=args.seed, demo=args.task)
     run = run_folder(args)  # before the model loads: a question or a stop comes at once
     if run.resume_step is not None:
         cancelled = asyncio.run(cancel_unfinished(run.store))
@@ -228,7 +250,8 @@ def main(args: argparse.Namespace) -> None:
             + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else "")
         )
     began = time.perf_counter()
-    engine = Engine(sampling_dtype="float32") if args.engine == "vllm" else Engine()  # vLLM samples; no bf16 copy here
+    # vLLM samples: no bf16 copy here
+    engine = Engine(args.model, sampling_dtype="float32") if args.engine == "vllm" else Engine(args.model)
     from agentgrad.policy.config import PolicyConfig
 
     policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
@@ -242,12 +265,12 @@ def main(args: argparse.Namespace) -> None:
         algorithm = GRPO(
             GRPOConfig(
                 steps=steps,
-                val_every=10 if args.task == "plain" else steps,
+                val_every=args.val_every or (10 if args.task == "plain" else steps),
                 micro_batch_size=8,
                 checkpoint_dir=checkpoints,
                 checkpoint_every=args.checkpoint_every,
-                prompts_per_step=args.prompts_per_step,
-                group_size=args.group_size,
+                prompts_per_step=args.prompts_per_step or 8,
+                group_size=args.group_size or 8,
                 seed=args.seed,
                 train_processes=args.train_processes,
                 policy=policy,

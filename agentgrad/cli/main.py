@@ -321,15 +321,27 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def run_demo(args: argparse.Namespace) -> None:
+    """The calculator demo, or the text-to-SQL one (`--task sql`, its own module)."""
+    if args.task == "sql":
+        from agentgrad.cli import sql_demo
+
+        sql_demo.main(args)
+    else:
+        from agentgrad.cli import demo
+
+        demo.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     from agentgrad.cli import demo as demo_module
 
-    demo = commands.add_parser("demo", help="train the example calculator agent on this machine")
+    demo = commands.add_parser("demo", help="train an example agent on this machine (calculator, or --task sql)")
     demo_module.add_arguments(demo)
-    demo.set_defaults(handler=demo_module.main)
+    demo.set_defaults(handler=run_demo)
 
     engine = commands.add_parser("engine", help="the local model: fetch it, serve it")
     engine_commands = engine.add_subparsers(dest="engine_command", required=True)
