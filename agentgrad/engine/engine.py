@@ -34,6 +34,7 @@ from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_le
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.sampling import sample
+from agentgrad.engine.threads import ThreadChooser
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,10 @@ class Engine:
         max_batch_size: int = 64,
         max_model_len: int | None = None,
         name: str | None = None,
+        threads: int | None = None,
     ) -> None:
+        """`threads`: how many the generation loop computes with; default `$AGENTGRAD_ENGINE_THREADS`, else
+        measured (1 or all cores, whichever is faster while other processes share them: `threads.py`)."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model, self.tokenizer = load_model(model, device=self.device)
         self.model.eval()
@@ -137,6 +141,7 @@ class Engine:
         self.version = 0
         self.weights_lock = threading.RLock()
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self._threads = ThreadChooser(threads, next(self._sampler.parameters()).dtype)
         self.stats = {"generated_tokens": 0, "prompt_tokens": 0, "prefill_tokens": 0, "requests": 0, "cancelled": 0}
         self._constrainer: Any = None
         self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
@@ -372,6 +377,8 @@ class Engine:
             if self._closed and batch is None and not new:
                 return
             try:
+                if self.device == "cpu":
+                    self.stats["threads"] = self._threads.apply()
                 with self.weights_lock, torch.inference_mode():
                     if new:
                         added = self._prefill(new)
