@@ -38,25 +38,41 @@ def fixed_threads(requested: int | None) -> int | None:
     return threads
 
 
-def _seconds(threads: int, weight: torch.Tensor, rows: torch.Tensor, repeats: int) -> float:
+PROBE_SECONDS = 0.04
+"""How long each thread count computes per round of a measurement: several scheduler time slices, since a
+probe shorter than one can miss a thread taken away (a 5 ms probe chose 2 threads at load 17, where they
+decoded 5x slower than 1)."""
+PROBE_ROUNDS = 3
+
+
+def _products(threads: int, weight: torch.Tensor, rows: torch.Tensor) -> tuple[int, float]:
+    """How many products `threads` threads compute in about `PROBE_SECONDS`, and the seconds they took."""
     torch.set_num_threads(threads)
     torch.nn.functional.linear(rows, weight)  # warm up this thread count
     began = time.perf_counter()
-    for _ in range(repeats):
+    count, elapsed = 0, 0.0
+    while elapsed < PROBE_SECONDS:
         torch.nn.functional.linear(rows, weight)
-    return time.perf_counter() - began
+        count += 1
+        elapsed = time.perf_counter() - began
+    return count, elapsed
 
 
-def fastest_threads(dtype: torch.dtype, most: int, repeats: int = 8) -> int:
-    """1 or `most`, whichever computes a decode-sized matrix product faster right now, set on the calling thread."""
+def fastest_threads(dtype: torch.dtype, most: int, rounds: int = PROBE_ROUNDS) -> int:
+    """1 or `most`, whichever computes decode-sized matrix products faster right now (rounds alternated, so a
+    burst of load elsewhere falls on both), set on the calling thread."""
     if most <= 1:
         torch.set_num_threads(1)
         return 1
     weight = torch.randn(4 * PROBE_WIDTH, PROBE_WIDTH).to(dtype)
     rows = torch.randn(PROBE_ROWS, PROBE_WIDTH).to(dtype)
-    one = min(_seconds(1, weight, rows, repeats) for _ in range(2))
-    many = min(_seconds(most, weight, rows, repeats) for _ in range(2))
-    chosen = 1 if one < many else most
+    totals = {1: [0, 0.0], most: [0, 0.0]}
+    for _ in range(rounds):
+        for threads in (1, most):
+            count, seconds = _products(threads, weight, rows)
+            totals[threads][0] += count
+            totals[threads][1] += seconds
+    chosen = max(totals, key=lambda t: totals[t][0] / totals[t][1])
     torch.set_num_threads(chosen)
     return chosen
 

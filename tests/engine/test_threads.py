@@ -33,9 +33,9 @@ def test_the_measured_count_is_set_on_the_calling_thread_and_measured_again_when
     probes: list[int] = []
     real = threads.fastest_threads
 
-    def counted(dtype: torch.dtype, most: int, repeats: int = 8) -> int:
+    def counted(dtype: torch.dtype, most: int, rounds: int = 3) -> int:
         probes.append(most)
-        return real(dtype, most, repeats=2)
+        return real(dtype, most, rounds=1)
 
     monkeypatch.setattr(threads, "fastest_threads", counted)
     chooser = ThreadChooser(None, torch.float32, clock=lambda: now[0])
