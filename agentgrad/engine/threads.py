@@ -40,7 +40,7 @@ def fixed_threads(requested: int | None) -> int | None:
 
 PROBE_SECONDS = 0.04
 """How long each thread count computes per round of a measurement: several scheduler time slices, since a
-probe shorter than one can miss a thread taken away (a 5 ms probe chose 2 threads at load 17, where they
+probe shorter than one can miss a thread taken away (a probe of a few ms chose 2 threads at load 17, where they
 decoded 5x slower than 1)."""
 PROBE_ROUNDS = 3
 
