@@ -16,12 +16,12 @@ import os
 import time
 
 import torch
+from engine_bench import prompts
 from torch.profiler import ProfilerActivity, profile
 
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.engine import _Request, _Row
 from agentgrad.engine.threads import ThreadChooser
-from engine_bench import prompts
 
 
 def main() -> None:
