@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import statistics
 from collections import Counter
@@ -14,6 +15,7 @@ from rich.console import Console
 from agentgrad import semconv as sc
 from agentgrad.redact import RedactingConsole
 from agentgrad.store import Store
+from agentgrad.tracking.base import RunTrackers
 from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
 
 if TYPE_CHECKING:
@@ -31,13 +33,14 @@ class RunContext:
     the model it trains (GRPO, SFT) puts its gateway on loopback (0: any free port); the runners'
     `OPENAI_BASE_URL` points there. `console`: where progress is printed. `launcher`: what starts the
     training ranks of a sharded update (`train_processes > 1`): None for local processes, Ray's
-    `RayGroup` under `strategy="ray"`.
+    `RayGroup` under `strategy="ray"`. `trackers`: where every metric goes too (`report_to`), besides the store.
     """
 
     store: Store
     gateway_port: int = 0
     console: Console = field(default=DEFAULT_CONSOLE)
     launcher: Callable[..., TrainingGroup] | None = None
+    trackers: RunTrackers | None = None
 
 
 @dataclass(frozen=True)
@@ -235,8 +238,11 @@ class Algorithm(Generic[R]):
         return rollouts
 
     async def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
-        """Write figures as store metrics, so the dashboard and the CLI show the same numbers."""
+        """Write figures as store metrics, so the dashboard and the CLI show the same numbers, and to the run's
+        trackers (MLflow, TensorBoard, W&B: `report_to`) at the same steps."""
         await self.store.add_metrics([Metric(name=name, step=step, value=float(v)) for name, v in values.items()])
+        if self.ctx is not None and self.ctx.trackers:
+            await asyncio.to_thread(self.ctx.trackers.log_metrics, step, dict(values))
 
 
 C = TypeVar("C")

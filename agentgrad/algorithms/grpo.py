@@ -66,6 +66,7 @@ class GRPOConfig:
     group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
     seed: int = 0  # task order (reproducible; a resumed run continues it)
     max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
+    report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of training rollouts

@@ -48,6 +48,7 @@ class SFTConfig:
     tasks_per_round: int = 64  # training tasks sampled per round
     samples_per_task: int = 4  # rollouts of each task per round, at `temperature`
     seed: int = 0  # task order and batch shuffling
+    report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of the collection rollouts

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentgrad.cli import views
+from agentgrad.cli.options import add_report_to
 from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
 from agentgrad.store import NotFoundError, Store, StoreError, open_store
@@ -123,7 +124,11 @@ def apo_command(args: argparse.Namespace) -> None:
             sampling_parameters={"temperature": args.temperature},
         )
         trainer = ag.Trainer(
-            algorithm, n_runners=args.runners, store=store, resources={"prompt": module.seed_prompt, "llm": llm}
+            algorithm,
+            n_runners=args.runners,
+            store=store,
+            resources={"prompt": module.seed_prompt, "llm": llm},
+            report_to=args.report_to,
         )
         try:
             result = trainer.fit(module.agent, module.train_data, module.val_data)
@@ -379,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Python file defining agent, seed_prompt, train_data and val_data (default: the ticket router example)",
     )
     apo.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
+    add_report_to(apo)
     apo.set_defaults(handler=apo_command)
 
     rollouts = commands.add_parser("rollouts", help="list and inspect rollouts in a store")
