@@ -22,12 +22,16 @@ STATUSES = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
 
 
 class MLflowTracker:
-    """`report_to=["mlflow"]`, or `MLflowTracker(tracking_uri="sqlite:///runs.db", experiment="calc")` for a place of its own."""
+    """`report_to=["mlflow"]`, or `MLflowTracker(tracking_uri="sqlite:///runs.db", experiment="calc")` for a place of
+    its own; `artifact_location` is where a new experiment keeps its files (MLflow's default: `./mlruns`)."""
 
     name = "mlflow"
 
-    def __init__(self, tracking_uri: str | None = None, experiment: str | None = None) -> None:
+    def __init__(
+        self, tracking_uri: str | None = None, experiment: str | None = None, artifact_location: str | None = None
+    ) -> None:
         self.tracking_uri = tracking_uri
+        self.artifact_location = artifact_location
         self.experiment = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "agentgrad"
         self.run_id: str | None = None
         self._client: Any = None
@@ -39,7 +43,11 @@ class MLflowTracker:
 
         self._client = MlflowClient(tracking_uri=self.tracking_uri)
         found = self._client.get_experiment_by_name(self.experiment)
-        experiment_id = found.experiment_id if found else self._client.create_experiment(self.experiment)
+        experiment_id = (
+            found.experiment_id
+            if found
+            else self._client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+        )
         self.run_id = self._client.create_run(experiment_id, run_name=run.name, tags=dict(run.tags)).info.run_id
         params = [Param(key, param_value(value)) for key, value in flatten(run.config).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters a batch

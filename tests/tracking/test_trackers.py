@@ -58,7 +58,7 @@ def test_an_mlflow_run_on_sqlite_holds_the_baselines_metrics_params_tags_and_art
     trainer = ag.Trainer(
         Baseline(success_threshold=0.5),
         store=store,
-        report_to=[MLflowTracker(tracking_uri=uri, experiment="calc")],
+        report_to=[MLflowTracker(tracking_uri=uri, experiment="calc", artifact_location=str(tmp_path / "artifacts"))],
         run_name="baseline-1",
         tags={"team": "h4"},
     )
@@ -76,6 +76,7 @@ def test_an_mlflow_run_on_sqlite_holds_the_baselines_metrics_params_tags_and_art
     assert run.data.metrics["final/val/reward_mean"] == 0.5 and run.data.metrics["best/val/reward_mean"] == 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert artifacts == {"baseline-1-learning_curve.png", "baseline-1-result.json"}
+    assert any((tmp_path / "artifacts").rglob("baseline-1-result.json"))  # where the experiment was told
     local = Path(client.download_artifacts(run.info.run_id, "baseline-1-result.json", str(tmp_path / "dl")))
     assert json.loads(local.read_text())["summary"]["final/train/success_rate"] == 0.5
     png = Path(client.download_artifacts(run.info.run_id, "baseline-1-learning_curve.png", str(tmp_path / "dl")))
@@ -92,7 +93,12 @@ def test_a_run_that_raises_is_failed_in_mlflow_and_its_error_reaches_the_caller(
             raise RuntimeError("diverged at step 1")
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    trainer = ag.Trainer(Broken(), store="memory", report_to=[MLflowTracker(tracking_uri=uri)], run_name="broken")
+    trainer = ag.Trainer(
+        Broken(),
+        store="memory",
+        report_to=[MLflowTracker(uri, artifact_location=str(tmp_path / "a"))],
+        run_name="broken",
+    )
     with pytest.raises(RuntimeError, match="diverged at step 1"):
         trainer.fit(half_agent, TASKS)
     client = MlflowClient(tracking_uri=uri)
