@@ -33,7 +33,8 @@ class RunContext:
     the model it trains (GRPO, SFT) puts its gateway on loopback (0: any free port); the runners'
     `OPENAI_BASE_URL` points there. `console`: where progress is printed. `launcher`: what starts the
     training ranks of a sharded update (`train_processes > 1`): None for local processes, Ray's
-    `RayGroup` under `strategy="ray"`. `trackers`: where every metric goes too (`report_to`), besides the store.
+    `RayGroup` under `strategy="ray"`. `trackers`: where every metric goes too (`report_to`), besides the store. `run_id`: the run
+    (`store.get_run`) the metrics are logged under.
     """
 
     store: Store
@@ -41,6 +42,7 @@ class RunContext:
     console: Console = field(default=DEFAULT_CONSOLE)
     launcher: Callable[..., TrainingGroup] | None = None
     trackers: RunTrackers | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,10 @@ class Algorithm(Generic[R]):
     async def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
         """Write figures as store metrics, so the dashboard and the CLI show the same numbers, and to the run's
         trackers (MLflow, TensorBoard, W&B: `report_to`) at the same steps."""
-        await self.store.add_metrics([Metric(name=name, step=step, value=float(v)) for name, v in values.items()])
+        run_id = self.ctx.run_id if self.ctx is not None else None
+        await self.store.add_metrics(
+            [Metric(name=name, step=step, value=float(v), run_id=run_id) for name, v in values.items()]
+        )
         if self.ctx is not None and self.ctx.trackers:
             await asyncio.to_thread(self.ctx.trackers.log_metrics, step, dict(values))
 

@@ -14,7 +14,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from agentgrad.cli import views
+from agentgrad.cli import run_views, views
 from agentgrad.cli.options import add_report_to
 from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
@@ -326,6 +326,12 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def compare_command(args: argparse.Namespace) -> None:
+    if len(args.runs) < 2:
+        raise UsageError(f"runs compare takes two runs or more (ids or names), got {len(args.runs)}: {args.runs[0]}")
+    _with_store(args.store, lambda s: run_views.compare_runs(console, s, args.runs))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -404,6 +410,20 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
     show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
+
+    runs = commands.add_parser("runs", help="the runs a store recorded: list, show one, compare several")
+    run_commands = runs.add_subparsers(dest="runs_command", required=True)
+    runs_ls = run_commands.add_parser("ls", help="a line per run: status, final figures, best, git commit")
+    runs_ls.add_argument("--store", required=True, help="SQLite path or store server URL")
+    runs_ls.set_defaults(handler=lambda a: _with_store(a.store, lambda s: run_views.print_runs(console, s)))
+    runs_show = run_commands.add_parser("show", help="one run: configuration, versions, machine, figures, checkpoints")
+    runs_show.add_argument("run", help="run id, or name (the latest run of that name)")
+    runs_show.add_argument("--store", required=True, help="SQLite path or store server URL")
+    runs_show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: run_views.print_run(console, s, a.run)))
+    runs_compare = run_commands.add_parser("compare", help="runs side by side: settings that differ, figures")
+    runs_compare.add_argument("runs", nargs="+", metavar="RUN", help="run ids or names (two or more)")
+    runs_compare.add_argument("--store", required=True, help="SQLite path or store server URL")
+    runs_compare.set_defaults(handler=compare_command)
 
     metrics = commands.add_parser("metrics", help="the training curves in a store, a line each")
     metrics.add_argument("--store", required=True, help="SQLite path or store server URL")

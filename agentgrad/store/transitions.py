@@ -46,6 +46,10 @@ def no_rollout(rollout_id: str) -> NotFoundError:
     return NotFoundError(f"no rollout with id {rollout_id!r}")
 
 
+def no_run(run_id: str) -> NotFoundError:
+    return NotFoundError(f"no run with id {run_id!r}: `agentgrad runs ls --store ...` lists the runs of a store")
+
+
 def no_attempt(rollout_id: str, attempt_id: str) -> NotFoundError:
     return NotFoundError(f"rollout {rollout_id!r} has no attempt {attempt_id!r}")
 

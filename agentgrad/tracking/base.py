@@ -76,6 +76,18 @@ BEST_KEYS = ("val/accuracy", "val/reward_mean", "apo/best_score", "train/reward_
 """The figure whose maximum a run's `best/` figures report, the first of these the run logged."""
 
 
+def summarize(history: Mapping[str, Sequence[tuple[int, float]]]) -> dict[str, float]:
+    """`final/<name>`: each figure's last value (by step); `best/<name>` and `best/step` for the first of
+    `BEST_KEYS` logged (the earliest step of its maximum)."""
+    figures = {f"final/{name}": sorted(points, key=lambda p: p[0])[-1][1] for name, points in history.items() if points}
+    key = next((k for k in BEST_KEYS if history.get(k)), None)
+    if key is not None:
+        step, value = max(history[key], key=lambda point: (point[1], -point[0]))
+        figures[f"best/{key}"] = value
+        figures["best/step"] = float(step)
+    return figures
+
+
 @dataclass
 class RunTrackers:
     """The trackers of one run: every call goes to each of them; the history of figures is kept to
@@ -102,14 +114,7 @@ class RunTrackers:
             tracker.log_artifact(path)
 
     def summary(self) -> dict[str, float]:
-        """`final/<name>`: each figure's last value; `best/<name>` and `best/step` for the first of `BEST_KEYS` logged."""
-        figures = {f"final/{name}": points[-1][1] for name, points in self.history.items() if points}
-        key = next((k for k in BEST_KEYS if self.history.get(k)), None)
-        if key is not None:
-            step, value = max(self.history[key], key=lambda point: (point[1], -point[0]))
-            figures[f"best/{key}"] = value
-            figures["best/step"] = float(step)
-        return figures
+        return summarize(self.history)
 
     def finish(self, status: str, extra: Mapping[str, float] | None = None) -> None:
         """Close every tracker with the run's summary; one that fails to close is logged, the others still close."""

@@ -34,13 +34,14 @@ from agentgrad.rollout.runner import Hook
 from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
 from agentgrad.store.transitions import check_tasks
-from agentgrad.tracking import RunTrackers, Tracker, open_trackers
+from agentgrad.tracking import Tracker, open_trackers
 from agentgrad.tracking.session import default_run_name, finish_run, report_to_of, result_checkpoint, start_run
 from agentgrad.train.layout import Layout
 from agentgrad.train.processes import run_processes
 from agentgrad.train.ray_cluster import run_ray
+from agentgrad.train.runs import end_record, start_record
 from agentgrad.train.threads import run_threads
-from agentgrad.types import LLM, NamedResources
+from agentgrad.types import LLM, NamedResources, RunStatus
 
 R = TypeVar("R")
 Strategy = Literal["threads", "processes", "ray"]
@@ -208,26 +209,43 @@ class Trainer(Generic[R]):
                 )
             return await asyncio.to_thread(follow)
         store = self.store
-        trackers = open_trackers([*report_to_of(algorithm), *self.report_to]) if track else RunTrackers([])
-        ctx = RunContext(store=store, gateway_port=self.gateway_port, console=self.console, trackers=trackers or None)
-        if not trackers:
+        if not track:
+            ctx = RunContext(store=store, gateway_port=self.gateway_port, console=self.console)
             return await self._run(algorithm, agent, ctx, train_data, val_data, local_llm)
+        trackers = open_trackers([*report_to_of(algorithm), *self.report_to])
         name = self.run_name or default_run_name(algorithm)
         layout = {"n_runners": self.n_runners, "strategy": self.strategy, "runner_concurrency": self.runner_concurrency}
         layout |= {"train_size": len(train_data), "val_size": len(val_data or ())}
-        await asyncio.to_thread(start_run, trackers, algorithm, name, self.tags, layout)
-        status, result = "failed", None
+        record = await asyncio.to_thread(start_record, algorithm, name, self.tags, layout)
+        await store.put_run(record)
+        ctx = RunContext(
+            store=store,
+            gateway_port=self.gateway_port,
+            console=self.console,
+            trackers=trackers or None,
+            run_id=record.run_id,
+        )
+        if trackers:
+            tags = {**self.tags, "agentgrad.run_id": record.run_id}
+            await asyncio.to_thread(start_run, trackers, algorithm, name, tags, layout)
+        status, result, error = RunStatus.FAILED, None, None
         try:
             result = await self._run(algorithm, agent, ctx, train_data, val_data, local_llm)
-            status = "succeeded"
+            status = RunStatus.SUCCEEDED
             return result
         except (KeyboardInterrupt, asyncio.CancelledError):
-            status = "cancelled"
+            status = RunStatus.CANCELLED
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            here = getattr(store, "path", None)
-            artifacts = Path(here).parent if here else Path(".agentgrad")
-            await asyncio.to_thread(finish_run, trackers, name, artifacts, status, result_checkpoint(result))
+            metrics = await store.query_metrics(run_id=record.run_id)
+            await store.put_run(end_record(record, status, metrics, result, error))
+            if trackers:
+                here = getattr(store, "path", None)
+                artifacts = Path(here).parent if here else Path(".agentgrad")
+                await asyncio.to_thread(finish_run, trackers, name, artifacts, status.value, result_checkpoint(result))
 
     async def _run(
         self,
