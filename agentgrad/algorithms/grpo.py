@@ -35,6 +35,7 @@ from agentgrad.algorithms.base import (
     no_model_calls_error,
     with_overrides,
 )
+from agentgrad.algorithms.rollback import RollbackAction, RollbackGuard, after_validation
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
@@ -107,6 +108,10 @@ class GRPOConfig:
     keep_checkpoints: int = (
         2  # the newest k step-N folders stay, older ones are deleted (0: keep all); each holds weights and optimizer
     )
+    # ---- rollback on regression (agentgrad/algorithms/rollback.py)
+    rollback_on_drop: float | None = None  # validation accuracy this far below its best: back to the best weights
+    rollback_action: RollbackAction = "lower_lr"  # after a rollback: go on at a lower learning rate, or "stop"
+    rollback_lr_factor: float = 0.5  # "lower_lr": the learning rate is multiplied by this at each rollback
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, PolicyConfig):
@@ -117,6 +122,8 @@ class GRPOConfig:
             raise ValueError(f"max_failed_steps must be >= 0 (0: never stop), got {self.max_failed_steps}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.group_size}")
+        if self.rollback_on_drop is not None:
+            RollbackGuard(self.rollback_on_drop, self.rollback_action, self.rollback_lr_factor)  # checks them
         if self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
         for name in ("steps", "prompts_per_step", "micro_batch_size", "updates_per_step", "train_processes"):
@@ -288,6 +295,15 @@ def sharded_grpo_step(
     parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
     torch.distributed.all_reduce(parts)
     return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
+
+
+def rollback_guard(cfg: GRPOConfig, checkpoint_dir: Path | None, update: Any) -> RollbackGuard | None:
+    """The guard of `rollback_on_drop`, keeping the best beside the run's checkpoints; None when it is off."""
+    if cfg.rollback_on_drop is None:
+        return None
+    if not hasattr(update, "optimizer"):
+        raise ValueError("rollback_on_drop needs the update in this process (train_processes=1)")
+    return RollbackGuard(cfg.rollback_on_drop, cfg.rollback_action, cfg.rollback_lr_factor, checkpoint_dir)
 
 
 class LocalUpdate:
@@ -479,6 +495,9 @@ class GRPO(Algorithm["GRPOResult"]):
             return result
 
         initial = await validate(start)
+        guard = rollback_guard(cfg, checkpoint_dir, update)
+        if guard is not None and initial is not None:
+            await after_validation(self, guard, start, initial.success_rate, update)
         if initial is not None:
             self.console.print(
                 f"validation before step {start}: accuracy {initial.success_rate:.3f} "
@@ -486,6 +505,7 @@ class GRPO(Algorithm["GRPOResult"]):
             )
         final = initial
         failed_steps = identical_steps = 0
+        stop = False
         progress = Progress(
             TextColumn("GRPO"),
             BarColumn(),
@@ -572,6 +592,8 @@ class GRPO(Algorithm["GRPOResult"]):
                     final = await validate(step)
                     if final is not None:
                         description += f" | val acc {final.success_rate:.3f}"
+                    if guard is not None and final is not None:
+                        stop = await after_validation(self, guard, step, final.success_rate, update)
                 progress.update(bar, advance=1, description=description)
                 progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
                 if checkpoint_dir and (
@@ -581,6 +603,8 @@ class GRPO(Algorithm["GRPOResult"]):
                         checkpoint_dir / f"step-{step}", {"step": step, "history": history, "config": asdict(cfg)}
                     )
                     prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
+                if stop:
+                    break
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(
             steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history
