@@ -60,7 +60,17 @@ def serve_engine_command(args: argparse.Namespace) -> None:
     from agentgrad.guard import Guard
     from agentgrad.serving import run
 
-    engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
+    model = args.model
+    if args.checkpoint:
+        if args.model:
+            raise UsageError("--checkpoint and --model both name the weights to serve: give one")
+        from agentgrad.policy.export import servable
+
+        try:
+            model = servable(args.checkpoint, base=args.base)
+        except (ValueError, FileNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+    engine = Engine(model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
     console.print(
         f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1"
     )
@@ -326,6 +336,16 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def export_command(args: argparse.Namespace) -> None:
+    from agentgrad.policy.export import export
+
+    try:
+        target = export(args.checkpoint, args.to, merge_lora=args.merge_lora, base=args.base)
+    except (ValueError, FileExistsError) as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"exported {args.checkpoint} to {target} (a Hugging Face folder: transformers and vLLM load it)")
+
+
 def compare_command(args: argparse.Namespace) -> None:
     if len(args.runs) < 2:
         raise UsageError(f"runs compare takes two runs or more (ids or names), got {len(args.runs)}: {args.runs[0]}")
@@ -350,6 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(handler=fetch_model)
     serve_engine = engine_commands.add_parser("serve", help="serve the model as an OpenAI-compatible API")
     serve_engine.add_argument("--model", help="a Hugging Face path or id (default: SmolLM2-135M-Instruct)")
+    serve_engine.add_argument(
+        "--checkpoint",
+        help="a training checkpoint (step-N folder): full weights, or a LoRA adapter merged into its base",
+    )
+    serve_engine.add_argument(
+        "--base", help="--checkpoint of a LoRA adapter: its base model (default: the one it names)"
+    )
     serve_engine.add_argument("--host", default="127.0.0.1")
     serve_engine.add_argument("--port", type=int, default=8000)
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
@@ -410,6 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
     show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
+
+    export_parser = commands.add_parser("export", help="a training checkpoint as a Hugging Face folder (vLLM loads it)")
+    export_parser.add_argument("checkpoint", help="a step-N checkpoint folder")
+    export_parser.add_argument("--to", required=True, help="the folder to write (new or empty)")
+    export_parser.add_argument("--merge-lora", action="store_true", help="merge a LoRA adapter into its base weights")
+    export_parser.add_argument("--base", help="a LoRA adapter's base model (default: the one it names)")
+    export_parser.set_defaults(handler=export_command)
 
     runs = commands.add_parser("runs", help="the runs a store recorded: list, show one, compare several")
     run_commands = runs.add_subparsers(dest="runs_command", required=True)
