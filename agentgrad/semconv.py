@@ -85,6 +85,8 @@ RETRIES = "agentgrad.llm.retries"
 UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
 """Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
 WEIGHTS_VERSION = "agentgrad.llm.weights_version"
+AB_ARM = "agentgrad.ab.arm"
+"""The arm of an A/B split (`agentgrad.gateway.ab.ABSplit`) that served the call."""
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
 AGENT_REQUEST_PARAMS = {
     "temperature": "agentgrad.llm.agent_request.temperature",

@@ -14,7 +14,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from agentgrad.cli import run_views, views
+from agentgrad.cli import ab_report, run_views, views
 from agentgrad.cli.options import add_report_to
 from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
@@ -444,6 +444,18 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument("--merge-lora", action="store_true", help="merge a LoRA adapter into its base weights")
     export_parser.add_argument("--base", help="a LoRA adapter's base model (default: the one it names)")
     export_parser.set_defaults(handler=export_command)
+
+    ab = commands.add_parser("ab", help="A/B serving: how the arms of a split did")
+    ab_commands = ab.add_subparsers(dest="ab_command", required=True)
+    ab_report_parser = ab_commands.add_parser("report", help="per-arm reward, success rate, CI of the difference")
+    ab_report_parser.add_argument("--store", required=True, help="SQLite path or store server URL")
+    ab_report_parser.add_argument("--mode", help="only rollouts of this mode (train, val, ...)")
+    ab_report_parser.add_argument("--success-threshold", type=float, default=1.0, help="reward counted a success")
+    ab_report_parser.set_defaults(
+        handler=lambda a: _with_store(
+            a.store, lambda s: ab_report.print_report(console, s, a.mode, a.success_threshold)
+        )
+    )
 
     runs = commands.add_parser("runs", help="the runs a store recorded: list, show one, compare several")
     run_commands = runs.add_subparsers(dest="runs_command", required=True)

@@ -355,6 +355,7 @@ class Gateway:
         lease = await router.acquire(call.rollout_id) if router is not None else None  # a replica, held through a sync
         upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
         call.upstream = upstream
+        call.arm = getattr(lease, "arm", None)  # an A/B split's (agentgrad.gateway.ab)
         try:
             if upstream is None:
                 await self._fail(

@@ -243,6 +243,8 @@ class Call:
     """Whether its span was queued (a call the agent hung up on is recorded once, by whoever gets there first)."""
     sampling: dict[str, Any] = field(default_factory=dict)
     """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for."""
+    arm: str | None = None
+    """The A/B arm that served it (`agentgrad.gateway.ab`), when its model is split."""
 
     @property
     def operation(self) -> str:
@@ -264,6 +266,8 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         }
     if call.agent:
         attributes[sc.AGENT_NAME] = call.agent
+    if call.arm is not None:
+        attributes[sc.AB_ARM] = call.arm
     attributes.update(call.sampling)
     if call.upstream is not None:
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port
