@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from agentgrad.cli import ab_report, run_views, views
+from agentgrad.cli import experiments, views
+from agentgrad.cli.common import UsageError, with_store
 from agentgrad.cli.options import add_report_to
 from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
-from agentgrad.store import NotFoundError, Store, StoreError, open_store
+from agentgrad.store import Store, StoreError, open_store
 from agentgrad.store.client import StoreUnreachable
 
 console = RedactingConsole()
@@ -28,26 +28,8 @@ EXAMPLE_AGENT_FILE = Path(__file__).resolve().parents[2] / "examples" / "ticket_
 AGENT_FILE_NAMES = ("agent", "seed_prompt", "train_data", "val_data")
 
 
-class UsageError(Exception):
-    """The command line asks for something that cannot be done; the message says what to change."""
-
-
 DEFAULT_PORT = 4780
 """Where `agentgrad serve` listens unless told otherwise."""
-
-
-def _with_store(spec: str, work: Callable[[Store], Any]) -> None:
-    if spec not in ("memory", ":memory:") and not spec.startswith(("http://", "https://")) and not Path(spec).exists():
-        raise NotFoundError(f"no store file at {spec}; pass the path that a run printed, or a store server URL")
-
-    async def run() -> None:
-        store = open_store(spec)
-        try:
-            await work(store)
-        finally:
-            await store.close()
-
-    asyncio.run(run())
 
 
 def serve_engine_command(args: argparse.Namespace) -> None:
@@ -336,22 +318,6 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def export_command(args: argparse.Namespace) -> None:
-    from agentgrad.policy.export import export
-
-    try:
-        target = export(args.checkpoint, args.to, merge_lora=args.merge_lora, base=args.base)
-    except (ValueError, FileExistsError) as exc:
-        raise UsageError(str(exc)) from None
-    console.print(f"exported {args.checkpoint} to {target} (a Hugging Face folder: transformers and vLLM load it)")
-
-
-def compare_command(args: argparse.Namespace) -> None:
-    if len(args.runs) < 2:
-        raise UsageError(f"runs compare takes two runs or more (ids or names), got {len(args.runs)}: {args.runs[0]}")
-    _with_store(args.store, lambda s: run_views.compare_runs(console, s, args.runs))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -429,52 +395,21 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
     ls.set_defaults(
-        handler=lambda a: _with_store(
+        handler=lambda a: with_store(
             a.store, lambda s: views.print_rollouts(console, s, a.status, a.mode, a.limit, a.offset)
         )
     )
     show = rollout_commands.add_parser("show", help="one rollout: its attempts and span tree")
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
-    show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
+    show.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
 
-    export_parser = commands.add_parser("export", help="a training checkpoint as a Hugging Face folder (vLLM loads it)")
-    export_parser.add_argument("checkpoint", help="a step-N checkpoint folder")
-    export_parser.add_argument("--to", required=True, help="the folder to write (new or empty)")
-    export_parser.add_argument("--merge-lora", action="store_true", help="merge a LoRA adapter into its base weights")
-    export_parser.add_argument("--base", help="a LoRA adapter's base model (default: the one it names)")
-    export_parser.set_defaults(handler=export_command)
-
-    ab = commands.add_parser("ab", help="A/B serving: how the arms of a split did")
-    ab_commands = ab.add_subparsers(dest="ab_command", required=True)
-    ab_report_parser = ab_commands.add_parser("report", help="per-arm reward, success rate, CI of the difference")
-    ab_report_parser.add_argument("--store", required=True, help="SQLite path or store server URL")
-    ab_report_parser.add_argument("--mode", help="only rollouts of this mode (train, val, ...)")
-    ab_report_parser.add_argument("--success-threshold", type=float, default=1.0, help="reward counted a success")
-    ab_report_parser.set_defaults(
-        handler=lambda a: _with_store(
-            a.store, lambda s: ab_report.print_report(console, s, a.mode, a.success_threshold)
-        )
-    )
-
-    runs = commands.add_parser("runs", help="the runs a store recorded: list, show one, compare several")
-    run_commands = runs.add_subparsers(dest="runs_command", required=True)
-    runs_ls = run_commands.add_parser("ls", help="a line per run: status, final figures, best, git commit")
-    runs_ls.add_argument("--store", required=True, help="SQLite path or store server URL")
-    runs_ls.set_defaults(handler=lambda a: _with_store(a.store, lambda s: run_views.print_runs(console, s)))
-    runs_show = run_commands.add_parser("show", help="one run: configuration, versions, machine, figures, checkpoints")
-    runs_show.add_argument("run", help="run id, or name (the latest run of that name)")
-    runs_show.add_argument("--store", required=True, help="SQLite path or store server URL")
-    runs_show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: run_views.print_run(console, s, a.run)))
-    runs_compare = run_commands.add_parser("compare", help="runs side by side: settings that differ, figures")
-    runs_compare.add_argument("runs", nargs="+", metavar="RUN", help="run ids or names (two or more)")
-    runs_compare.add_argument("--store", required=True, help="SQLite path or store server URL")
-    runs_compare.set_defaults(handler=compare_command)
+    experiments.add_commands(commands)
 
     metrics = commands.add_parser("metrics", help="the training curves in a store, a line each")
     metrics.add_argument("--store", required=True, help="SQLite path or store server URL")
     metrics.add_argument("--prefix", help="only names starting with this (train/, val/, perf/, apo/)")
-    metrics.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
+    metrics.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 
     gateway = commands.add_parser(
         "gateway", help="serve the OpenAI-compatible gateway that records model calls into a store"
