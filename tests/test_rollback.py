@@ -11,6 +11,7 @@ import torch
 
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 from agentgrad.algorithms.rollback import RollbackGuard
+from agentgrad.tracking import TensorBoardTracker
 
 
 class TinyUpdate:
@@ -100,8 +101,9 @@ def test_a_grpo_run_forced_to_regress_returns_to_its_best_weights_and_stops(tmp_
     config = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_tokens=12, val_every=1, learning_rate=1.0,
                         success_threshold=0.02, rollback_on_drop=0.2, rollback_action="stop",
                         checkpoint_dir=str(tmp_path / "ckpt"))
-    result = ag.Trainer(GRPO(config, local_engine=engine), n_runners=2, runner_concurrency=4, store=store).fit(
-        close_enough, train, val)
+    tracker = TensorBoardTracker(log_dir=tmp_path / "tb")
+    result = ag.Trainer(GRPO(config, local_engine=engine), n_runners=2, runner_concurrency=4, store=store,
+                        report_to=[tracker], run_name="regress").fit(close_enough, train, val)
     assert result.initial is not None and result.initial.success_rate > 0.2, "the starting model must answer"
     assert [h["step"] for h in result.history] == [1]  # stopped after the rollback at step 1
     assert [(m.step, m.value) for m in asyncio.run(store.query_metrics("train/rollback"))] == [(1, 1.0)]
@@ -110,3 +112,14 @@ def test_a_grpo_run_forced_to_regress_returns_to_its_best_weights_and_stops(tmp_
     assert all(torch.equal(after[k], before[k]) for k in before), "the weights are the best (starting) ones again"
     assert (tmp_path / "ckpt" / "best-step-0").is_dir()
     engine.close()
+
+    # the same GRPO run in TensorBoard: every figure at the store's steps, the rollback included
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb" / "regress"), size_guidance={"scalars": 0})
+    events.Reload()
+    for name in ("val/accuracy", "train/reward_mean", "train/loss", "train/rollback"):
+        stored = [(m.step, round(m.value, 5)) for m in asyncio.run(store.query_metrics(name))]
+        assert [(e.step, round(e.value, 5)) for e in events.Scalars(name)] == stored, name
+    (run,) = asyncio.run(store.query_runs())
+    assert run.algorithm == "GRPO" and run.config["rollback_on_drop"] == 0.2 and run.status.value == "succeeded"
