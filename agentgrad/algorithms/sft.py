@@ -214,7 +214,7 @@ class SFT(Algorithm["SFTResult"]):
     ) -> float:
         cfg = self.config
         losses = []
-        with policy.engine.training() as model:
+        with policy.training() as model:
             for _ in range(cfg.epochs):
                 order = list(range(len(data)))
                 shuffle.shuffle(order)
@@ -223,7 +223,7 @@ class SFT(Algorithm["SFTResult"]):
                     losses.append(
                         sft_update(model, optimizer, batch, cfg.max_grad_norm, policy.engine.tokenizer.pad_token_id)
                     )
-        policy.engine.publish()
+        policy.publish()
         policy.sync()  # vLLM: the new weights reach the servers before the next round
         return statistics.fmean(losses)
 
