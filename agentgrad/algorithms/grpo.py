@@ -26,6 +26,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.algorithms.async_rollouts import RolloutPipeline, StaleGroups, check_async_settings
 from agentgrad.algorithms.base import (
     Algorithm,
     Evaluation,
@@ -35,7 +36,6 @@ from agentgrad.algorithms.base import (
     no_model_calls_error,
     with_overrides,
 )
-from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
 from agentgrad.engine import Engine
@@ -93,6 +93,9 @@ class GRPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
     micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the step
     updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
+    # ---- asynchronous training (docs/async-training.md): rollouts of the next steps run while a step trains
+    max_staleness: int | None = None  # None: synchronous; k: k steps queued ahead, groups > k updates old dropped
+    stale_groups: StaleGroups = "drop"  # a group over max_staleness: "drop" (counted) or "keep" (tis_cap corrects)
     train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -112,6 +115,7 @@ class GRPOConfig:
             raise TypeError(f"GRPOConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
         SamplingPlan(source=self.sampling)  # checks it
         RolloutConfig(missing_reward=self.missing_reward)
+        check_async_settings(self.max_staleness, self.stale_groups)
         if self.max_failed_steps < 0:
             raise ValueError(f"max_failed_steps must be >= 0 (0: never stop), got {self.max_failed_steps}")
         if self.group_size < 2:
@@ -215,8 +219,8 @@ def grpo_update(
     total_tokens = total_tokens or sum(t.response_length for t, _ in batch)
     micros = [batch[start : start + cfg.micro_batch_size] for start in range(0, len(batch), cfg.micro_batch_size)]
     micros += [[(idle_trajectory(pad_token_id), 0.0)]] * (micro_batches - len(micros))
-    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0}
-    grad_norm = 0.0
+    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0, "is_weight": 0.0}
+    grad_norm = is_weight_max = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
         prefix = StepPrefix(model, [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in batch])
@@ -239,6 +243,10 @@ def grpo_update(
                 )
                 # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
                 weight, truncated = tis_weights(new_logprobs, old, cfg.policy.tis_cap)
+                # importance weight trainer/recorded (truncated at the cap): what staleness costs, as metrics
+                is_weight = weight if cfg.policy.tis_cap is not None else (new_logprobs.detach() - old).exp()
+                sums["is_weight"] += float((is_weight * mask).sum())
+                is_weight_max = max([is_weight_max, *(is_weight * mask).tolist()])
                 loss = loss + (token_loss * weight * mask).sum() / total_tokens
                 sums["logprob_diff"] += float(((new_logprobs.detach() - old).abs() * mask).sum())
                 sums["tis_truncated"] += float((truncated * mask).sum())
@@ -257,6 +265,8 @@ def grpo_update(
         "kl": sums["kl"] / (total_tokens * passes),
         "logprob_diff": sums["logprob_diff"] / (total_tokens * passes),  # mean |trainer - sampler| per token
         "tis_truncated": sums["tis_truncated"] / (total_tokens * passes),
+        "is_weight_mean": sums["is_weight"] / (total_tokens * passes),
+        "is_weight_max": is_weight_max,
         "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
     }
 
@@ -283,7 +293,7 @@ def sharded_grpo_step(
         micro_batches=micro_batches,
     )
     # loss, clip fraction and KL are sums of per-rank parts (each already divided by the global count)
-    names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated"]
+    names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated", "is_weight_mean"]
     parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
     torch.distributed.all_reduce(parts)
     return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
@@ -295,6 +305,8 @@ class LocalUpdate:
 
     def __init__(self, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.policy, self.cfg = policy, cfg
+        if cfg.max_staleness is not None:
+            policy.train_beside_serving()  # asynchronous: generation goes on from the published weights
         self.optimizer = torch.optim.AdamW(
             policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
         )
@@ -302,11 +314,11 @@ class LocalUpdate:
 
     def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
         """One step's update; its statistics, with `sync_seconds` (new weights into the engine and servers)."""
-        engine = self.policy.engine
-        with engine.training() as model:
-            stats = grpo_update(model, self.optimizer, batch, self.cfg, engine.tokenizer.pad_token_id, self.reference)
+        with self.policy.training() as model:
+            pad = self.policy.engine.tokenizer.pad_token_id
+            stats = grpo_update(model, self.optimizer, batch, self.cfg, pad, self.reference)
         began = time.perf_counter()
-        engine.publish()
+        self.policy.publish()  # between calls: those in flight finish on the version they began with
         self.policy.sync()  # vLLM: the new weights reach the servers before the next rollout
         return {**stats, "sync_seconds": time.perf_counter() - began}
 
@@ -449,12 +461,13 @@ class GRPO(Algorithm["GRPOResult"]):
 
         # ---- resume from the newest checkpoint, if any
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        start, history = 0, []
+        start, history, state = 0, [], {}
         if (found := latest_checkpoint(checkpoint_dir)) is not None:
             state = update.load(found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
-        sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
+        # async: the steps the checkpoint had queued are trained, not sampled again
+        pipeline = RolloutPipeline.of(self, cfg, train_data, start, train_id, rollout_config, state.get("queued"))
 
         async def validate(step: int) -> Evaluation | None:
             if not val_data:
@@ -498,17 +511,9 @@ class GRPO(Algorithm["GRPOResult"]):
             bar = progress.add_task("", total=cfg.steps, completed=start)
             for step in range(start + 1, cfg.steps + 1):
                 began = time.perf_counter()
-                # ---- collect: group_size rollouts of each sampled task
-                tasks = [train_data[i] for i in sampler.take(cfg.prompts_per_step)]
-                requests = [task for task in tasks for _ in range(cfg.group_size)]
-                groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
-                rollouts = await self.run_rollouts(
-                    requests,
-                    mode="train",
-                    resources_id=train_id,
-                    config=rollout_config,
-                    metadata=[{"step": step, "group": g} for g in groups],
-                )
+                # ---- collect: group_size rollouts of each sampled task (async: queued ahead, running meanwhile)
+                collected = await pipeline.collect(step, engine.version)
+                rollouts = collected.rollouts
                 rollout_seconds = time.perf_counter() - began
                 failed_steps = failed_steps + 1 if all(r.status is not RolloutStatus.SUCCEEDED for r in rollouts) else 0
                 if cfg.max_failed_steps and failed_steps >= cfg.max_failed_steps:
@@ -518,8 +523,8 @@ class GRPO(Algorithm["GRPOResult"]):
                         f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}"
                     )
 
-                # ---- adapt: spans → trajectories; advantages within each task's group
-                batch = await self._batch(rollouts, groups)
+                # ---- adapt: spans → trajectories; advantages within each task's group (async: the fresh groups)
+                batch = await self._batch(*collected.trained)
                 if batch.rewarded and not batch.model_calls:
                     raise no_model_calls_error("GRPO", batch.rewarded)
                 identical_steps = identical_steps + 1 if batch.groups_compared == batch.groups_identical > 0 else 0
@@ -557,12 +562,13 @@ class GRPO(Algorithm["GRPOResult"]):
                     "perf/step_seconds": time.perf_counter() - began,
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
                     "train/model_version": engine.version,
+                    **collected.metrics(),  # async: staleness distribution, dropped groups
                 }
                 await self.log_metrics(step, metrics)
                 history.append({"step": step, **metrics})
                 description = (
                     f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
-                    f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{len(tasks)} "
+                    f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{cfg.prompts_per_step} "
                     f"{metrics['perf/step_seconds']:.1f}s"
                 )
 
@@ -577,7 +583,8 @@ class GRPO(Algorithm["GRPOResult"]):
                     (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps
                 ):
                     update.save(
-                        checkpoint_dir / f"step-{step}", {"step": step, "history": history, "config": asdict(cfg)}
+                        checkpoint_dir / f"step-{step}",
+                        {"step": step, "history": history, "config": asdict(cfg), "queued": pipeline.state()},
                     )
                     prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
         last = latest_checkpoint(checkpoint_dir)
