@@ -93,7 +93,7 @@ class GRPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
     micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the step
     updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
-    # ---- asynchronous training (docs/async-training.md): rollouts of the next steps run while a step trains
+    # ---- asynchronous training (docs/async-training.md): the next steps' rollouts run while a step trains
     max_staleness: int | None = None  # None: synchronous; k: k steps queued ahead, groups > k updates old dropped
     stale_groups: StaleGroups = "drop"  # a group over max_staleness: "drop" (counted) or "keep" (tis_cap corrects)
     train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
@@ -466,7 +466,6 @@ class GRPO(Algorithm["GRPOResult"]):
             state = update.load(found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
-        # async: the steps the checkpoint had queued are trained, not sampled again
         pipeline = RolloutPipeline.of(self, cfg, train_data, start, train_id, rollout_config, state.get("queued"))
 
         async def validate(step: int) -> Evaluation | None:
