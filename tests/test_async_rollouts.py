@@ -215,3 +215,19 @@ def test_the_async_settings_are_checked() -> None:
             check_async_settings(bad, "drop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stale_groups"):
         GRPOConfig(max_staleness=1, stale_groups="reuse")  # type: ignore[arg-type]
+
+
+def test_a_rollout_whose_calls_straddle_an_update_counts_as_mixed_and_as_old_as_its_first_call() -> None:
+    store = MemoryStore()
+
+    async def two_calls() -> str:
+        claimed = await store.start_rollout({"q": 0}, mode="train")
+        for version in (4, 5):  # an update was published between its two calls
+            await store.add_span(Span(rollout_id=claimed.rollout_id, attempt_id=claimed.attempt.attempt_id,
+                                      name="chat", attributes={sc.GEN_AI_OPERATION: sc.CHAT, sc.WEIGHTS_VERSION: version}))
+        await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded", reward=1.0)
+        return claimed.rollout_id
+
+    rollouts = [asyncio.run(store.get_rollout(asyncio.run(two_calls()))), asyncio.run(store.get_rollout(call(store, 5)))]
+    fresh = asyncio.run(fresh_groups(store, rollouts, [0, 0], current_version=6, max_staleness=1))
+    assert fresh.mixed == 1 and fresh.staleness == [2] and fresh.dropped == 1 and fresh.rollouts == []
