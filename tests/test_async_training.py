@@ -16,6 +16,7 @@ from openai import OpenAI
 import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.local import LocalPolicy
@@ -98,3 +99,22 @@ def test_grpo_with_max_staleness_1_trains_within_the_bound_and_checkpoints_the_q
     assert {"async/staleness_mean", "async/dropped_groups", "async/mixed_version_rollouts"} <= metrics
     assert {m.name for m in asyncio.run(store.query_metrics(prefix="train/is_weight"))} == {
         "train/is_weight_mean", "train/is_weight_max"} or not any(h.get("train/loss") for h in result.history)
+
+
+def test_sft_with_max_staleness_1_queues_the_next_round_and_fine_tunes_within_the_bound(own_engine: Engine) -> None:
+    train, _ = make_splits(n_train=20, n_val=2, seed=5)
+    store = ag.MemoryStore()
+    version = own_engine.version
+    config = SFTConfig(rounds=2, tasks_per_round=2, samples_per_task=2, reward_threshold=0.0, max_tokens=8, epochs=1,
+                       max_staleness=1)
+    result = ag.Trainer(SFT(config, local_engine=own_engine), n_runners=2, runner_concurrency=4,
+                        store=store).fit(close_enough, train)
+    assert [h["round"] for h in result.history] == [1, 2]
+    assert own_engine.version == version + 2  # every round kept samples and published once
+    for h in result.history:
+        assert h["train/kept"] > 0 and h["async/staleness_max"] <= 1 and h["async/dropped_groups"] == 0
+    rollouts = asyncio.run(store.query_rollouts(mode="train"))
+    assert [r.metadata["step"] for r in rollouts] == [1] * 4 + [2] * 4  # round 2 queued with round 1
+    for rollout in rollouts:
+        versions = {sc.weights_version(s) for s in asyncio.run(store.query_spans(rollout.rollout_id)) if sc.is_llm_call(s)}
+        assert len(versions) == 1 and versions <= {version, version + 1}
