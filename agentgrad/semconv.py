@@ -97,11 +97,13 @@ SAMPLING_SOURCE = "agentgrad.llm.sampling"
 """Whose sampling settings the call ran with: `trainer` (the agent's were overridden) or `agent` (the trainer's
 filled only what the agent left unset); absent when the gateway applied none."""
 LLM_API = "agentgrad.llm.api"
-"""Which OpenAI API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API` or `RESPONSES_API` (a Responses
-call is a `chat` operation too; its input items and output are recorded as chat messages)."""
+"""Which API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API`, `RESPONSES_API` or `MESSAGES_API` (Anthropic's;
+Responses and Messages calls are `chat` operations too: their input and output are recorded as chat messages)."""
 CHAT_COMPLETIONS_API = "chat.completions"
 COMPLETIONS_API = "completions"
 RESPONSES_API = "responses"
+MESSAGES_API = "messages"
+"""Anthropic's Messages API (`/v1/messages`)."""
 TOKEN_IDS_ABSENT = "agentgrad.llm.token_ids_absent"
 """On a call recorded without token ids, why: `TOKEN_IDS_NOT_REQUESTED` (the upstream cannot return them, so
 the gateway sent the client's request as it was) or `TOKEN_IDS_NOT_RETURNED` (asked for, not in the answer)."""

@@ -3,6 +3,7 @@
 - `app.py`: the front end: the ASGI app, routing by path and headers, relaying answers, flush.
 - `upstreams.py`: backends, what the gateway asks of them, retries and upstream errors.
 - `recording.py`: requests and responses as span attributes; the span writer.
+- `messages.py`: Anthropic's Messages API (`/v1/messages`): recorded as a chat, errors in its shape.
 - `sampling.py`: the trainer's sampling per rollout mode, applied to each call.
 - `secrets.py`: known secrets out of relayed streams, even a key streamed in pieces.
 

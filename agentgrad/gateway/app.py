@@ -1,6 +1,7 @@
 """The gateway's front end: an OpenAI-compatible ASGI app that routes each call and records it.
 
-Agents call `/v1/chat/completions`, `/v1/responses`, `/v1/completions` or `/v1/models`, under
+Agents call `/v1/chat/completions`, `/v1/responses`, `/v1/completions`, `/v1/messages` (Anthropic's, in
+`messages.py`) or `/v1/models`, under
 `/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) and/or
 `/agents/{name}` (the agent making the call), or at the root with the
 `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` / `x-agentgrad-agent` headers. The
@@ -42,6 +43,7 @@ from urllib.parse import unquote
 
 import orjson
 
+import agentgrad.gateway.messages as messages
 from agentgrad import semconv as sc
 from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
@@ -61,7 +63,7 @@ from agentgrad.gateway.upstreams import (
 )
 from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
 from agentgrad.redact import redact_known_bytes
-from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -73,9 +75,14 @@ MODE_CACHE_SIZE = 65536
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
     r"(?:/agents/(?P<agent>[^/]+))?"
-    r"/v1/(?P<endpoint>chat/completions|completions|responses|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
+    r"/v1/(?P<endpoint>chat/completions|completions|responses|messages|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
-_APIS = {"chat/completions": CHAT_COMPLETIONS_API, "completions": COMPLETIONS_API, "responses": RESPONSES_API}
+_APIS = {
+    "chat/completions": CHAT_COMPLETIONS_API,
+    "completions": COMPLETIONS_API,
+    "responses": RESPONSES_API,
+    "messages": MESSAGES_API,
+}
 _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
     sc.ROLLOUT_HEADER.encode(),
     sc.ATTEMPT_HEADER.encode(),
@@ -240,7 +247,10 @@ class Gateway:
         if root and path.startswith(root):
             path = path[len(root) :]
         headers = dict(scope["headers"])
-        if not bearer_ok(headers.get(b"authorization"), self._auth):  # before routing: no route is told to strangers
+        authorization = headers.get(b"authorization")
+        if authorization is None and b"x-api-key" in headers:  # the anthropic SDK sends its key so
+            authorization = b"Bearer " + headers[b"x-api-key"]
+        if not bearer_ok(authorization, self._auth):  # before routing: no route is told to strangers
             message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
             return await _reject(send, 401, message, "invalid_api_key")
         match = _ROUTE.fullmatch(path)
@@ -248,7 +258,8 @@ class Gateway:
             return await _reject(
                 send,
                 404,
-                f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions or /v1/models, "
+                f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions, /v1/messages "
+                "or /v1/models, "
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
@@ -285,7 +296,9 @@ class Gateway:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
         if (rollout is None) != (attempt is None):
-            return await _reject(send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither")
+            return await _reject(
+                send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither", api=api
+            )
         if rollout is not None:
             rollout_id, attempt_id = rollout.decode("latin-1"), attempt.decode("latin-1")  # type: ignore[union-attr]
         else:
@@ -300,16 +313,20 @@ class Gateway:
         except ConnectionError:
             return
         except ValueError as exc:
-            return await _reject(send, 413, str(exc), "request_too_large")
+            return await _reject(send, 413, str(exc), "request_too_large", api=api)
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            return await _reject(send, 400, f"request body is not valid JSON: {exc}")
+            return await _reject(send, 400, f"request body is not valid JSON: {exc}", api=api)
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
-            return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
+            return await _reject(
+                send, 400, "request body must be a JSON object with a 'model' string", "invalid_model", api=api
+            )
         call = Call(
             api, request, None, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"), started, start_time
         )
+        if api == MESSAGES_API:
+            call.relayed_headers = messages.relayed_headers(headers)
         plan = self.sampling
         if plan is not None and rollout_id is not None:
             settings = plan.by_mode.get(await self._mode_of(rollout_id) or "")
@@ -368,7 +385,9 @@ class Gateway:
                     ),
                 )
                 return
-            problem = request_problem(call.api, request)
+            problem = (
+                messages.request_problem(request) if call.api == MESSAGES_API else request_problem(call.api, request)
+            )
             if problem is not None:
                 return await self._fail(
                     send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request")
@@ -400,6 +419,7 @@ class Gateway:
                             deadline=deadline,
                             max_retries=self.max_retries,
                             backoff_s=self.retry_backoff_s,
+                            headers=call.relayed_headers,
                         )
                         streamed = (
                             bool(request.get("stream"))
@@ -476,8 +496,12 @@ class Gateway:
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler: StreamAssembler | ResponsesStream = (
-            ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
+        assembler: StreamAssembler | ResponsesStream | messages.MessagesStream = (
+            ResponsesStream()
+            if call.api == RESPONSES_API
+            else messages.MessagesStream()
+            if call.api == MESSAGES_API
+            else StreamAssembler(call.api)
         )
         error: GatewayError | None = None
         pending = b""
@@ -507,7 +531,8 @@ class Gateway:
             else:
                 message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
                 error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
-            await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
+            event = messages.error_event(error) if call.api == MESSAGES_API else b"data: " + error.body() + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
         answered = response_attributes(call.api, assembler.result(), version)
         self._recording += 1
         try:
@@ -518,7 +543,7 @@ class Gateway:
     async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
         self._recording += 1
         try:
-            await _send_error(send, error, extra=[_NO_CLIENT_RETRY])
+            await _send_error(send, error, extra=[_NO_CLIENT_RETRY], api=call.api)
         finally:
             self._record(call, {}, error, error.retries)
 
@@ -539,8 +564,15 @@ class _BadChunk(ValueError):
     """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
 
 
-def _relay_event(event: bytes, assembler: StreamAssembler | ResponsesStream, added: Added, call: Call) -> bytes:
+def _relay_event(
+    event: bytes, assembler: StreamAssembler | ResponsesStream | messages.MessagesStream, added: Added, call: Call
+) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
+    if isinstance(assembler, messages.MessagesStream):
+        relayed = messages.relay_event(event, assembler, added)
+        if call.first_token is None and assembler.generating:
+            call.first_token = time.perf_counter()
+        return relayed
     if isinstance(assembler, ResponsesStream):
         return _relay_responses_event(event, assembler, added, call)
     if not event.startswith(b"data:"):
@@ -621,10 +653,13 @@ async def _send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_error(send: Any, error: GatewayError, extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    await _send_json(send, error.status, error.body(), extra=extra)
+async def _send_error(
+    send: Any, error: GatewayError, extra: Iterable[tuple[bytes, bytes]] = (), api: str | None = None
+) -> None:
+    body = messages.error_body(error) if api == MESSAGES_API else error.body()  # each API's own error shape
+    await _send_json(send, error.status, body, extra=extra)
 
 
-async def _reject(send: Any, status: int, message: str, code: str | None = None) -> None:
+async def _reject(send: Any, status: int, message: str, code: str | None = None, api: str | None = None) -> None:
     """Refuse a request the gateway cannot make sense of (it never reaches an upstream)."""
-    await _send_error(send, GatewayError(status, message, "invalid_request_error", code))
+    await _send_error(send, GatewayError(status, message, "invalid_request_error", code), api=api)
