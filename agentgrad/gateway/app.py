@@ -89,6 +89,7 @@ _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
     sc.AGENT_HEADER.encode(),
 )
 _VERSION_KEY = sc.VERSION_HEADER.encode()
+_NOT_TRAINED_KEY = sc.NOT_TRAINED_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried; the openai client obeys this
@@ -328,10 +329,12 @@ class Gateway:
         if api == MESSAGES_API:
             call.relayed_headers = messages.relayed_headers(headers)
         plan = self.sampling
-        if plan is not None and rollout_id is not None:
+        if plan is not None and rollout_id is not None and _NOT_TRAINED_KEY not in headers:  # a judge keeps its own
             settings = plan.by_mode.get(await self._mode_of(rollout_id) or "")
             if settings:
                 call.sampling = apply_sampling(api, request, settings, plan.source)
+        if _NOT_TRAINED_KEY in headers:  # a judge's call: recorded, never trained on
+            call.sampling[sc.NOT_TRAINED] = headers[_NOT_TRAINED_KEY].decode("utf-8", "replace") or "yes"
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the
         # upstream request is cancelled (its connection closed) rather than left running for nobody.
         work = asyncio.ensure_future(self._forward(call, send))

@@ -252,7 +252,8 @@ class Call:
     relayed_headers: dict[str, str] = field(default_factory=dict)
     """The agent's headers passed upstream with the call (`messages.RELAYED_HEADERS`)."""
     sampling: dict[str, Any] = field(default_factory=dict)
-    """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for."""
+    """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for; and
+    `NOT_TRAINED`, on a call the agent marked as no training data."""
 
     @property
     def operation(self) -> str:
