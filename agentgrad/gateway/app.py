@@ -44,6 +44,7 @@ from urllib.parse import unquote
 import orjson
 
 import agentgrad.gateway.messages as messages
+import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
 from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
@@ -98,7 +99,9 @@ _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried;
 class Gateway:
     """An ASGI app proxying OpenAI-compatible calls to `backends` (model name → upstream) and recording them.
 
-    `default` (a backend or a replica pool) serves models missing from the table; without it they get a 404 naming the known
+    A name with `*`, `?` or `[` is a glob pattern (`claude-*`), tried in order after the exact names
+    (`routing.load_routes` reads such a table from a file). `default` (a backend or a replica pool) serves models
+    missing from the table; without it they get a 404 naming the known
     ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
     weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
 
@@ -125,9 +128,19 @@ class Gateway:
         if not backends and default is None and not routers:
             raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
         self.store = store
-        self._upstreams = {
+        routed = {
             name: Upstream.of(name, b if isinstance(b, Backend) else Backend(b)) for name, b in (backends or {}).items()
         }
+        for name, upstream in routed.items():
+            routing.check_cacheable(name, upstream.backend)
+        self._upstreams = {name: u for name, u in routed.items() if not routing.is_pattern(name)}
+        self._patterns = {name: u for name, u in routed.items() if routing.is_pattern(name)}
+        """Model glob patterns (`claude-*`) → upstreams, tried in order after the exact names."""
+        self._limiters = {
+            name: routing.Limiter(name, u.backend.rate_limit) for name, u in routed.items() if u.backend.rate_limit
+        }
+        self.cache = routing.ResponseCache()
+        """Answers of upstreams with `cache=True` (judges, critics; never the policy)."""
         self._default_router = default if isinstance(default, ReplicaPool) else None
         self._default = (
             None
@@ -371,9 +384,10 @@ class Gateway:
         import aiohttp
 
         model, request = call.request["model"], call.request
-        router = self._routers.get(model) or (self._default_router if model not in self._upstreams else None)
+        named = self._upstreams.get(model) or routing.matching(model, self._patterns)
+        router = self._routers.get(model) or (self._default_router if named is None else None)
         lease = await router.acquire(call.rollout_id) if router is not None else None  # a replica, held through a sync
-        upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
+        upstream = lease.upstream if lease is not None else (named or self._default)
         call.upstream = upstream
         try:
             if upstream is None:
@@ -403,6 +417,12 @@ class Gateway:
                 )
             call.token_ids_asked = added.asked
             backend = upstream.backend
+            cache_key = (upstream.name, call.api, outgoing) if backend.cache and not request.get("stream") else None
+            cached = self.cache.get(cache_key) if cache_key is not None else None
+            if cached is not None:
+                call.sampling[sc.CACHE_HIT] = True
+                return await self._relay(send, call, cached, added, None, 0)
+            limiter = self._limiters.get(upstream.name)
             connect_s, first_byte_s, total_s = (
                 ours if ours is not None else theirs
                 for ours, theirs in zip(
@@ -413,14 +433,16 @@ class Gateway:
             url, retries, response = upstream.urls[call.api], 0, None
             try:
                 try:
-                    async with asyncio.timeout_at(deadline.ends):
+                    async with asyncio.timeout_at(deadline.ends):  # a wait for the rate limit counts too
+                        if limiter is not None:
+                            await limiter.acquire(routing.request_tokens(request, len(outgoing)))
                         response, retries = await post_with_retries(
                             self._session,
                             upstream,
                             call.api,
                             outgoing,
                             deadline=deadline,
-                            max_retries=self.max_retries,
+                            max_retries=self.max_retries if backend.max_retries is None else backend.max_retries,
                             backoff_s=self.retry_backoff_s,
                             headers=call.relayed_headers,
                         )
@@ -450,6 +472,8 @@ class Gateway:
                 refused.retries = retries
                 await self._fail(send, call, refused)
             else:
+                if cache_key is not None:
+                    self.cache.put(cache_key, payload)
                 await self._relay(send, call, payload, added, version, retries)
         finally:
             if router is not None and lease is not None:

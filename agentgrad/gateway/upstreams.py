@@ -51,6 +51,23 @@ TOKEN_ID_SYSTEMS = frozenset({"agentgrad", "vllm"})
 """Upstreams that return token ids when asked (`return_token_ids`): the local engine and vLLM."""
 
 
+@dataclass(frozen=True)
+class RateLimit:
+    """Requests and tokens per minute for one upstream; calls past them queue, up to `max_queued`, then get a 429."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    max_queued: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("requests_per_minute", "tokens_per_minute"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"RateLimit.{name} is a number above 0 (or None for no limit), not {value!r}")
+        if self.max_queued < 0:
+            raise ValueError(f"RateLimit.max_queued is 0 or more, not {self.max_queued}")
+
+
 @dataclass
 class Backend:
     """An OpenAI-compatible upstream: the local engine, a vLLM server, or a hosted API.
@@ -78,6 +95,12 @@ class Backend:
     first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_SECONDS
     timeout_s: float = TIMEOUT_SECONDS
     """The call's overall deadline; see `Deadline`."""
+    max_retries: int | None = None
+    """Retries of this upstream's safe-to-repeat failures; None: the gateway's."""
+    rate_limit: RateLimit | None = None
+    """Requests and tokens per minute, queued then refused past a bound (`routing.Limiter`); None: no limit."""
+    cache: bool = False
+    """Answer repeated non-streamed requests from the gateway's cache: for judges and critics, never the policy."""
 
     @property
     def asks_token_ids(self) -> bool:
