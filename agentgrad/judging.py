@@ -14,6 +14,7 @@ twins; both share the prompts and the parsing here.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ class Judge:
     temperature: float = 0.0
     max_tokens: int = 512
     timeout_s: float = 300.0
+    structured: bool = False
+    """Ask for a JSON answer under a schema (`response_format` json_schema): a small local judge (the engine's
+    model, constrained) then always gives a well-formed score; a hosted judge needs structured outputs."""
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -64,8 +68,47 @@ class Judge:
         headers = {NOT_TRAINED_HEADER: "judge", AGENT_HEADER: JUDGE_AGENT}
         return dict(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s, default_headers=headers)
 
-    def _request(self, messages: list[dict[str, str]]) -> dict[str, Any]:
-        return dict(model=self.model, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens)
+    def _request(self, messages: list[dict[str, str]], n: int | None = None) -> dict[str, Any]:
+        """The chat request; `n`: how many responses a group judge scores (None: pointwise)."""
+        request: dict[str, Any] = dict(
+            model=self.model, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens
+        )
+        if self.structured:
+            field = "one score per response, in order" if n is not None else "a score"
+            system = {
+                "role": "system",
+                "content": f"{messages[0]['content']} Answer in JSON: your reasoning, then {field}.",
+            }
+            request["messages"] = [system, *messages[1:]]
+            request["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "judgement", "schema": schema(n)},
+            }
+        return request
+
+
+def schema(n: int | None) -> dict[str, Any]:
+    """The JSON a structured judge answers: its reasoning, then a score (or one score per response)."""
+    score = {"type": "integer", "enum": list(range(SCALE + 1))}
+    scores = {"type": "array", "items": score, "minItems": n, "maxItems": n} if n is not None else None
+    return {
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string", "maxLength": 400},
+            "scores" if n is not None else "score": scores or score,
+        },
+        "required": ["reasoning", "scores" if n is not None else "score"],
+        "additionalProperties": False,
+    }
+
+
+def _structured(reply: str) -> dict[str, Any] | None:
+    """A structured judge's JSON answer, or None for a plain-text reply."""
+    try:
+        answer = json.loads(reply)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 @dataclass(frozen=True)
@@ -98,7 +141,10 @@ def _scaled(value: str) -> float:
 
 
 def parse_pointwise(reply: str) -> Judgement:
-    """The last `SCORE: n` of the reply, scaled to [0, 1]."""
+    """The last `SCORE: n` of the reply (or a structured reply's `score`), scaled to [0, 1]."""
+    answer = _structured(reply)
+    if answer is not None and isinstance(answer.get("score"), (int, float)):
+        return Judgement(_scaled(str(answer["score"])), str(answer.get("reasoning", reply)))
     found = _POINT.findall(reply)
     if not found:
         raise JudgeError(f"the judge's reply has no 'SCORE: <0-{SCALE}>' line: {reply[:300]!r}")
@@ -106,7 +152,11 @@ def parse_pointwise(reply: str) -> Judgement:
 
 
 def parse_group(reply: str, n: int) -> list[Judgement]:
-    """One `SCORE i: n` per response (the last one for each), scaled to [0, 1]."""
+    """One `SCORE i: n` per response (the last one for each; or a structured reply's `scores`), scaled to [0, 1]."""
+    answer = _structured(reply)
+    if answer is not None and isinstance(answer.get("scores"), list) and len(answer["scores"]) == n:
+        reasoning = str(answer.get("reasoning", reply))
+        return [Judgement(_scaled(str(value)), reasoning) for value in answer["scores"]]
     scores: dict[int, float] = {}
     for index, value in _GROUP.findall(reply):
         scores[int(index)] = _scaled(value)
@@ -145,7 +195,7 @@ def group_judge(outputs: Sequence[str], rubric: str, *, judge: Judge, task: str 
     if not outputs:
         return []
     with OpenAI(**judge._client_options()) as client:
-        reply = client.chat.completions.create(**judge._request(group_messages(outputs, rubric, task)))
+        reply = client.chat.completions.create(**judge._request(group_messages(outputs, rubric, task), len(outputs)))
     return parse_group(_reply_text(reply), len(outputs))
 
 
@@ -158,7 +208,9 @@ async def agroup_judge(
     if not outputs:
         return []
     async with AsyncOpenAI(**judge._client_options()) as client:
-        reply = await client.chat.completions.create(**judge._request(group_messages(outputs, rubric, task)))
+        reply = await client.chat.completions.create(
+            **judge._request(group_messages(outputs, rubric, task), len(outputs))
+        )
     return parse_group(_reply_text(reply), len(outputs))
 
 

@@ -7,6 +7,8 @@ import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from openai import OpenAI
@@ -128,3 +130,46 @@ def test_a_grpo_step_trains_on_rewards_from_the_group_judge() -> None:
         assert all("What is" in r["messages"][-1]["content"] for r in fake.requests)  # the judge saw the task
     finally:
         engine.close()
+
+
+@pytest.mark.model
+def test_the_local_judge_example_scores_an_anthropic_agent_with_the_engines_own_model(engine: Any) -> None:
+    import importlib.util
+
+    from agentgrad.adapters import to_trajectories
+    from agentgrad.engine.server import create_engine_app
+
+    spec = importlib.util.spec_from_file_location("judged_agent", Path(__file__).parent.parent / "examples" / "judged_agent.py")
+    assert spec and spec.loader
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    store = MemoryStore()
+    with ServerThread(create_engine_app(engine)) as local:
+        gateway = Gateway(store, default=Backend(local.url + "/v1", model=engine.name, system="agentgrad"))
+        with ServerThread(gateway) as server:
+            rollout = asyncio.run(store.start_rollout("task"))
+            route = gateway_route(server.url + "/v1", rollout.rollout_id, rollout.attempt.attempt_id)
+            score = example.answer_and_judge(example.TASKS[0], route)
+            asyncio.run(gateway.flush())
+            calls = sorted((s for s in asyncio.run(store.query_spans(rollout.rollout_id)) if is_llm_call(s)),
+                           key=lambda s: s.start_time)
+    assert 0.0 <= score <= 1.0
+    agent_call, judge_call = calls
+    assert agent_call.attributes["agentgrad.llm.api"] == "messages" and "agentgrad.llm.not_trained" not in agent_call.attributes
+    verdict = json.loads(json.loads(judge_call.attributes["gen_ai.output.messages"])[0]["content"])
+    assert judge_call.attributes["agentgrad.llm.not_trained"] == "judge" and verdict["score"] / 10 == score
+    (trajectory,) = to_trajectories(calls, reward=score)  # the judge's call is no training data
+    assert trajectory.token_ids[-len(agent_call.attributes["agentgrad.llm.response_token_ids"]):] == \
+        agent_call.attributes["agentgrad.llm.response_token_ids"]
+
+
+def test_a_structured_judge_asks_for_a_json_verdict_and_reads_it(served: Served) -> None:
+    from agentgrad.judging import parse_group, parse_pointwise, schema
+
+    request = ag.Judge(served.url, "judge", structured=True)._request([{"role": "system", "content": "Grade."}], 3)
+    assert request["response_format"]["json_schema"]["schema"] == schema(3)
+    assert schema(3)["properties"]["scores"]["minItems"] == 3 and "JSON" in request["messages"][0]["content"]
+    assert parse_pointwise('{"reasoning": "fine", "score": 7}') == ag.Judgement(0.7, "fine")
+    assert [j.score for j in parse_group('{"reasoning": "b wins", "scores": [2, 9]}', 2)] == [0.2, 0.9]
+    with pytest.raises(JudgeError):
+        parse_group('{"reasoning": "one missing", "scores": [2]}', 2)
