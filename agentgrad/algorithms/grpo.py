@@ -17,7 +17,7 @@ import asyncio
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.adapters import Trajectory, final_answer, to_trajectories
 from agentgrad.algorithms.async_rollouts import RolloutPipeline, StaleGroups, check_async_settings
 from agentgrad.algorithms.base import (
     Algorithm,
@@ -51,6 +51,9 @@ from agentgrad.policy.config import PolicyConfig, make_policy
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.semconv import is_llm_call
 from agentgrad.types import MissingReward, Rollout, RolloutConfig, RolloutStatus
+
+GroupReward = Callable[[Any, Sequence[str]], Awaitable[Sequence[float]]]
+"""Rewards for one group: (the task, each successful rollout's final answer) -> one reward each (`GRPO(group_reward=...)`)."""
 
 IDENTICAL_STEPS = 3
 """Steps in a row whose every group sampled identical rollouts before GRPO says so (once)."""
@@ -402,6 +405,9 @@ class GRPO(Algorithm["GRPOResult"]):
     Keyword overrides copy the config (`dataclasses.replace`), never change it; a `PolicyConfig`
     field name (`engine="vllm"`, `lora_rank=8`, `tis_cap=2.0`, ...) sets `config.policy`'s.
     `local_engine` is a built-in `Engine` already loaded in this process, whose weights are trained.
+    `group_reward` (`agentgrad.judge.GroupJudge`, or any async `(task, final answers) -> rewards`) replaces the
+    agents' rewards of each group's successful rollouts with ones scored side by side (a judge, for tasks
+    with no checker).
     """
 
     serves_gateway = True
@@ -412,11 +418,13 @@ class GRPO(Algorithm["GRPOResult"]):
         *,
         local_engine: Engine | None = None,
         model: str | None = None,
+        group_reward: GroupReward | None = None,
         **overrides: Any,
     ) -> None:
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO", {"policy": PolicyConfig})
         self.local_engine = local_engine
         self.model_name = model
+        self.group_reward = group_reward
 
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
         self.bind(ctx)
@@ -596,10 +604,11 @@ class GRPO(Algorithm["GRPOResult"]):
         cfg = self.config
         scored: list[tuple[Rollout, int, list[Trajectory]]] = []
         calls: list[int] = []
-        for rollout, group in zip(rollouts, groups):
-            if rollout.status is not RolloutStatus.SUCCEEDED:
-                continue  # no reward to learn from; counted in train/failed_rollouts
-            spans = await self.store.query_spans(rollout.rollout_id)
+        succeeded = [(r, g) for r, g in zip(rollouts, groups) if r.status is RolloutStatus.SUCCEEDED]
+        spans_of = [await self.store.query_spans(r.rollout_id) for r, _ in succeeded]  # failed: no reward to learn
+        if self.group_reward is not None:
+            succeeded = await self._judged(succeeded, spans_of)
+        for (rollout, group), spans in zip(succeeded, spans_of):
             calls.append(sum(is_llm_call(s) for s in spans))
             # tokens a grammar forced are no choice of the policy's: out of the loss (docs/constrained-decoding.md)
             trajectories = to_trajectories(
@@ -646,6 +655,23 @@ class GRPO(Algorithm["GRPOResult"]):
             groups_compared=len(compared),
             groups_identical=sum(len(samples[g]) == 1 for g in compared),
         )
+
+    async def _judged(
+        self, succeeded: list[tuple[Rollout, int]], spans_of: list[list[Any]]
+    ) -> list[tuple[Rollout, int]]:
+        """The rollouts with the rewards `group_reward` gives each group's final answers, side by side."""
+        members: dict[int, list[int]] = {}
+        for i, (_, group) in enumerate(succeeded):
+            members.setdefault(group, []).append(i)
+        judged = list(succeeded)
+        for indices in members.values():
+            answers = [final_answer(spans_of[i], self.config.agent_match) for i in indices]
+            rewards = list(await self.group_reward(succeeded[indices[0]][0].input, answers))  # type: ignore[misc]
+            if len(rewards) != len(indices):
+                raise ValueError(f"group_reward returned {len(rewards)} rewards for a group of {len(indices)}")
+            for i, reward in zip(indices, rewards):
+                judged[i] = (succeeded[i][0].model_copy(update={"reward": float(reward)}), succeeded[i][1])
+        return judged
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
