@@ -18,13 +18,14 @@ systems that give each agent its own model alias; a named call is never matched 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentgrad import semconv as sc
-from agentgrad.semconv import is_llm_call, recorded_choices
+from agentgrad.semconv import is_llm_call, is_trainable, recorded_choices
 from agentgrad.types import Span, Triplet
 
 Credit = Literal["final", "discounted", "matched"]
@@ -79,7 +80,7 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
     pattern = re.compile(agent_match) if agent_match else None
     calls = []
     for span in sorted(spans, key=_order):
-        if not is_llm_call(span) or span.status.code == "ERROR":
+        if not is_llm_call(span) or not is_trainable(span) or span.status.code == "ERROR":
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
@@ -254,7 +255,7 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
     chats: list[list[dict[str, Any]]] = []
     pattern = re.compile(agent_match) if agent_match else None
     for span in sorted(spans, key=_order):
-        if span.attributes.get(sc.GEN_AI_OPERATION) != sc.CHAT or span.status.code == "ERROR":
+        if span.attributes.get(sc.GEN_AI_OPERATION) != sc.CHAT or span.status.code == "ERROR" or not is_trainable(span):
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
@@ -268,3 +269,13 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
         else:
             chats.append(chat)
     return chats
+
+
+def final_answer(spans: Sequence[Span], agent_match: str | None = None) -> str:
+    """The last assistant message of a rollout's conversation: its text, or its tool calls as JSON (what a judge
+    reads)."""
+    chats = to_chats(spans, agent_match)
+    if not chats or not chats[-1]:
+        return ""
+    content = chats[-1][-1].get("content")
+    return content if isinstance(content, str) and content else json.dumps(chats[-1][-1].get("tool_calls") or content)

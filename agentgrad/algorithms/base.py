@@ -219,6 +219,19 @@ class Algorithm(Generic[R]):
         Rollouts that did not succeed are reported on the console with their most frequent errors
         (and kept in `last_failures`), so a run whose every rollout fails says why.
         """
+        ids = await self.enqueue(tasks, mode=mode, resources_id=resources_id, config=config, metadata=metadata)
+        return await self.gather(ids, mode=mode, timeout=timeout)
+
+    async def enqueue(
+        self,
+        tasks: Sequence[Any],
+        *,
+        mode: str,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """Queue one rollout per task without waiting for them (runners start at once); returns their ids."""
         config = config or RolloutConfig()
         requests = [
             {
@@ -230,8 +243,10 @@ class Algorithm(Generic[R]):
             }
             for i, task in enumerate(tasks)
         ]
-        queued = await self.store.enqueue_rollouts(requests)
-        ids = [r.rollout_id for r in queued]
+        return [r.rollout_id for r in await self.store.enqueue_rollouts(requests)]
+
+    async def gather(self, ids: Sequence[str], *, mode: str, timeout: float | None = None) -> list[Rollout]:
+        """Wait for queued rollouts and return them in the order of `ids`, reporting those that failed."""
         finished = {r.rollout_id: r for r in await self.store.wait_for_rollouts(ids, timeout=timeout)}
         rollouts = [finished.get(rid) or await self.store.get_rollout(rid) for rid in ids]
         self.last_failures = await collect_failures(self.store, rollouts)
