@@ -174,6 +174,7 @@ class Trajectory:
     attempt_id: str | None = None
     span_ids: list[str] = field(default_factory=list)
     temperature: float = 1.0
+    call_starts: list[int] = field(default_factory=list)  # per call of span_ids, where its response begins
 
     @property
     def response_length(self) -> int:
@@ -203,6 +204,7 @@ def to_trajectories(
             and prompt[: len(current.token_ids)] == current.token_ids
         ):
             extra = prompt[len(current.token_ids) :]
+            current.call_starts.append(len(current.token_ids) + len(extra))
             current.token_ids += extra + call.response_token_ids
             current.loss_mask += [0] * len(extra) + written
             current.logprobs += [0.0] * len(extra) + logprobs
@@ -218,6 +220,7 @@ def to_trajectories(
             attempt_id=call.span.attempt_id,
             span_ids=[call.span.span_id],
             temperature=call.temperature,
+            call_starts=[len(prompt)],
         )
         trajectories.append(current)
     return [t for t in trajectories if t.response_length > 0]

@@ -36,6 +36,7 @@ from agentgrad.algorithms.base import (
     no_model_calls_error,
     with_overrides,
 )
+from agentgrad.algorithms.credit import Advantage, Credit, per_turn_pairs
 from agentgrad.algorithms.rollback import RollbackAction, RollbackGuard, after_validation
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
@@ -89,6 +90,8 @@ class GRPOConfig:
         True  # divide advantages by the group's reward std (GRPO); False: mean-centred only (Dr. GRPO)
     )
     skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
+    credit: Credit = "final"  # "final": the final reward's advantage for every call; "per_turn": docs/algorithms.md
+    gamma: float = 1.0  # per_turn: discount of later turns' rewards in each call's return-to-go
     # ---- the loss: clipped surrogate, token mean over the step (DAPO's token-level aggregation)
     clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
     kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy; the base weights under LoRA)
@@ -136,6 +139,8 @@ class GRPOConfig:
                     "rollback_on_drop needs synchronous training (max_staleness None or 0): rollouts queued ahead "
                     "were sampled by the weights a rollback discards"
                 )
+        if self.credit not in ("final", "per_turn") or not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"credit is 'final' or 'per_turn' and 0 <= gamma <= 1, got {self.credit!r}, {self.gamma}")
         if self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
         for name in ("steps", "prompts_per_step", "micro_batch_size", "updates_per_step", "train_processes"):
@@ -213,7 +218,7 @@ def tis_weights(
 def grpo_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    batch: Sequence[tuple[Trajectory, float]],
+    batch: Sequence[tuple[Trajectory, Advantage]],
     cfg: GRPOConfig,
     pad_token_id: int = 0,
     reference: torch.nn.Module | None = None,
@@ -254,8 +259,12 @@ def grpo_update(
                     trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32, device=loss.device
                 )
                 old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
+                # per-turn credit: one advantage per response token
+                scale = (
+                    advantage if isinstance(advantage, (int, float)) else torch.tensor(advantage, device=loss.device)
+                )
                 token_loss, diag = policy_loss(
-                    new_logprobs, old, advantage, cfg.clip_eps, None if ref is None else ref[i], cfg.kl_coef
+                    new_logprobs, old, scale, cfg.clip_eps, None if ref is None else ref[i], cfg.kl_coef
                 )
                 # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
                 weight, truncated = tis_weights(new_logprobs, old, cfg.policy.tis_cap)
@@ -291,7 +300,7 @@ def grpo_update(
 
 
 def sharded_grpo_step(
-    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, float]], cfg: GRPOConfig, pad_token_id: int
+    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, Advantage]], cfg: GRPOConfig, pad_token_id: int
 ) -> dict[str, float]:
     """`grpo_update` on one rank's share of the whole step's `batch` (run by `ShardedPolicy.run` on every
     rank); the loss is over the step's global token count, so the ranks' sum is the one-process update."""
@@ -337,7 +346,7 @@ class LocalUpdate:
         )
         self.reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.policy.lora_rank == 0 else None
 
-    def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
+    def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         """One step's update; its statistics, with `sync_seconds` (new weights into the engine and servers)."""
         with self.policy.training() as model:
             pad = self.policy.engine.tokenizer.pad_token_id
@@ -364,7 +373,7 @@ class ShardedUpdate:
     def __init__(self, group: TrainingGroup, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.group, self.policy, self.cfg = group, policy, cfg
 
-    def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
+    def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         stats = self.group.call("run", sharded_grpo_step, batch, self.cfg, self.policy.engine.tokenizer.pad_token_id)
         began = time.perf_counter()
         deliver(self.policy, self.group.call("full_state_dict"))
@@ -411,7 +420,7 @@ class GRPOResult:
 class StepBatch:
     """One step's rollouts turned into training data."""
 
-    scored: list[tuple[Trajectory, float]]  # (trajectory, advantage) of the groups kept, what the update trains on
+    scored: list[tuple[Trajectory, Advantage]]  # (trajectory, advantage) of the groups kept, what the update trains on
     rewards: list[float]  # of every rollout that succeeded
     groups_kept: int  # groups whose rewards differ (all of them when skip_uniform_groups is off)
     sampled: list[Trajectory]  # every trajectory of a successful rollout, kept or not
@@ -669,12 +678,19 @@ class GRPO(Algorithm["GRPOResult"]):
             for g, values in by_group.items()
             if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
         }
-        pairs = [
+        pairs: list[tuple[Trajectory, Advantage]] = [
             (trajectory, advantage)
             for advantage, (_, group, trajectories) in zip(advantages, scored)
             if group in useful
             for trajectory in trajectories
         ]
+        if cfg.credit == "per_turn":  # each call its own return-to-go's advantage (algorithms/credit.py)
+            members = [(spans, r.reward or 0.0, t, g) for (r, g, t), spans in zip(scored, spans_of)]
+            pairs = [
+                p
+                for g in useful
+                for p in per_turn_pairs([m[:3] for m in members if m[3] == g], cfg.gamma, cfg.agent_match)
+            ]
         return StepBatch(
             pairs,
             rewards,
