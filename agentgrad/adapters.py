@@ -99,8 +99,9 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
 
 
 def reward_spans(spans: Sequence[Span]) -> list[Span]:
+    """The attempt's reward spans in the order they ended; a role's own rewards (`emit_reward(agent=)`) are not."""
     return sorted(
-        (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
+        (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None and sc.reward_agent(s) is None),
         key=lambda s: (s.end_time or s.start_time, s.sequence_id),
     )
 

@@ -57,6 +57,9 @@ REWARD = "agentgrad.reward"
 """The reward a reward span reports; with dimensions, `agentgrad.reward.{dimension}` each."""
 REWARD_PRIMARY = "agentgrad.reward.primary"
 """Which dimension `agentgrad.reward` is."""
+REWARD_AGENT = "agentgrad.reward_agent"
+"""On a reward span: the agent (role) whose own reward it is (`emit_reward(agent=...)`); never the rollout's reward.
+Not `agentgrad.reward.agent`, which would be a reward dimension named "agent"."""
 MESSAGE_BODY = "agentgrad.message.body"
 OBJECT_JSON = "agentgrad.object.json"
 ANNOTATION_PREFIX = "agentgrad.annotation."
@@ -244,6 +247,12 @@ def reward(span: _HasAttributes) -> float | None:
     """The reward this span reports, or None."""
     value = span.attributes.get(REWARD)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def reward_agent(span: _HasAttributes) -> str | None:
+    """The agent (role) a reward span is for, when the agent named one; None: the rollout's reward."""
+    name = span.attributes.get(REWARD_AGENT)
+    return str(name) if name else None
 
 
 def json_list(value: Any) -> list[dict[str, Any]]:

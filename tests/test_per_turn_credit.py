@@ -69,9 +69,10 @@ def test_credit_and_gamma_are_checked() -> None:
 # ----------------------------------------------------------------------------- rewards attach to the calls before them
 
 
-def model_call(name: str, prompt: list[int], response: list[int]) -> None:
+def model_call(name: str, prompt: list[int], response: list[int], agent: str | None = None) -> None:
     """What the gateway records for a model call: a chat span with its token ids (written by the agent here)."""
-    attributes = {
+    attributes: dict = {"agentgrad.agent.name": agent} if agent else {}
+    attributes |= {
         "gen_ai.operation.name": "chat", "gen_ai.request.model": "policy",
         "gen_ai.input.messages": json.dumps([{"role": "user", "content": name}]),
         "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": name}]),
@@ -96,6 +97,31 @@ async def test_an_emitted_reward_pays_the_calls_made_before_it_not_after() -> No
     spans = await store.query_spans(queued.rollout_id)
     assert turn_rewards(spans) == [0.5, 0.0, 1.0]
     assert returns_to_go(turn_rewards(spans), gamma=1.0) == [1.5, 1.0, 1.0]
+
+
+async def test_a_roles_own_reward_pays_that_roles_last_call_and_is_not_the_rollouts_reward() -> None:
+    def agent(task: dict) -> float:
+        model_call("draft", [1], [10], agent="writer")
+        model_call("review", [2], [20], agent="reviewer")
+        ag.emit_reward(1.0, agent="reviewer")  # the reviewer's verdict was right
+        model_call("fix", [3], [30], agent="writer")
+        ag.emit_reward(0.25, agent="writer")
+        return 0.5  # the rollout's reward: the runner emits it, untagged, after the last call
+
+    store = MemoryStore()
+    queued = await store.enqueue_rollout({"x": 1})
+    await Runner(agent, store, max_rollouts=1).run()
+    rollout = await store.get_rollout(queued.rollout_id)
+    assert rollout.status is RolloutStatus.SUCCEEDED and rollout.reward == 0.5  # not the last role reward
+    spans = await store.query_spans(queued.rollout_id)
+    assert turn_rewards(spans) == [0.0, 1.0, 0.25 + 0.5]
+    assert turn_rewards(spans, agent_match="writer") == [0.0, 0.75]  # the reviewer's reward pays no writer call
+    assert turn_rewards(spans, agent_match="reviewer") == [1.0 + 0.5]  # the untagged final pays its last call
+
+
+def test_a_roles_reward_names_its_role() -> None:
+    with pytest.raises(ValueError, match="agent names the role"):
+        ag.emit_reward(1.0, agent="")
 
 
 # ----------------------------------------------------------------------------- GRPO's batch under per-turn credit

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from agentgrad import semconv as sc
-from agentgrad.adapters import Trajectory, llm_calls
+from agentgrad.adapters import Trajectory, llm_calls, reward_spans
 from agentgrad.types import Span
 
 Credit = Literal["final", "per_turn"]
@@ -33,7 +33,9 @@ def turn_rewards(spans: Sequence[Span], agent_match: str | None = None) -> list[
     """Per model call (as `llm_calls` orders them), the sum of the rewards emitted after it and before the next.
 
     A reward emitted before any call pays the first call. Calls of other agents (outside
-    `agent_match`) are not turns: a reward after one pays the last matching call before it.
+    `agent_match`) are not turns: a reward after one pays the last matching call before it. A role's
+    own reward (`emit_reward(value, agent="reviewer")`) pays only that agent's last call before it,
+    and nothing when there is none among these calls.
     """
     calls = llm_calls(spans, agent_match)
     rewards = [0.0] * len(calls)
@@ -44,9 +46,13 @@ def turn_rewards(spans: Sequence[Span], agent_match: str | None = None) -> list[
         value = sc.reward(span) if span.name == sc.REWARD_SPAN else None
         if value is None:
             continue
+        role = sc.reward_agent(span)
         at = (span.start_time, span.sequence_id)
-        before = [i for i, start in enumerate(starts) if start < at]
-        rewards[before[-1] if before else 0] += value
+        before = [i for i, start in enumerate(starts) if start < at and (role is None or calls[i].agent == role)]
+        if before:
+            rewards[before[-1]] += value
+        elif role is None:
+            rewards[0] += value
     return rewards
 
 
@@ -102,9 +108,8 @@ def per_turn_pairs(
     group_returns, ids = [], []
     for spans, final, _ in members:
         rewards = turn_rewards(spans, agent_match)
-        emitted = [s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None]
-        last = max(emitted, key=lambda s: (s.start_time, s.sequence_id)) if emitted else None
-        if rewards and (last is None or sc.reward(last) != final):
+        emitted = reward_spans(spans)  # the rollout's, not a role's own
+        if rewards and (not emitted or sc.reward(emitted[-1]) != final):
             rewards[-1] += final
         group_returns.append(returns_to_go(rewards, gamma))
         ids.append([c.span.span_id for c in llm_calls(spans, agent_match)])
