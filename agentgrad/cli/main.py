@@ -150,10 +150,14 @@ def apo_command(args: argparse.Namespace) -> None:
 
 def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None, close_store: bool) -> Any:
     """The gateway that `--backend` / `--default` describe (`agentgrad gateway` and `agentgrad serve`)."""
-    from agentgrad.gateway import Gateway, parse_backend
+    from agentgrad.gateway import Gateway, load_routes, parse_backend
 
     try:
-        backends = dict(parse_backend(spec) for spec in args.backend)
+        backends = load_routes(args.routes) if args.routes else {}
+        for model, backend in (parse_backend(spec) for spec in args.backend):
+            if model in backends:
+                raise ValueError(f"model {model!r} is routed by both --routes {args.routes} and --backend; keep one")
+            backends[model] = backend
         default = parse_backend(f"default={args.default}")[1] if args.default else None
         return Gateway(
             store,
@@ -207,7 +211,7 @@ def serve(args: argparse.Namespace) -> None:
     store = open_store(args.store)
     extra: list[Any] = []
     closing: list[Any] = []
-    if args.backend or args.default:
+    if args.backend or args.default or args.routes:
         gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
         extra, closing = gateway.routes(), [gateway.aclose]
     shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
@@ -286,27 +290,33 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="gateway: upstream for any other model")
     parser.add_argument(
+        "--routes",
+        metavar="FILE",
+        help="gateway: model names and patterns -> upstreams, each with its key variable, deadlines, retries, "
+        "rate limit and cache, from a TOML routing file (docs/routing.md); --backend adds to it",
+    )
+    parser.add_argument(
         "--connect-timeout",
         type=float,
-        default=CONNECT_TIMEOUT_SECONDS,
+        default=None,  # unset: each upstream's own (a routing file's, else CONNECT_TIMEOUT_SECONDS)
         metavar="S",
-        help=f"gateway: seconds to connect to an upstream (default: {CONNECT_TIMEOUT_SECONDS:g})",
+        help=f"gateway: seconds to connect to an upstream (default: each upstream's own, {CONNECT_TIMEOUT_SECONDS:g} unless a routing file says)",
     )
     parser.add_argument(
         "--first-byte-timeout",
         type=float,
-        default=FIRST_BYTE_TIMEOUT_SECONDS,
+        default=None,  # unset: each upstream's own (a routing file's, else FIRST_BYTE_TIMEOUT_SECONDS)
         metavar="S",
         help="gateway: longest silence from an upstream, before its answer starts or between stream "
-        f"chunks (default: {FIRST_BYTE_TIMEOUT_SECONDS:g}; a non-streamed answer starts when complete)",
+        f"chunks (default: each upstream's own, {FIRST_BYTE_TIMEOUT_SECONDS:g} unless a routing file says; a non-streamed answer starts when complete)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
-        default=TIMEOUT_SECONDS,
+        default=None,  # unset: each upstream's own (a routing file's, else TIMEOUT_SECONDS)
         metavar="S",
         help=f"gateway: longest a call may take in all, retries included; then a 504 and the upstream "
-        f"request is cancelled (default: {TIMEOUT_SECONDS:g})",
+        f"request is cancelled (default: each upstream's own, {TIMEOUT_SECONDS:g} unless a routing file says)",
     )
     parser.add_argument(
         "--retries",
