@@ -24,6 +24,14 @@ _EXPORTS = {
     "emit_exception": "agentgrad.rollout.emit",
     "emit_annotation": "agentgrad.rollout.emit",
     "operation": "agentgrad.rollout.emit",
+    # judge rewards (tasks with no checker)
+    "judge": "agentgrad.judging",
+    "ajudge": "agentgrad.judging",
+    "group_judge": "agentgrad.judging",
+    "agroup_judge": "agentgrad.judging",
+    "Judge": "agentgrad.judging",
+    "GroupJudge": "agentgrad.judging",
+    "Judgement": "agentgrad.judging",
     # running and training it
     "Trainer": "agentgrad.train.trainer",
     "Runner": "agentgrad.rollout.runner",
@@ -98,6 +106,7 @@ if TYPE_CHECKING:
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig, GRPOResult
     from agentgrad.algorithms.sft import SFT, SFTConfig, SFTResult
     from agentgrad.gateway import Backend, Gateway
+    from agentgrad.judging import GroupJudge, Judge, Judgement, agroup_judge, ajudge, group_judge, judge
     from agentgrad.policy.config import PolicyConfig
     from agentgrad.rollout.agent import AgentError, LitAgent
     from agentgrad.rollout.emit import (

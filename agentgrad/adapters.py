@@ -18,13 +18,14 @@ systems that give each agent its own model alias; a named call is never matched 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentgrad import semconv as sc
-from agentgrad.semconv import is_llm_call, recorded_choices
+from agentgrad.semconv import is_llm_call, is_trainable, recorded_choices
 from agentgrad.types import Span, Triplet
 
 Credit = Literal["final", "discounted", "matched"]
@@ -79,7 +80,7 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
     pattern = re.compile(agent_match) if agent_match else None
     calls = []
     for span in sorted(spans, key=_order):
-        if not is_llm_call(span) or span.status.code == "ERROR":
+        if not is_llm_call(span) or not is_trainable(span) or span.status.code == "ERROR":
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
@@ -98,8 +99,9 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
 
 
 def reward_spans(spans: Sequence[Span]) -> list[Span]:
+    """The attempt's reward spans in the order they ended; a role's own rewards (`emit_reward(agent=)`) are not."""
     return sorted(
-        (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
+        (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None and sc.reward_agent(s) is None),
         key=lambda s: (s.end_time or s.start_time, s.sequence_id),
     )
 
@@ -173,6 +175,7 @@ class Trajectory:
     attempt_id: str | None = None
     span_ids: list[str] = field(default_factory=list)
     temperature: float = 1.0
+    call_starts: list[int] = field(default_factory=list)  # per call of span_ids, where its response begins
 
     @property
     def response_length(self) -> int:
@@ -202,6 +205,7 @@ def to_trajectories(
             and prompt[: len(current.token_ids)] == current.token_ids
         ):
             extra = prompt[len(current.token_ids) :]
+            current.call_starts.append(len(current.token_ids) + len(extra))
             current.token_ids += extra + call.response_token_ids
             current.loss_mask += [0] * len(extra) + written
             current.logprobs += [0.0] * len(extra) + logprobs
@@ -217,6 +221,7 @@ def to_trajectories(
             attempt_id=call.span.attempt_id,
             span_ids=[call.span.span_id],
             temperature=call.temperature,
+            call_starts=[len(prompt)],
         )
         trajectories.append(current)
     return [t for t in trajectories if t.response_length > 0]
@@ -254,7 +259,7 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
     chats: list[list[dict[str, Any]]] = []
     pattern = re.compile(agent_match) if agent_match else None
     for span in sorted(spans, key=_order):
-        if span.attributes.get(sc.GEN_AI_OPERATION) != sc.CHAT or span.status.code == "ERROR":
+        if span.attributes.get(sc.GEN_AI_OPERATION) != sc.CHAT or span.status.code == "ERROR" or not is_trainable(span):
             continue
         if pattern is not None and not pattern.search(_agent_of(span)):
             continue
@@ -268,3 +273,13 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
         else:
             chats.append(chat)
     return chats
+
+
+def final_answer(spans: Sequence[Span], agent_match: str | None = None) -> str:
+    """The last assistant message of a rollout's conversation: its text, or its tool calls as JSON (what a judge
+    reads)."""
+    chats = to_chats(spans, agent_match)
+    if not chats or not chats[-1]:
+        return ""
+    content = chats[-1][-1].get("content")
+    return content if isinstance(content, str) and content else json.dumps(chats[-1][-1].get("tool_calls") or content)

@@ -57,6 +57,9 @@ REWARD = "agentgrad.reward"
 """The reward a reward span reports; with dimensions, `agentgrad.reward.{dimension}` each."""
 REWARD_PRIMARY = "agentgrad.reward.primary"
 """Which dimension `agentgrad.reward` is."""
+REWARD_AGENT = "agentgrad.reward_agent"
+"""On a reward span: the agent (role) whose own reward it is (`emit_reward(agent=...)`); never the rollout's reward.
+Not `agentgrad.reward.agent`, which would be a reward dimension named "agent"."""
 MESSAGE_BODY = "agentgrad.message.body"
 OBJECT_JSON = "agentgrad.object.json"
 ANNOTATION_PREFIX = "agentgrad.annotation."
@@ -85,6 +88,8 @@ RETRIES = "agentgrad.llm.retries"
 UNRECORDED_REQUEST = "agentgrad.llm.unrecorded_request"
 """Why a request body could not be recorded (nested too deep, say); the call is recorded without it."""
 WEIGHTS_VERSION = "agentgrad.llm.weights_version"
+AB_ARM = "agentgrad.ab.arm"
+"""The arm of an A/B split (`agentgrad.gateway.ab.ABSplit`) that served the call."""
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
 AGENT_REQUEST_PARAMS = {
     "temperature": "agentgrad.llm.agent_request.temperature",
@@ -97,11 +102,17 @@ SAMPLING_SOURCE = "agentgrad.llm.sampling"
 """Whose sampling settings the call ran with: `trainer` (the agent's were overridden) or `agent` (the trainer's
 filled only what the agent left unset); absent when the gateway applied none."""
 LLM_API = "agentgrad.llm.api"
-"""Which OpenAI API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API` or `RESPONSES_API` (a Responses
-call is a `chat` operation too; its input items and output are recorded as chat messages)."""
+"""Which API the call used: `CHAT_COMPLETIONS_API`, `COMPLETIONS_API`, `RESPONSES_API` or `MESSAGES_API` (Anthropic's;
+Responses and Messages calls are `chat` operations too: their input and output are recorded as chat messages)."""
 CHAT_COMPLETIONS_API = "chat.completions"
 COMPLETIONS_API = "completions"
 RESPONSES_API = "responses"
+MESSAGES_API = "messages"
+"""Anthropic's Messages API (`/v1/messages`)."""
+CACHE_HIT = "agentgrad.llm.cache_hit"
+"""On a call answered from the gateway's response cache (an upstream with `cache=True`, never the policy)."""
+NOT_TRAINED = "agentgrad.llm.not_trained"
+"""On a call that is not training data (`NOT_TRAINED_HEADER`): why (`judge`, ...); adapters skip it."""
 TOKEN_IDS_ABSENT = "agentgrad.llm.token_ids_absent"
 """On a call recorded without token ids, why: `TOKEN_IDS_NOT_REQUESTED` (the upstream cannot return them, so
 the gateway sent the client's request as it was) or `TOKEN_IDS_NOT_RETURNED` (asked for, not in the answer)."""
@@ -154,6 +165,9 @@ ROLLOUT_HEADER = "x-agentgrad-rollout-id"
 ATTEMPT_HEADER = "x-agentgrad-attempt-id"
 AGENT_HEADER = "x-agentgrad-agent"
 """Names the agent making a model call; wins over the `/agents/{name}` route segment."""
+NOT_TRAINED_HEADER = "x-agentgrad-not-trained"
+"""Sent with a call that must never be trained on (a judge's, a critic's): its value says why; the span gets
+`NOT_TRAINED` and the adapters leave it out."""
 VERSION_HEADER = "x-agentgrad-model-version"
 """Sent by the engine with every answer: the weights version that produced it."""
 WEIGHTS_FINGERPRINT = "agentgrad-weights-v{version}"
@@ -212,6 +226,11 @@ def is_llm_call(span: _HasAttributes) -> bool:
     return span.attributes.get(GEN_AI_OPERATION) in (CHAT, TEXT_COMPLETION)
 
 
+def is_trainable(span: _HasAttributes) -> bool:
+    """Whether a model call may be training data: not one marked `NOT_TRAINED` (a judge's call)."""
+    return not span.attributes.get(NOT_TRAINED)
+
+
 def agent_name(span: _HasAttributes) -> str | None:
     """The name of the agent that made this call, if it named itself."""
     name = span.attributes.get(AGENT_NAME)
@@ -228,6 +247,12 @@ def reward(span: _HasAttributes) -> float | None:
     """The reward this span reports, or None."""
     value = span.attributes.get(REWARD)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def reward_agent(span: _HasAttributes) -> str | None:
+    """The agent (role) a reward span is for, when the agent named one; None: the rollout's reward."""
+    name = span.attributes.get(REWARD_AGENT)
+    return str(name) if name else None
 
 
 def json_list(value: Any) -> list[dict[str, Any]]:

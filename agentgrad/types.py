@@ -203,6 +203,40 @@ class Metric(BaseModel):
     step: int
     value: float
     time: float = Field(default_factory=now)
+    run_id: str | None = Field(None, description="The run (`Run`) that logged it; None for points logged outside one.")
+
+
+class RunStatus(str, Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Run(BaseModel):
+    """One `fit`: what ran (algorithm, full configuration, seed), where (versions, machine, git), and how it went."""
+
+    run_id: str
+    name: str
+    algorithm: str
+    status: RunStatus = RunStatus.RUNNING
+    config: dict[str, Any] = Field(default_factory=dict, description="The algorithm's configuration, secrets redacted.")
+    seed: int | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(
+        default_factory=dict, description="agentgrad, Python and key packages (torch, transformers, ...)."
+    )
+    machine: dict[str, Any] = Field(default_factory=dict, description="Host name, platform, CPUs, accelerator.")
+    git: dict[str, Any] | None = Field(
+        None, description="The user's working directory: commit and dirty flag, when it is a git checkout."
+    )
+    start_time: float = Field(default_factory=now)
+    end_time: float | None = None
+    final: dict[str, float] = Field(default_factory=dict, description="Each figure's last value.")
+    best: dict[str, float] = Field(default_factory=dict, description="The best validation figure and its step.")
+    checkpoints: list[str] = Field(default_factory=list)
+    best_checkpoint: str | None = Field(None, description="The checkpoint of the best validation figure, when kept.")
+    error: str | None = None
 
 
 class StoreStats(BaseModel):

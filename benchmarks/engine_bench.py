@@ -72,8 +72,9 @@ def main() -> None:
     engine.generate(prompts(engine, 2), SamplingParams(max_tokens=4))  # warm up kernels
     batches = [int(b) for b in args.batches.split(",")]
     lengths = [int(n) for n in args.new_tokens.split(",")]
+    threads = engine.stats.get("threads", __import__("torch").get_num_threads())  # what the generation loop chose
     table = Table(title=f"engine: {engine.name} on {engine.device}, {str(engine.sampling_dtype).replace('torch.', '')}, "
-                        f"{__import__('torch').get_num_threads()} threads")
+                        f"{threads} threads, load average {__import__('os').getloadavg()[0]:.1f}")
     table.add_column("batch", justify="right")
     for n in lengths:
         table.add_column(f"{n} new tokens: tok/s", justify="right")

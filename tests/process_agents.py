@@ -89,3 +89,17 @@ def hangs(task: dict) -> float:
     ag.emit_message("hanging")
     time.sleep(task.get("seconds", 60))
     return 1.0
+
+
+@ag.rollout
+def unchanged_anthropic_calc(task: dict) -> float:
+    """The calc agent written on Anthropic's SDK, unchanged: `Anthropic()` with no arguments, a hosted model's name."""
+    from anthropic import Anthropic
+
+    messages = [{"role": "user", "content": "What is 23 + 14?"}, {"role": "assistant", "content": "Answer: 37"},
+                {"role": "user", "content": task["question"]}]
+    reply = Anthropic().messages.create(model="claude-haiku-4-5", system="Reply with 'Answer: <number>'.",
+                                        messages=messages, max_tokens=8, temperature=1.0)  # type: ignore[arg-type]
+    text = "".join(block.text for block in reply.content if block.type == "text")
+    digits = "".join(c for c in text if c.isdigit())
+    return 1.0 / (1.0 + abs(int(digits) - task["answer"])) if digits else 0.0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 import agentgrad as ag
 from agentgrad.serving import ServerThread
@@ -94,18 +95,29 @@ def test_unknown_ids_and_missing_files_are_clear_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "absent.db").exists()
 
 
-def test_the_gateway_command_serves_records_into_a_store_file_and_flushes_on_shutdown(tmp_path: Path) -> None:
+@pytest.mark.parametrize("routed_by", ["--backend", "--routes"])
+def test_the_gateway_command_serves_records_into_a_store_file_and_flushes_on_shutdown(
+    tmp_path: Path, routed_by: str
+) -> None:
     from tests.fake_upstream import FakeUpstream
 
     path = tmp_path / "gateway.db"
     SqliteStore(path)
     port = free_port()
     fake = FakeUpstream(api_key="sk-from-env")
+    model = "policy" if routed_by == "--backend" else "echo-policy"  # the routing file's pattern is echo-*
     with ServerThread(fake.app) as upstream:
         env = {**os.environ, "UPSTREAM_KEY": "sk-from-env"}
+        if routed_by == "--backend":
+            routing = ["--backend", f"policy={upstream.url}/v1,key_env=UPSTREAM_KEY"]
+        else:
+            (tmp_path / "routes.toml").write_text(
+                f'[upstreams.echo]\nurl = "{upstream.url}/v1"\nkey_env = "UPSTREAM_KEY"\nmodels = ["echo-*"]\n'
+                "timeout_s = 30\n"
+            )
+            routing = ["--routes", str(tmp_path / "routes.toml")]
         process = subprocess.Popen(
-            [sys.executable, "-m", "agentgrad.cli", "gateway", "--store", str(path), "--port", str(port),
-             "--backend", f"policy={upstream.url}/v1,key_env=UPSTREAM_KEY"],
+            [sys.executable, "-m", "agentgrad.cli", "gateway", "--store", str(path), "--port", str(port), *routing],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert process.stdout is not None
@@ -117,13 +129,13 @@ def test_the_gateway_command_serves_records_into_a_store_file_and_flushes_on_shu
                 except httpx.TransportError:
                     time.sleep(0.05)
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x")
-            assert client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}]).choices[0].message.content == "echo: hi"
+            assert client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}]).choices[0].message.content == "echo: hi"
         finally:
             process.send_signal(signal.SIGINT)
             _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     (span,) = asyncio.run(SqliteStore(path).query_spans(None))
-    assert span.attributes["gen_ai.request.model"] == "policy" and "sk-from-env" not in span.model_dump_json()
+    assert span.attributes["gen_ai.request.model"] == model and "sk-from-env" not in span.model_dump_json()
 
 
 def test_the_gateway_command_refuses_other_hosts_without_a_token_and_bad_backends(tmp_path: Path) -> None:
@@ -131,3 +143,10 @@ def test_the_gateway_command_refuses_other_hosts_without_a_token_and_bad_backend
     assert off_loopback.returncode == 2 and "without a token" in off_loopback.stdout and "--token" in off_loopback.stdout
     bad = agentgrad_cli("gateway", "--store", "memory", "--backend", "http://h/v1")
     assert bad.returncode == 2 and "expected NAME=URL" in bad.stdout
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[upstreams.hosted]\nurl = "http://h/v1"\napi_key = "sk-secret"\nmodels = ["m"]\n')
+    keyed = agentgrad_cli("gateway", "--store", "memory", "--routes", str(routes))
+    assert keyed.returncode == 2 and "key_env" in keyed.stdout and "sk-secret" not in keyed.stdout
+    routes.write_text('[upstreams.hosted]\nurl = "http://h/v1"\nmodels = ["m"]\n')
+    twice = agentgrad_cli("gateway", "--store", "memory", "--routes", str(routes), "--backend", "m=http://other/v1")
+    assert twice.returncode == 2 and "routed by both" in twice.stdout

@@ -27,7 +27,7 @@ from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.store.api import OPERATIONS
 from agentgrad.store.server import create_app
-from agentgrad.types import LLM, Metric, PromptTemplate, Span, SpanEvent, SpanStatus
+from agentgrad.types import LLM, Metric, PromptTemplate, Run, RunStatus, Span, SpanEvent, SpanStatus
 
 SCRIPT = (STATIC / "dashboard.js").read_text()
 SECRET_KEY = "sk-never-in-the-page"
@@ -91,7 +91,23 @@ async def fill(store: SqliteStore) -> dict[str, str]:
             "apo/score": lambda s: 0.5,
         }.items()
     ])
+    await fill_runs(store)
     return {"good": gid, "good_attempt": gat, "bad": bid, "bad_attempt": bat, "queued": queued.rollout_id}
+
+
+RUNS = {"run-slow": ("grpo-lr1e-5", lambda s: 0.2 + 0.03 * s), "run-fast": ("grpo-lr3e-5", lambda s: 0.2 + 0.08 * min(s, 6) - 0.05 * max(0, s - 6))}
+"""Two recorded runs whose val/accuracy curves differ: the second rises faster, then falls after step 6."""
+
+
+async def fill_runs(store: SqliteStore) -> None:
+    for i, (run_id, (name, curve)) in enumerate(RUNS.items()):
+        await store.put_run(Run(
+            run_id=run_id, name=name, algorithm="GRPO", status=RunStatus.SUCCEEDED, start_time=1796170000.0 + 700 * i,
+            end_time=1796170600.0 + 700 * i, config={"learning_rate": 1e-5 * (1 + 2 * i)}, final={"val/accuracy": curve(9)},
+            best={"val/accuracy": max(curve(s) for s in range(10)), "step": 9 if i == 0 else 6},
+            checkpoints=[f"/ckpt/{name}/step-{9 if i == 0 else 6}"], best_checkpoint=f"/ckpt/{name}/step-{9 if i == 0 else 6}",
+        ))
+        await store.add_metrics([Metric(name="val/accuracy", step=s, value=curve(s), run_id=run_id) for s in range(10)])
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +151,12 @@ SPAN = keys("span_id", "parent_id", "sequence_id", "name", "start_time", "end_ti
 SNAPSHOT = keys("resources_id", "version", "create_time", "metadata", "resources")
 WORKER = keys("worker_id", "status", "last_heartbeat_time", "active_attempts", "info")
 METRIC = keys("name", "step", "value")
+RUN = keys("run_id", "name", "algorithm", "status", "start_time", "end_time", "best", "best_checkpoint")
+
+
+def run_metrics(points: Any) -> None:
+    each(METRIC)(points)
+    assert {p["run_id"] for p in points} == {"run-fast"}
 
 
 def has_llm_call(spans: list[dict[str, Any]]) -> None:
@@ -165,6 +187,8 @@ EXPECTED: dict[tuple[str, str], tuple[Callable[[dict[str, str]], dict[str, str]]
         lambda ids: {"rollout_id": ids["good"], "attempt_id": ids["good_attempt"]}, None, has_llm_call),
     ("GET", "api/resources"): (lambda ids: {}, None, each(SNAPSHOT)),
     ("GET", "api/workers"): (lambda ids: {}, None, each(WORKER)),
+    ("GET", "api/runs"): (lambda ids: {}, None, each(RUN)),
+    ("GET", "api/metrics?run_id={run_id}"): (lambda ids: {"run_id": "run-fast"}, None, run_metrics),
 }
 
 
@@ -261,6 +285,31 @@ def test_a_browser_renders_the_stores_data(served, tmp_path: Path) -> None:  # t
 
     workers = rendered(url + "/#workers", tmp_path)
     assert "worker-1" in workers and "s ago" in workers and "pid=4242" in workers
+
+
+def test_a_browser_compares_the_runs_curves_on_one_chart(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url, _ = served
+    runs = rendered(url + "/#runs", tmp_path)
+    for run_id, (name, _) in RUNS.items():
+        assert run_id in runs and f"{name} ({run_id})" in runs  # in the table and in the chart's legend
+    assert "/ckpt/grpo-lr3e-5/step-6" in runs and "val/accuracy 0.680 @ step 6" in runs
+    chart = runs[runs.index('aria-label="val/accuracy by run"'):]
+    assert chart.count('class="run-line"') == 2  # one chart, a line per run
+    shot = screenshot(url + "/#runs", tmp_path)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def screenshot(url: str, tmp_path: Path, out: Path | None = None) -> Path:
+    """A PNG of the page after its script ran, from headless Chromium (`docs/images/dashboard-runs.png` is one)."""
+    assert CHROMIUM is not None, "the browser tests need Chromium: `make test` installs it (apt-get install chromium)"
+    out = out or tmp_path / "page.png"
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+         "--disable-sync", "--disable-component-update", f"--user-data-dir={tmp_path / 'chromium-shot'}",
+         "--virtual-time-budget=4000", "--window-size=1100,900", "--hide-scrollbars", f"--screenshot={out}", url],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    return out
 
 
 def with_page_public(protected: Any, token: str) -> Any:

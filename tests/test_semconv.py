@@ -13,7 +13,7 @@ PACKAGE = Path(semconv.__file__).parent
 NAMES = {v for k, v in vars(semconv).items() if k.isupper() and isinstance(v, str)}
 NAMES |= set(semconv.GEN_AI_REQUEST_PARAMS.values())
 VALUES = {semconv.CHAT, semconv.TEXT_COMPLETION, semconv.CHAT_COMPLETIONS_API, semconv.COMPLETIONS_API,
-          semconv.RESPONSES_API, semconv.TOKEN_IDS_NOT_REQUESTED, semconv.TOKEN_IDS_NOT_RETURNED}
+          semconv.RESPONSES_API, semconv.MESSAGES_API, semconv.TOKEN_IDS_NOT_REQUESTED, semconv.TOKEN_IDS_NOT_RETURNED}
 """Attribute values that are ordinary words elsewhere (an OpenAPI `responses` table, say)."""
 
 

@@ -16,7 +16,7 @@ from agentgrad.gateway import Backend, Gateway
 from agentgrad.semconv import is_llm_call
 from agentgrad.serving import ServerThread, free_port
 from tests.fake_upstream import FakeUpstream
-from tests.process_agents import bare_openai, unchanged_calc
+from tests.process_agents import bare_openai, unchanged_anthropic_calc, unchanged_calc
 
 
 class ServesAGateway(Algorithm[list[ag.Rollout]]):
@@ -80,8 +80,11 @@ def test_a_missing_llm_says_how_to_give_one() -> None:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("strategy", ["threads", "processes"])
-def test_an_unchanged_openai_agent_trains_for_a_grpo_step_with_no_failed_rollouts(strategy: str) -> None:
+@pytest.mark.parametrize(("strategy", "agent"), [("threads", unchanged_calc), ("processes", unchanged_calc),
+                                                 ("threads", unchanged_anthropic_calc),
+                                                 ("processes", unchanged_anthropic_calc)])
+def test_an_unchanged_agent_trains_for_a_grpo_step_with_no_failed_rollouts(strategy: str, agent: Any) -> None:
+    """On the openai SDK and on the anthropic SDK (`Anthropic()` reads the gateway from ANTHROPIC_BASE_URL)."""
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
     from agentgrad.engine import Engine
 
@@ -92,7 +95,7 @@ def test_an_unchanged_openai_agent_trains_for_a_grpo_step_with_no_failed_rollout
         tasks = [{"question": f"What is {a} + {b}?", "answer": a + b} for a, b in [(12, 30), (7, 8), (41, 1), (5, 5)]]
         trainer = ag.Trainer(grpo, store="memory" if strategy == "threads" else None, strategy=strategy,  # type: ignore[arg-type]
                              n_runners=2, runner_concurrency=2)
-        result = trainer.fit(unchanged_calc, tasks)
+        result = trainer.fit(agent, tasks)
         (step,) = result.history
         assert step["train/failed_rollouts"] == 0 and step["train/response_length"] > 0
         assert engine.version == 1  # the step trained on the recorded token ids and published new weights

@@ -93,6 +93,7 @@ class APO(Algorithm["APOResult"]):
     rollout_config: RolloutConfig | None = None  # timeout and retries of each rollout
     rollout_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
     seed: int = 0  # for the order of training tasks and the validation sample
+    report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
 
     def __post_init__(self) -> None:
         for name in ("rounds", "beam_width", "branch_factor", "train_batch_size", "critic_examples", "max_tries"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import statistics
 from collections import Counter
@@ -14,6 +15,7 @@ from rich.console import Console
 from agentgrad import semconv as sc
 from agentgrad.redact import RedactingConsole
 from agentgrad.store import Store
+from agentgrad.tracking.base import RunTrackers
 from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
 
 if TYPE_CHECKING:
@@ -31,13 +33,16 @@ class RunContext:
     the model it trains (GRPO, SFT) puts its gateway on loopback (0: any free port); the runners'
     `OPENAI_BASE_URL` points there. `console`: where progress is printed. `launcher`: what starts the
     training ranks of a sharded update (`train_processes > 1`): None for local processes, Ray's
-    `RayGroup` under `strategy="ray"`.
+    `RayGroup` under `strategy="ray"`. `trackers`: where every metric goes too (`report_to`), besides the store. `run_id`: the run
+    (`store.get_run`) the metrics are logged under.
     """
 
     store: Store
     gateway_port: int = 0
     console: Console = field(default=DEFAULT_CONSOLE)
     launcher: Callable[..., TrainingGroup] | None = None
+    trackers: RunTrackers | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,19 @@ class Algorithm(Generic[R]):
         Rollouts that did not succeed are reported on the console with their most frequent errors
         (and kept in `last_failures`), so a run whose every rollout fails says why.
         """
+        ids = await self.enqueue(tasks, mode=mode, resources_id=resources_id, config=config, metadata=metadata)
+        return await self.gather(ids, mode=mode, timeout=timeout)
+
+    async def enqueue(
+        self,
+        tasks: Sequence[Any],
+        *,
+        mode: str,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """Queue one rollout per task without waiting for them (runners start at once); returns their ids."""
         config = config or RolloutConfig()
         requests = [
             {
@@ -225,8 +243,10 @@ class Algorithm(Generic[R]):
             }
             for i, task in enumerate(tasks)
         ]
-        queued = await self.store.enqueue_rollouts(requests)
-        ids = [r.rollout_id for r in queued]
+        return [r.rollout_id for r in await self.store.enqueue_rollouts(requests)]
+
+    async def gather(self, ids: Sequence[str], *, mode: str, timeout: float | None = None) -> list[Rollout]:
+        """Wait for queued rollouts and return them in the order of `ids`, reporting those that failed."""
         finished = {r.rollout_id: r for r in await self.store.wait_for_rollouts(ids, timeout=timeout)}
         rollouts = [finished.get(rid) or await self.store.get_rollout(rid) for rid in ids]
         self.last_failures = await collect_failures(self.store, rollouts)
@@ -235,8 +255,14 @@ class Algorithm(Generic[R]):
         return rollouts
 
     async def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
-        """Write figures as store metrics, so the dashboard and the CLI show the same numbers."""
-        await self.store.add_metrics([Metric(name=name, step=step, value=float(v)) for name, v in values.items()])
+        """Write figures as store metrics, so the dashboard and the CLI show the same numbers, and to the run's
+        trackers (MLflow, TensorBoard, W&B: `report_to`) at the same steps."""
+        run_id = self.ctx.run_id if self.ctx is not None else None
+        await self.store.add_metrics(
+            [Metric(name=name, step=step, value=float(v), run_id=run_id) for name, v in values.items()]
+        )
+        if self.ctx is not None and self.ctx.trackers:
+            await asyncio.to_thread(self.ctx.trackers.log_metrics, step, dict(values))
 
 
 C = TypeVar("C")

@@ -18,9 +18,12 @@ class Baseline(Algorithm["dict[str, Evaluation]"]):
     fails (`RolloutConfig.missing_reward`, default 'fail'; 'zero' counts it as 0); the table says how many had none.
     """
 
-    def __init__(self, success_threshold: float = 1.0, config: RolloutConfig | None = None) -> None:
+    def __init__(
+        self, success_threshold: float = 1.0, config: RolloutConfig | None = None, report_to: Sequence[str] = ()
+    ) -> None:
         self.success_threshold = success_threshold
         self.config = config
+        self.report_to = tuple(report_to)  # trackers that get the figures too: "mlflow", "tensorboard", "wandb"
 
     async def run(
         self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None

@@ -17,7 +17,7 @@ import asyncio
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.adapters import Trajectory, final_answer, to_trajectories
+from agentgrad.algorithms.async_rollouts import RolloutPipeline, StaleGroups, check_async_settings
 from agentgrad.algorithms.base import (
     Algorithm,
     Evaluation,
@@ -35,7 +36,8 @@ from agentgrad.algorithms.base import (
     no_model_calls_error,
     with_overrides,
 )
-from agentgrad.algorithms.sampling import TaskSampler
+from agentgrad.algorithms.credit import Advantage, Credit, per_turn_pairs
+from agentgrad.algorithms.rollback import RollbackAction, RollbackGuard, after_validation
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
 from agentgrad.engine import Engine
@@ -52,6 +54,9 @@ from agentgrad.policy.local import LocalPolicy
 from agentgrad.semconv import is_llm_call
 from agentgrad.types import MissingReward, Rollout, RolloutConfig, RolloutStatus
 
+GroupReward = Callable[[Any, Sequence[str]], Awaitable[Sequence[float]]]
+"""Rewards for one group: (the task, each successful rollout's final answer) -> one reward each (`GRPO(group_reward=...)`)."""
+
 IDENTICAL_STEPS = 3
 """Steps in a row whose every group sampled identical rollouts before GRPO says so (once)."""
 
@@ -66,6 +71,7 @@ class GRPOConfig:
     group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
     seed: int = 0  # task order (reproducible; a resumed run continues it)
     max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
+    report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of training rollouts
@@ -84,6 +90,8 @@ class GRPOConfig:
         True  # divide advantages by the group's reward std (GRPO); False: mean-centred only (Dr. GRPO)
     )
     skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
+    credit: Credit = "final"  # "final": the final reward's advantage for every call; "per_turn": docs/algorithms.md
+    gamma: float = 1.0  # per_turn: discount of later turns' rewards in each call's return-to-go
     # ---- the loss: clipped surrogate, token mean over the step (DAPO's token-level aggregation)
     clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
     kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy; the base weights under LoRA)
@@ -94,6 +102,9 @@ class GRPOConfig:
     micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the step
     gradient_checkpointing: bool = False  # recompute each layer's activations in backward instead of keeping them
     updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
+    # ---- asynchronous training (docs/async-training.md): the next steps' rollouts run while a step trains
+    max_staleness: int | None = None  # None: synchronous; k: k steps queued ahead, groups > k updates old dropped
+    stale_groups: StaleGroups = "drop"  # a group over max_staleness: "drop" (counted) or "keep" (tis_cap corrects)
     train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under strategy="ray"); under torchrun, every launched rank
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -107,16 +118,30 @@ class GRPOConfig:
     keep_checkpoints: int = (
         2  # the newest k step-N folders stay, older ones are deleted (0: keep all); each holds weights and optimizer
     )
+    # ---- rollback on regression (agentgrad/algorithms/rollback.py)
+    rollback_on_drop: float | None = None  # validation accuracy this far below its best: back to the best weights
+    rollback_action: RollbackAction = "lower_lr"  # after a rollback: go on at a lower learning rate, or "stop"
+    rollback_lr_factor: float = 0.5  # "lower_lr": the learning rate is multiplied by this at each rollback
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, PolicyConfig):
             raise TypeError(f"GRPOConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
         SamplingPlan(source=self.sampling)  # checks it
         RolloutConfig(missing_reward=self.missing_reward)
+        check_async_settings(self.max_staleness, self.stale_groups)
         if self.max_failed_steps < 0:
             raise ValueError(f"max_failed_steps must be >= 0 (0: never stop), got {self.max_failed_steps}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.group_size}")
+        if self.rollback_on_drop is not None:
+            RollbackGuard(self.rollback_on_drop, self.rollback_action, self.rollback_lr_factor)  # checks them
+            if self.max_staleness:
+                raise ValueError(
+                    "rollback_on_drop needs synchronous training (max_staleness None or 0): rollouts queued ahead "
+                    "were sampled by the weights a rollback discards"
+                )
+        if self.credit not in ("final", "per_turn") or not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"credit is 'final' or 'per_turn' and 0 <= gamma <= 1, got {self.credit!r}, {self.gamma}")
         if self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
         for name in ("steps", "prompts_per_step", "micro_batch_size", "updates_per_step", "train_processes"):
@@ -194,7 +219,7 @@ def tis_weights(
 def grpo_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    batch: Sequence[tuple[Trajectory, float]],
+    batch: Sequence[tuple[Trajectory, Advantage]],
     cfg: GRPOConfig,
     pad_token_id: int = 0,
     reference: torch.nn.Module | None = None,
@@ -216,8 +241,8 @@ def grpo_update(
     total_tokens = total_tokens or sum(t.response_length for t, _ in batch)
     micros = [batch[start : start + cfg.micro_batch_size] for start in range(0, len(batch), cfg.micro_batch_size)]
     micros += [[(idle_trajectory(pad_token_id), 0.0)]] * (micro_batches - len(micros))
-    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0}
-    grad_norm = 0.0
+    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "logprob_diff": 0.0, "tis_truncated": 0.0, "is_weight": 0.0}
+    grad_norm = is_weight_max = 0.0
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
         prefix = StepPrefix(model, [ScoredSequence(t.token_ids, t.prompt_length) for t, _ in batch])
@@ -235,11 +260,19 @@ def grpo_update(
                     trajectory.loss_mask[trajectory.prompt_length :], dtype=torch.float32, device=loss.device
                 )
                 old = torch.tensor(trajectory.logprobs[trajectory.prompt_length :], device=loss.device)
+                # per-turn credit: one advantage per response token
+                scale = (
+                    advantage if isinstance(advantage, (int, float)) else torch.tensor(advantage, device=loss.device)
+                )
                 token_loss, diag = policy_loss(
-                    new_logprobs, old, advantage, cfg.clip_eps, None if ref is None else ref[i], cfg.kl_coef
+                    new_logprobs, old, scale, cfg.clip_eps, None if ref is None else ref[i], cfg.kl_coef
                 )
                 # off-policy correction: `old` is the sampler's (vLLM's) logprob, the behaviour policy
                 weight, truncated = tis_weights(new_logprobs, old, cfg.policy.tis_cap)
+                # importance weight trainer/recorded (truncated at the cap): what staleness costs, as metrics
+                is_weight = weight if cfg.policy.tis_cap is not None else (new_logprobs.detach() - old).exp()
+                sums["is_weight"] += float((is_weight * mask).sum())
+                is_weight_max = max([is_weight_max, *(is_weight * mask).tolist()])
                 loss = loss + (token_loss * weight * mask).sum() / total_tokens
                 sums["logprob_diff"] += float(((new_logprobs.detach() - old).abs() * mask).sum())
                 sums["tis_truncated"] += float((truncated * mask).sum())
@@ -258,6 +291,8 @@ def grpo_update(
         "kl": sums["kl"] / (total_tokens * passes),
         "logprob_diff": sums["logprob_diff"] / (total_tokens * passes),  # mean |trainer - sampler| per token
         "tis_truncated": sums["tis_truncated"] / (total_tokens * passes),
+        "is_weight_mean": sums["is_weight"] / (total_tokens * passes),
+        "is_weight_max": is_weight_max,
         "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
     }
 
@@ -266,7 +301,7 @@ def grpo_update(
 
 
 def sharded_grpo_step(
-    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, float]], cfg: GRPOConfig, pad_token_id: int
+    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, Advantage]], cfg: GRPOConfig, pad_token_id: int
 ) -> dict[str, float]:
     """`grpo_update` on one rank's share of the whole step's `batch` (run by `ShardedPolicy.run` on every
     rank); the loss is over the step's global token count, so the ranks' sum is the one-process update."""
@@ -284,10 +319,19 @@ def sharded_grpo_step(
         micro_batches=micro_batches,
     )
     # loss, clip fraction and KL are sums of per-rank parts (each already divided by the global count)
-    names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated"]
+    names = ["loss", "clip_fraction", "kl", "logprob_diff", "tis_truncated", "is_weight_mean"]
     parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
     torch.distributed.all_reduce(parts)
     return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
+
+
+def rollback_guard(cfg: GRPOConfig, checkpoint_dir: Path | None, update: Any) -> RollbackGuard | None:
+    """The guard of `rollback_on_drop`, keeping the best beside the run's checkpoints; None when it is off."""
+    if cfg.rollback_on_drop is None:
+        return None
+    if not hasattr(update, "optimizer"):
+        raise ValueError("rollback_on_drop needs the update in this process (train_processes=1)")
+    return RollbackGuard(cfg.rollback_on_drop, cfg.rollback_action, cfg.rollback_lr_factor, checkpoint_dir)
 
 
 class LocalUpdate:
@@ -296,6 +340,8 @@ class LocalUpdate:
 
     def __init__(self, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.policy, self.cfg = policy, cfg
+        if cfg.max_staleness is not None:
+            policy.train_beside_serving()  # asynchronous: generation goes on from the published weights
         self.optimizer = torch.optim.AdamW(
             policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
         )
@@ -303,13 +349,13 @@ class LocalUpdate:
         if cfg.gradient_checkpointing:  # less memory for ~1/3 more compute; training mode only, sampling is unchanged
             policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
-    def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
+    def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         """One step's update; its statistics, with `sync_seconds` (new weights into the engine and servers)."""
-        engine = self.policy.engine
-        with engine.training() as model:
-            stats = grpo_update(model, self.optimizer, batch, self.cfg, engine.tokenizer.pad_token_id, self.reference)
+        with self.policy.training() as model:
+            pad = self.policy.engine.tokenizer.pad_token_id
+            stats = grpo_update(model, self.optimizer, batch, self.cfg, pad, self.reference)
         began = time.perf_counter()
-        engine.publish()
+        self.policy.publish()  # between calls: those in flight finish on the version they began with
         self.policy.sync()  # vLLM: the new weights reach the servers before the next rollout
         return {**stats, "sync_seconds": time.perf_counter() - began}
 
@@ -330,7 +376,7 @@ class ShardedUpdate:
     def __init__(self, group: TrainingGroup, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.group, self.policy, self.cfg = group, policy, cfg
 
-    def step(self, batch: Sequence[tuple[Trajectory, float]]) -> dict[str, float]:
+    def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         stats = self.group.call("run", sharded_grpo_step, batch, self.cfg, self.policy.engine.tokenizer.pad_token_id)
         began = time.perf_counter()
         deliver(self.policy, self.group.call("full_state_dict"))
@@ -377,7 +423,7 @@ class GRPOResult:
 class StepBatch:
     """One step's rollouts turned into training data."""
 
-    scored: list[tuple[Trajectory, float]]  # (trajectory, advantage) of the groups kept, what the update trains on
+    scored: list[tuple[Trajectory, Advantage]]  # (trajectory, advantage) of the groups kept, what the update trains on
     rewards: list[float]  # of every rollout that succeeded
     groups_kept: int  # groups whose rewards differ (all of them when skip_uniform_groups is off)
     sampled: list[Trajectory]  # every trajectory of a successful rollout, kept or not
@@ -393,6 +439,9 @@ class GRPO(Algorithm["GRPOResult"]):
     Keyword overrides copy the config (`dataclasses.replace`), never change it; a `PolicyConfig`
     field name (`engine="vllm"`, `lora_rank=8`, `tis_cap=2.0`, ...) sets `config.policy`'s.
     `local_engine` is a built-in `Engine` already loaded in this process, whose weights are trained.
+    `group_reward` (`agentgrad.judge.GroupJudge`, or any async `(task, final answers) -> rewards`) replaces the
+    agents' rewards of each group's successful rollouts with ones scored side by side (a judge, for tasks
+    with no checker).
     """
 
     serves_gateway = True
@@ -403,11 +452,13 @@ class GRPO(Algorithm["GRPOResult"]):
         *,
         local_engine: Engine | None = None,
         model: str | None = None,
+        group_reward: GroupReward | None = None,
         **overrides: Any,
     ) -> None:
         self.config = with_overrides(config or GRPOConfig(), overrides, "GRPO", {"policy": PolicyConfig})
         self.local_engine = local_engine
         self.model_name = model
+        self.group_reward = group_reward
 
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> GRPOResult:
         self.bind(ctx)
@@ -452,12 +503,12 @@ class GRPO(Algorithm["GRPOResult"]):
 
         # ---- resume from the newest checkpoint, if any
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        start, history = 0, []
+        start, history, state = 0, [], {}
         if (found := latest_checkpoint(checkpoint_dir)) is not None:
             state = update.load(found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
-        sampler = TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step)
+        pipeline = RolloutPipeline.of(self, cfg, train_data, start, train_id, rollout_config, state.get("queued"))
 
         async def validate(step: int) -> Evaluation | None:
             if not val_data:
@@ -481,6 +532,9 @@ class GRPO(Algorithm["GRPOResult"]):
             return result
 
         initial = await validate(start)
+        guard = rollback_guard(cfg, checkpoint_dir, update)
+        if guard is not None and initial is not None:
+            await after_validation(self, guard, start, initial.success_rate, update)
         if initial is not None:
             self.console.print(
                 f"validation before step {start}: accuracy {initial.success_rate:.3f} "
@@ -488,6 +542,7 @@ class GRPO(Algorithm["GRPOResult"]):
             )
         final = initial
         failed_steps = identical_steps = 0
+        stop = False
         progress = Progress(
             TextColumn("GRPO"),
             BarColumn(),
@@ -501,17 +556,9 @@ class GRPO(Algorithm["GRPOResult"]):
             bar = progress.add_task("", total=cfg.steps, completed=start)
             for step in range(start + 1, cfg.steps + 1):
                 began = time.perf_counter()
-                # ---- collect: group_size rollouts of each sampled task
-                tasks = [train_data[i] for i in sampler.take(cfg.prompts_per_step)]
-                requests = [task for task in tasks for _ in range(cfg.group_size)]
-                groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
-                rollouts = await self.run_rollouts(
-                    requests,
-                    mode="train",
-                    resources_id=train_id,
-                    config=rollout_config,
-                    metadata=[{"step": step, "group": g} for g in groups],
-                )
+                # ---- collect: group_size rollouts of each sampled task (async: queued ahead, running meanwhile)
+                collected = await pipeline.collect(step, engine.version)
+                rollouts = collected.rollouts
                 rollout_seconds = time.perf_counter() - began
                 failed_steps = failed_steps + 1 if all(r.status is not RolloutStatus.SUCCEEDED for r in rollouts) else 0
                 if cfg.max_failed_steps and failed_steps >= cfg.max_failed_steps:
@@ -521,8 +568,8 @@ class GRPO(Algorithm["GRPOResult"]):
                         f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}"
                     )
 
-                # ---- adapt: spans → trajectories; advantages within each task's group
-                batch = await self._batch(rollouts, groups)
+                # ---- adapt: spans → trajectories; advantages within each task's group (async: the fresh groups)
+                batch = await self._batch(*collected.trained)
                 if batch.rewarded and not batch.model_calls:
                     raise no_model_calls_error("GRPO", batch.rewarded)
                 identical_steps = identical_steps + 1 if batch.groups_compared == batch.groups_identical > 0 else 0
@@ -560,12 +607,13 @@ class GRPO(Algorithm["GRPOResult"]):
                     "perf/step_seconds": time.perf_counter() - began,
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
                     "train/model_version": engine.version,
+                    **collected.metrics(),  # async: staleness distribution, dropped groups
                 }
                 await self.log_metrics(step, metrics)
                 history.append({"step": step, **metrics})
                 description = (
                     f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
-                    f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{len(tasks)} "
+                    f"loss {stats.get('loss', 0.0):+.3f} groups {batch.groups_kept}/{cfg.prompts_per_step} "
                     f"{metrics['perf/step_seconds']:.1f}s"
                 )
 
@@ -574,15 +622,20 @@ class GRPO(Algorithm["GRPOResult"]):
                     final = await validate(step)
                     if final is not None:
                         description += f" | val acc {final.success_rate:.3f}"
+                    if guard is not None and final is not None:
+                        stop = await after_validation(self, guard, step, final.success_rate, update)
                 progress.update(bar, advance=1, description=description)
                 progress.console.print(f"step {step}/{cfg.steps}: {description}", highlight=False)
                 if checkpoint_dir and (
                     (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps
                 ):
                     update.save(
-                        checkpoint_dir / f"step-{step}", {"step": step, "history": history, "config": asdict(cfg)}
+                        checkpoint_dir / f"step-{step}",
+                        {"step": step, "history": history, "config": asdict(cfg), "queued": pipeline.state()},
                     )
                     prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
+                if stop:
+                    break
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(
             steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history
@@ -593,10 +646,11 @@ class GRPO(Algorithm["GRPOResult"]):
         cfg = self.config
         scored: list[tuple[Rollout, int, list[Trajectory]]] = []
         calls: list[int] = []
-        for rollout, group in zip(rollouts, groups):
-            if rollout.status is not RolloutStatus.SUCCEEDED:
-                continue  # no reward to learn from; counted in train/failed_rollouts
-            spans = await self.store.query_spans(rollout.rollout_id)
+        succeeded = [(r, g) for r, g in zip(rollouts, groups) if r.status is RolloutStatus.SUCCEEDED]
+        spans_of = [await self.store.query_spans(r.rollout_id) for r, _ in succeeded]  # failed: no reward to learn
+        if self.group_reward is not None:
+            succeeded = await self._judged(succeeded, spans_of)
+        for (rollout, group), spans in zip(succeeded, spans_of):
             calls.append(sum(is_llm_call(s) for s in spans))
             # tokens a grammar forced are no choice of the policy's: out of the loss (docs/constrained-decoding.md)
             trajectories = to_trajectories(
@@ -627,12 +681,19 @@ class GRPO(Algorithm["GRPOResult"]):
             for g, values in by_group.items()
             if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
         }
-        pairs = [
+        pairs: list[tuple[Trajectory, Advantage]] = [
             (trajectory, advantage)
             for advantage, (_, group, trajectories) in zip(advantages, scored)
             if group in useful
             for trajectory in trajectories
         ]
+        if cfg.credit == "per_turn":  # each call its own return-to-go's advantage (algorithms/credit.py)
+            members = [(spans, r.reward or 0.0, t, g) for (r, g, t), spans in zip(scored, spans_of)]
+            pairs = [
+                p
+                for g in useful
+                for p in per_turn_pairs([m[:3] for m in members if m[3] == g], cfg.gamma, cfg.agent_match)
+            ]
         return StepBatch(
             pairs,
             rewards,
@@ -643,6 +704,23 @@ class GRPO(Algorithm["GRPOResult"]):
             groups_compared=len(compared),
             groups_identical=sum(len(samples[g]) == 1 for g in compared),
         )
+
+    async def _judged(
+        self, succeeded: list[tuple[Rollout, int]], spans_of: list[list[Any]]
+    ) -> list[tuple[Rollout, int]]:
+        """The rollouts with the rewards `group_reward` gives each group's final answers, side by side."""
+        members: dict[int, list[int]] = {}
+        for i, (_, group) in enumerate(succeeded):
+            members.setdefault(group, []).append(i)
+        judged = list(succeeded)
+        for indices in members.values():
+            answers = [final_answer(spans_of[i], self.config.agent_match) for i in indices]
+            rewards = list(await self.group_reward(succeeded[indices[0]][0].input, answers))  # type: ignore[misc]
+            if len(rewards) != len(indices):
+                raise ValueError(f"group_reward returned {len(rewards)} rewards for a group of {len(indices)}")
+            for i, reward in zip(indices, rewards):
+                judged[i] = (succeeded[i][0].model_copy(update={"reward": float(reward)}), succeeded[i][1])
+        return judged
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.algorithms.async_rollouts import RolloutPipeline, StaleGroups, check_async_settings
 from agentgrad.algorithms.base import (
     Algorithm,
     Evaluation,
@@ -48,6 +49,7 @@ class SFTConfig:
     tasks_per_round: int = 64  # training tasks sampled per round
     samples_per_task: int = 4  # rollouts of each task per round, at `temperature`
     seed: int = 0  # task order and batch shuffling
+    report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of the collection rollouts
@@ -66,6 +68,9 @@ class SFTConfig:
     batch_size: int = 16  # sequences per optimizer step
     learning_rate: float = 1e-5  # AdamW
     max_grad_norm: float = 1.0
+    # ---- asynchronous training (docs/async-training.md): the next rounds' rollouts run while a round fine-tunes
+    max_staleness: int | None = None  # None: synchronous; k: k rounds queued ahead, groups > k updates old dropped
+    stale_groups: StaleGroups = "drop"  # a task's samples over max_staleness: "drop" (counted) or "keep"
     # ---- the policy: serving engine and LoRA (`SFT(engine="vllm")` sets policy.engine; tis_cap does not apply)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # ---- validation and checkpoint
@@ -78,6 +83,7 @@ class SFTConfig:
             raise TypeError(f"SFTConfig.policy is a PolicyConfig, got {type(self.policy).__name__}")
         SamplingPlan(source=self.sampling)  # checks it
         RolloutConfig(missing_reward=self.missing_reward)
+        check_async_settings(self.max_staleness, self.stale_groups)
         for name in ("rounds", "tasks_per_round", "samples_per_task", "epochs", "batch_size"):
             if getattr(self, name) < (0 if name == "rounds" else 1):
                 raise ValueError(f"{name} must be at least {0 if name == 'rounds' else 1}, got {getattr(self, name)}")
@@ -136,8 +142,22 @@ class SFT(Algorithm["SFTResult"]):
         )
         policy.set_sampling(SamplingPlan.for_training(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.sampling))
         rollout_config = RolloutConfig(timeout_seconds=cfg.rollout_timeout, missing_reward=cfg.missing_reward)
+        if cfg.max_staleness is not None:
+            policy.train_beside_serving()  # asynchronous: generation goes on from the published weights
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
-        sampler = TaskSampler(len(train_data), cfg.seed)
+        pipeline = RolloutPipeline(
+            self,
+            train_data,
+            TaskSampler(len(train_data), cfg.seed),
+            prompts_per_step=cfg.tasks_per_round,
+            group_size=cfg.samples_per_task,
+            lookahead=cfg.max_staleness or 0,
+            last_step=cfg.rounds,
+            resources_id=train_id,
+            config=rollout_config,
+            max_staleness=cfg.max_staleness,
+            stale_groups=cfg.stale_groups,
+        )
         shuffle = random.Random(cfg.seed)
         history: list[dict[str, float]] = []
 
@@ -155,20 +175,15 @@ class SFT(Algorithm["SFTResult"]):
         initial = final = await validate(0)
         for round_ in range(1, cfg.rounds + 1):
             began = time.perf_counter()
-            # ---- collect: each sampled task several times
-            tasks = [train_data[i] for i in sampler.take(cfg.tasks_per_round)]
-            rollouts = await self.run_rollouts(
-                [t for t in tasks for _ in range(cfg.samples_per_task)],
-                mode="train",
-                resources_id=train_id,
-                config=rollout_config,
-            )
+            # ---- collect: each sampled task several times (async: queued ahead, running meanwhile)
+            collected = await pipeline.collect(round_, policy.engine.version)
+            rollouts = collected.rollouts
             # ---- keep: rewarded attempts, each distinct token sequence once
             kept: dict[tuple[int, ...], Trajectory] = {}
             rewards = []
             read: list[Rollout] = []
             calls: list[int] = []
-            for rollout in rollouts:
+            for rollout in collected.trained[0]:  # async: the samples within the staleness bound
                 if rollout.status is not RolloutStatus.SUCCEEDED:
                     continue
                 rewards.append(rollout.reward or 0.0)
@@ -190,6 +205,7 @@ class SFT(Algorithm["SFTResult"]):
                 "train/kept": len(data),
                 "train/loss": loss,
                 "perf/round_seconds": time.perf_counter() - began,
+                **collected.metrics(),  # async: staleness distribution, dropped groups
             }
             await self.log_metrics(round_, metrics)
             self.console.print(
@@ -214,7 +230,7 @@ class SFT(Algorithm["SFTResult"]):
     ) -> float:
         cfg = self.config
         losses = []
-        with policy.engine.training() as model:
+        with policy.training() as model:
             for _ in range(cfg.epochs):
                 order = list(range(len(data)))
                 shuffle.shuffle(order)
@@ -223,7 +239,7 @@ class SFT(Algorithm["SFTResult"]):
                     losses.append(
                         sft_update(model, optimizer, batch, cfg.max_grad_norm, policy.engine.tokenizer.pad_token_id)
                     )
-        policy.engine.publish()
+        policy.publish()
         policy.sync()  # vLLM: the new weights reach the servers before the next round
         return statistics.fmean(losses)
 

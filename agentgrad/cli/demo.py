@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 import agentgrad as ag
+from agentgrad.cli.options import add_report_to
 from agentgrad.redact import RedactingConsole
 
 if TYPE_CHECKING:  # the train extra: imported when the demo picks its algorithm
@@ -233,6 +234,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="--engine vllm: attach to this server (VLLM_SERVER_DEV_MODE=1) instead; repeat for replicas",
     )
+    add_report_to(parser)
 
 
 def main(args: argparse.Namespace) -> None:
@@ -289,7 +291,12 @@ def main(args: argparse.Namespace) -> None:
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
     trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(
-        algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store, strategy=args.strategy
+        algorithm,
+        n_runners=args.runners,
+        runner_concurrency=16,
+        store=run.store,
+        strategy=args.strategy,
+        report_to=args.report_to,
     )
     console.print(
         f"training the calculator agent ({args.task} task, seed {args.seed}) with {args.algorithm.upper()} "

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from agentgrad.cli import views
+from agentgrad.cli import experiments, views
+from agentgrad.cli.common import UsageError, with_store
+from agentgrad.cli.options import add_report_to
 from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
-from agentgrad.store import NotFoundError, Store, StoreError, open_store
+from agentgrad.store import Store, StoreError, open_store
 from agentgrad.store.client import StoreUnreachable
 
 console = RedactingConsole()
@@ -27,26 +28,8 @@ EXAMPLE_AGENT_FILE = Path(__file__).resolve().parents[2] / "examples" / "ticket_
 AGENT_FILE_NAMES = ("agent", "seed_prompt", "train_data", "val_data")
 
 
-class UsageError(Exception):
-    """The command line asks for something that cannot be done; the message says what to change."""
-
-
 DEFAULT_PORT = 4780
 """Where `agentgrad serve` listens unless told otherwise."""
-
-
-def _with_store(spec: str, work: Callable[[Store], Any]) -> None:
-    if spec not in ("memory", ":memory:") and not spec.startswith(("http://", "https://")) and not Path(spec).exists():
-        raise NotFoundError(f"no store file at {spec}; pass the path that a run printed, or a store server URL")
-
-    async def run() -> None:
-        store = open_store(spec)
-        try:
-            await work(store)
-        finally:
-            await store.close()
-
-    asyncio.run(run())
 
 
 def serve_engine_command(args: argparse.Namespace) -> None:
@@ -59,7 +42,17 @@ def serve_engine_command(args: argparse.Namespace) -> None:
     from agentgrad.guard import Guard
     from agentgrad.serving import run
 
-    engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
+    model = args.model
+    if args.checkpoint:
+        if args.model:
+            raise UsageError("--checkpoint and --model both name the weights to serve: give one")
+        from agentgrad.policy.export import servable
+
+        try:
+            model = servable(args.checkpoint, base=args.base)
+        except (ValueError, FileNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+    engine = Engine(model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
     console.print(
         f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1"
     )
@@ -123,7 +116,11 @@ def apo_command(args: argparse.Namespace) -> None:
             sampling_parameters={"temperature": args.temperature},
         )
         trainer = ag.Trainer(
-            algorithm, n_runners=args.runners, store=store, resources={"prompt": module.seed_prompt, "llm": llm}
+            algorithm,
+            n_runners=args.runners,
+            store=store,
+            resources={"prompt": module.seed_prompt, "llm": llm},
+            report_to=args.report_to,
         )
         try:
             result = trainer.fit(module.agent, module.train_data, module.val_data)
@@ -153,10 +150,14 @@ def apo_command(args: argparse.Namespace) -> None:
 
 def gateway_from_args(args: argparse.Namespace, store: Store, token: str | None, close_store: bool) -> Any:
     """The gateway that `--backend` / `--default` describe (`agentgrad gateway` and `agentgrad serve`)."""
-    from agentgrad.gateway import Gateway, parse_backend
+    from agentgrad.gateway import Gateway, load_routes, parse_backend
 
     try:
-        backends = dict(parse_backend(spec) for spec in args.backend)
+        backends = load_routes(args.routes) if args.routes else {}
+        for model, backend in (parse_backend(spec) for spec in args.backend):
+            if model in backends:
+                raise ValueError(f"model {model!r} is routed by both --routes {args.routes} and --backend; keep one")
+            backends[model] = backend
         default = parse_backend(f"default={args.default}")[1] if args.default else None
         return Gateway(
             store,
@@ -210,7 +211,7 @@ def serve(args: argparse.Namespace) -> None:
     store = open_store(args.store)
     extra: list[Any] = []
     closing: list[Any] = []
-    if args.backend or args.default:
+    if args.backend or args.default or args.routes:
         gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
         extra, closing = gateway.routes(), [gateway.aclose]
     shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
@@ -289,27 +290,33 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--default", metavar="URL[,OPTION=VALUE...]", help="gateway: upstream for any other model")
     parser.add_argument(
+        "--routes",
+        metavar="FILE",
+        help="gateway: model names and patterns -> upstreams, each with its key variable, deadlines, retries, "
+        "rate limit and cache, from a TOML routing file (docs/routing.md); --backend adds to it",
+    )
+    parser.add_argument(
         "--connect-timeout",
         type=float,
-        default=CONNECT_TIMEOUT_SECONDS,
+        default=None,  # unset: each upstream's own (a routing file's, else CONNECT_TIMEOUT_SECONDS)
         metavar="S",
-        help=f"gateway: seconds to connect to an upstream (default: {CONNECT_TIMEOUT_SECONDS:g})",
+        help=f"gateway: seconds to connect to an upstream (default: each upstream's own, {CONNECT_TIMEOUT_SECONDS:g} unless a routing file says)",
     )
     parser.add_argument(
         "--first-byte-timeout",
         type=float,
-        default=FIRST_BYTE_TIMEOUT_SECONDS,
+        default=None,  # unset: each upstream's own (a routing file's, else FIRST_BYTE_TIMEOUT_SECONDS)
         metavar="S",
         help="gateway: longest silence from an upstream, before its answer starts or between stream "
-        f"chunks (default: {FIRST_BYTE_TIMEOUT_SECONDS:g}; a non-streamed answer starts when complete)",
+        f"chunks (default: each upstream's own, {FIRST_BYTE_TIMEOUT_SECONDS:g} unless a routing file says; a non-streamed answer starts when complete)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
-        default=TIMEOUT_SECONDS,
+        default=None,  # unset: each upstream's own (a routing file's, else TIMEOUT_SECONDS)
         metavar="S",
         help=f"gateway: longest a call may take in all, retries included; then a 504 and the upstream "
-        f"request is cancelled (default: {TIMEOUT_SECONDS:g})",
+        f"request is cancelled (default: each upstream's own, {TIMEOUT_SECONDS:g} unless a routing file says)",
     )
     parser.add_argument(
         "--retries",
@@ -351,6 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(handler=fetch_model)
     serve_engine = engine_commands.add_parser("serve", help="serve the model as an OpenAI-compatible API")
     serve_engine.add_argument("--model", help="a Hugging Face path or id (default: SmolLM2-135M-Instruct)")
+    serve_engine.add_argument(
+        "--checkpoint",
+        help="a training checkpoint (step-N folder): full weights, or a LoRA adapter merged into its base",
+    )
+    serve_engine.add_argument(
+        "--base", help="--checkpoint of a LoRA adapter: its base model (default: the one it names)"
+    )
     serve_engine.add_argument("--host", default="127.0.0.1")
     serve_engine.add_argument("--port", type=int, default=8000)
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
@@ -391,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Python file defining agent, seed_prompt, train_data and val_data (default: the ticket router example)",
     )
     apo.add_argument("--store", help="SQLite file for the run (default: a new file under .agentgrad/)")
+    add_report_to(apo)
     apo.set_defaults(handler=apo_command)
 
     rollouts = commands.add_parser("rollouts", help="list and inspect rollouts in a store")
@@ -402,19 +417,21 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
     ls.set_defaults(
-        handler=lambda a: _with_store(
+        handler=lambda a: with_store(
             a.store, lambda s: views.print_rollouts(console, s, a.status, a.mode, a.limit, a.offset)
         )
     )
     show = rollout_commands.add_parser("show", help="one rollout: its attempts and span tree")
     show.add_argument("rollout_id")
     show.add_argument("--store", required=True, help="SQLite path or store server URL")
-    show.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
+    show.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
+
+    experiments.add_commands(commands)
 
     metrics = commands.add_parser("metrics", help="the training curves in a store, a line each")
     metrics.add_argument("--store", required=True, help="SQLite path or store server URL")
     metrics.add_argument("--prefix", help="only names starting with this (train/, val/, perf/, apo/)")
-    metrics.set_defaults(handler=lambda a: _with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
+    metrics.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 
     gateway = commands.add_parser(
         "gateway", help="serve the OpenAI-compatible gateway that records model calls into a store"

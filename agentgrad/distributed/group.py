@@ -80,8 +80,7 @@ def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
     The engine publishes them (a new version; the built-in engine samples from them at once), then
     the policy's `sync()` pushes them to its servers (vLLM; a no-op for the built-in engine).
     """
-    engine = policy.engine
-    with engine.training() as model:
+    with policy.training() as model:
         missing, unexpected = model.load_state_dict(full_state, strict=False)
         real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
         if real_missing or unexpected:
@@ -89,7 +88,7 @@ def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
                 f"the trained weights do not fit the served model: missing {real_missing[:3]}, "
                 f"unexpected {unexpected[:3]}"
             )
-    engine.publish()
+    policy.publish()  # between calls: those in flight finish on the version they began with
     policy.sync()
 
 

@@ -33,7 +33,9 @@ import torch
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
+from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache
 from agentgrad.engine.sampling import sample
+from agentgrad.engine.threads import ThreadChooser
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class _Request:
     future: concurrent.futures.Future[Generation]
     on_token: TokenCallback | None
     version: int = 0
+    cached: tuple[int, LayerKV] = (0, [])  # leading prompt tokens found in the prefix cache, with their keys and values
     rows: list[_Row] = field(default_factory=list)
     cancelled: bool = False
 
@@ -98,6 +101,7 @@ class _Row:
     text: str = ""
     streamed: int = 0
     finish_reason: str | None = None
+    kept: bool = False  # its keys and values went to the prefix cache (or were not to)
 
 
 def default_sampling_dtype(device: str) -> torch.dtype:
@@ -119,7 +123,13 @@ class Engine:
         max_batch_size: int = 64,
         max_model_len: int | None = None,
         name: str | None = None,
+        threads: int | None = None,
+        prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
     ) -> None:
+        """`threads`: how many the generation loop computes with; default `$AGENTGRAD_ENGINE_THREADS`, else
+        measured (1 or all cores, whichever is faster while other processes share them: `threads.py`).
+        `prefix_cache_bytes`: memory for finished requests' keys and values, reused by later prompts that
+        start with them (`prefix_cache.py`); 0 turns that off."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model, self.tokenizer = load_model(model, device=self.device)
         self.model.eval()
@@ -137,7 +147,16 @@ class Engine:
         self.version = 0
         self.weights_lock = threading.RLock()
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
-        self.stats = {"generated_tokens": 0, "prompt_tokens": 0, "prefill_tokens": 0, "requests": 0, "cancelled": 0}
+        self._threads = ThreadChooser(threads, next(self._sampler.parameters()).dtype)
+        self.stats = {
+            "generated_tokens": 0,
+            "prompt_tokens": 0,
+            "prefill_tokens": 0,
+            "prefix_cache_tokens": 0,  # prompt tokens whose keys and values came from a finished request's
+            "requests": 0,
+            "cancelled": 0,
+        }
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self._constrainer: Any = None
         self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
         self._prefixes: dict[tuple[int, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -372,9 +391,10 @@ class Engine:
             if self._closed and batch is None and not new:
                 return
             try:
+                if self.device == "cpu":
+                    self.stats["threads"] = self._threads.apply()
                 with self.weights_lock, torch.inference_mode():
-                    if new:
-                        added = self._prefill(new)
+                    for added in self._prefill(new) if new else []:
                         batch = added if batch is None else restack(batch, added)
                         batch = self._drop_finished(batch)
                     if batch is not None:
@@ -388,8 +408,24 @@ class Engine:
                         request.future.set_exception(exc)
                 batch = None
 
-    def _prefill(self, requests: list[_Request]) -> Batch:
-        """Run the new prompts and sample their first tokens.
+    def _prefill(self, requests: list[_Request]) -> list[Batch]:
+        """Run the new prompts and sample their first tokens: those that start with a finished request's
+        tokens (the prefix cache) one by one from there, the others together (`_prefill_together`)."""
+        together: list[_Request] = []
+        batches: list[Batch] = []
+        for request in requests:
+            if self.prefix_cache.max_bytes:
+                request.cached = self.prefix_cache.longest(self.version, tuple(request.prompt_ids))
+            if request.cached[0] >= MIN_SHARED_PREFIX:
+                self.stats["prefix_cache_tokens"] += request.cached[0]
+                batches.append(self._prefill_together([request]))
+            else:
+                request.cached = (0, [])
+                together.append(request)
+        return ([self._prefill_together(together)] if together else []) + batches
+
+    def _prefill_together(self, requests: list[_Request]) -> Batch:
+        """Run these prompts and sample their first tokens.
 
         Identical prompts (a GRPO group, n > 1) are computed once, and the prefix all of them
         share (a system prompt, few-shot examples) once for the batch, reused while the weights
@@ -404,10 +440,12 @@ class Engine:
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
         prompts = list(distinct)
-        shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        cached, cached_kv = requests[0].cached  # a lone request with a prefix cache hit
+        shared = cached or min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         cache = new_cache()
         if shared >= MIN_SHARED_PREFIX:
-            for layer_index, (keys, values) in enumerate(self._prefix_kv(prompts[0][:shared])):
+            kv = [(k[:, :, :shared], v[:, :, :shared]) for k, v in cached_kv] or self._prefix_kv(prompts[0][:shared])
+            for layer_index, (keys, values) in enumerate(kv):
                 cache.update(
                     keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index
                 )
@@ -580,10 +618,31 @@ class Engine:
             ]
             request.future.set_result(Generation(request.prompt_ids, completions, request.version))
 
+    def _keep_prefix(self, batch: Batch, index: int, row: _Row) -> None:
+        """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but
+        its last token) are the rightmost columns of its cache row."""
+        row.kept = True
+        length = len(row.request.prompt_ids) + len(row.token_ids) - 1
+        width = batch.mask.shape[1]
+        if not self.prefix_cache.max_bytes or row.finish_reason not in ("stop", "length") or length > width:
+            return
+        if any(layer.keys.shape[2] != width for layer in batch.cache.layers):
+            return
+        if not bool(batch.mask[index, width - length :].all()):
+            return  # not laid out as expected: keep nothing rather than something wrong
+        kv = [
+            (layer.keys[index : index + 1, :, -length:].clone(), layer.values[index : index + 1, :, -length:].clone())
+            for layer in batch.cache.layers
+        ]
+        self.prefix_cache.put(self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv)
+
     def _drop_finished(self, batch: Batch) -> Batch | None:
         for row in batch.rows:
             if row.request.cancelled and row.finish_reason is None:
                 row.finish_reason = "cancelled"
+        for index, row in enumerate(batch.rows):
+            if row.finish_reason is not None and not row.kept:
+                self._keep_prefix(batch, index, row)
         keep = [i for i, row in enumerate(batch.rows) if row.finish_reason is None]
         for row in batch.rows:
             if row.finish_reason is not None and all(r.finish_reason is not None for r in row.request.rows):

@@ -94,17 +94,23 @@ def sample(
         tokens[greedy] = scaled[greedy].argmax(-1)
     sampled = ~greedy
     if bool(sampled.any()):
-        # exponential race: argmax of p / E with E ~ Exp(1) draws from p, and costs a fraction of
-        # torch.multinomial over a 49k vocabulary (9 ms a step at batch 8 on 2 cores)
-        race = torch.empty_like(logprobs)
+        # inverse transform: one uniform per row against the cumulative distribution. The exponential
+        # race it replaces drew one random number per vocabulary entry, a quarter of a decode step for
+        # a 151,936-token vocabulary at batch 32 (3.6 ms a row on one core)
+        uniform = torch.empty(len(params), dtype=logprobs.dtype, device=logits.device)
         plain = [i for i, g in enumerate(generators) if sampled[i] and g is None]
         if plain:
-            race[plain] = race[plain].exponential_()
+            uniform[plain] = torch.rand(len(plain), dtype=logprobs.dtype, device=logits.device)
         for i, generator in enumerate(generators):
             if sampled[i] and generator is not None:
-                race[i].exponential_(generator=generator)
+                uniform[i] = torch.rand(1, generator=generator, dtype=logprobs.dtype, device=generator.device)[0]
         rows = sampled.nonzero().squeeze(-1)
-        tokens[rows] = (logprobs[rows].exp() / race[rows]).argmax(-1)
+        cumulative = logprobs[rows].exp().cumsum(-1)
+        total = cumulative[:, -1]
+        # the first token whose cumulative mass passes u × total (kept below the total when rounding
+        # would reach it): always one of probability > 0
+        below = torch.minimum(uniform[rows] * total, torch.nextafter(total, torch.zeros_like(total)))
+        tokens[rows] = torch.searchsorted(cumulative, below[:, None], right=True).squeeze(-1)
     if constrained:  # what is reported: the model's own distribution, before the grammar's mask
         logprobs = logprobs.clone()
         logprobs[constrained] = torch.log_softmax(free[constrained], dim=-1)

@@ -1,4 +1,5 @@
-"""The engine as an OpenAI-compatible HTTP backend: chat completions, completions, responses, models.
+"""The engine as an OpenAI-compatible HTTP backend: chat completions, completions, responses, models, and
+Anthropic's messages.
 
 Token ids and logprobs follow vLLM's wire format, so the gateway reads them the same way
 from the local engine and from a vLLM server: with `return_token_ids: true` a chat response
@@ -22,6 +23,7 @@ from agentgrad.engine.api import RequestError, error
 from agentgrad.engine.chat import chat_completions
 from agentgrad.engine.completions import completions
 from agentgrad.engine.engine import Engine
+from agentgrad.engine.messages import messages
 from agentgrad.engine.responses import responses
 from agentgrad.engine.wire import VERSION_HEADER
 
@@ -68,6 +70,7 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
             Route("/v1/chat/completions", route(chat_completions), methods=["POST"]),
             Route("/v1/completions", route(completions), methods=["POST"]),
             Route("/v1/responses", route(responses), methods=["POST"]),
+            Route("/v1/messages", route(messages), methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ]

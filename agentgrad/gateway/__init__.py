@@ -3,6 +3,8 @@
 - `app.py`: the front end: the ASGI app, routing by path and headers, relaying answers, flush.
 - `upstreams.py`: backends, what the gateway asks of them, retries and upstream errors.
 - `recording.py`: requests and responses as span attributes; the span writer.
+- `messages.py`: Anthropic's Messages API (`/v1/messages`): recorded as a chat, errors in its shape.
+- `routing.py`: model patterns and a routing file, per-upstream rate limits, the response cache.
 - `sampling.py`: the trainer's sampling per rollout mode, applied to each call.
 - `secrets.py`: known secrets out of relayed streams, even a key streamed in pieces.
 
@@ -12,7 +14,8 @@ reaches a gateway only over HTTP (its flush endpoint, `semconv.FLUSH_ENDPOINT`).
 """
 
 from agentgrad.gateway.app import Gateway
+from agentgrad.gateway.routing import load_routes
 from agentgrad.gateway.sampling import SamplingPlan
-from agentgrad.gateway.upstreams import Backend, GatewayError, parse_backend
+from agentgrad.gateway.upstreams import Backend, GatewayError, RateLimit, parse_backend
 
-__all__ = ["Backend", "Gateway", "GatewayError", "SamplingPlan", "parse_backend"]
+__all__ = ["Backend", "Gateway", "GatewayError", "RateLimit", "SamplingPlan", "load_routes", "parse_backend"]

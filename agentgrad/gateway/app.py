@@ -1,6 +1,7 @@
 """The gateway's front end: an OpenAI-compatible ASGI app that routes each call and records it.
 
-Agents call `/v1/chat/completions`, `/v1/responses`, `/v1/completions` or `/v1/models`, under
+Agents call `/v1/chat/completions`, `/v1/responses`, `/v1/completions`, `/v1/messages` (Anthropic's, in
+`messages.py`) or `/v1/models`, under
 `/rollouts/{rollout_id}/attempts/{attempt_id}` (what `LLM.for_attempt` hands them) and/or
 `/agents/{name}` (the agent making the call), or at the root with the
 `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` / `x-agentgrad-agent` headers. The
@@ -42,6 +43,8 @@ from urllib.parse import unquote
 
 import orjson
 
+import agentgrad.gateway.messages as messages
+import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
 from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
@@ -61,7 +64,7 @@ from agentgrad.gateway.upstreams import (
 )
 from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
 from agentgrad.redact import redact_known_bytes
-from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -73,15 +76,21 @@ MODE_CACHE_SIZE = 65536
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
     r"(?:/agents/(?P<agent>[^/]+))?"
-    r"/v1/(?P<endpoint>chat/completions|completions|responses|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
+    r"/v1/(?P<endpoint>chat/completions|completions|responses|messages|models|" + re.escape(sc.FLUSH_ENDPOINT) + r")/?"
 )
-_APIS = {"chat/completions": CHAT_COMPLETIONS_API, "completions": COMPLETIONS_API, "responses": RESPONSES_API}
+_APIS = {
+    "chat/completions": CHAT_COMPLETIONS_API,
+    "completions": COMPLETIONS_API,
+    "responses": RESPONSES_API,
+    "messages": MESSAGES_API,
+}
 _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
     sc.ROLLOUT_HEADER.encode(),
     sc.ATTEMPT_HEADER.encode(),
     sc.AGENT_HEADER.encode(),
 )
 _VERSION_KEY = sc.VERSION_HEADER.encode()
+_NOT_TRAINED_KEY = sc.NOT_TRAINED_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried; the openai client obeys this
@@ -90,7 +99,9 @@ _NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried;
 class Gateway:
     """An ASGI app proxying OpenAI-compatible calls to `backends` (model name → upstream) and recording them.
 
-    `default` (a backend or a replica pool) serves models missing from the table; without it they get a 404 naming the known
+    A name with `*`, `?` or `[` is a glob pattern (`claude-*`), tried in order after the exact names
+    (`routing.load_routes` reads such a table from a file). `default` (a backend or a replica pool) serves models
+    missing from the table; without it they get a 404 naming the known
     ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
     weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
 
@@ -117,9 +128,19 @@ class Gateway:
         if not backends and default is None and not routers:
             raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
         self.store = store
-        self._upstreams = {
+        routed = {
             name: Upstream.of(name, b if isinstance(b, Backend) else Backend(b)) for name, b in (backends or {}).items()
         }
+        for name, upstream in routed.items():
+            routing.check_cacheable(name, upstream.backend)
+        self._upstreams = {name: u for name, u in routed.items() if not routing.is_pattern(name)}
+        self._patterns = {name: u for name, u in routed.items() if routing.is_pattern(name)}
+        """Model glob patterns (`claude-*`) → upstreams, tried in order after the exact names."""
+        self._limiters = {
+            name: routing.Limiter(name, u.backend.rate_limit) for name, u in routed.items() if u.backend.rate_limit
+        }
+        self.cache = routing.ResponseCache()
+        """Answers of upstreams with `cache=True` (judges, critics; never the policy)."""
         self._default_router = default if isinstance(default, ReplicaPool) else None
         self._default = (
             None
@@ -240,7 +261,10 @@ class Gateway:
         if root and path.startswith(root):
             path = path[len(root) :]
         headers = dict(scope["headers"])
-        if not bearer_ok(headers.get(b"authorization"), self._auth):  # before routing: no route is told to strangers
+        authorization = headers.get(b"authorization")
+        if authorization is None and b"x-api-key" in headers:  # the anthropic SDK sends its key so
+            authorization = b"Bearer " + headers[b"x-api-key"]
+        if not bearer_ok(authorization, self._auth):  # before routing: no route is told to strangers
             message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
             return await _reject(send, 401, message, "invalid_api_key")
         match = _ROUTE.fullmatch(path)
@@ -248,7 +272,8 @@ class Gateway:
             return await _reject(
                 send,
                 404,
-                f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions or /v1/models, "
+                f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions, /v1/messages "
+                "or /v1/models, "
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
@@ -285,7 +310,9 @@ class Gateway:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
         if (rollout is None) != (attempt is None):
-            return await _reject(send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither")
+            return await _reject(
+                send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither", api=api
+            )
         if rollout is not None:
             rollout_id, attempt_id = rollout.decode("latin-1"), attempt.decode("latin-1")  # type: ignore[union-attr]
         else:
@@ -300,21 +327,27 @@ class Gateway:
         except ConnectionError:
             return
         except ValueError as exc:
-            return await _reject(send, 413, str(exc), "request_too_large")
+            return await _reject(send, 413, str(exc), "request_too_large", api=api)
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            return await _reject(send, 400, f"request body is not valid JSON: {exc}")
+            return await _reject(send, 400, f"request body is not valid JSON: {exc}", api=api)
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
-            return await _reject(send, 400, "request body must be a JSON object with a 'model' string", "invalid_model")
+            return await _reject(
+                send, 400, "request body must be a JSON object with a 'model' string", "invalid_model", api=api
+            )
         call = Call(
             api, request, None, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"), started, start_time
         )
+        if api == MESSAGES_API:
+            call.relayed_headers = messages.relayed_headers(headers)
         plan = self.sampling
-        if plan is not None and rollout_id is not None:
+        if plan is not None and rollout_id is not None and _NOT_TRAINED_KEY not in headers:  # a judge keeps its own
             settings = plan.by_mode.get(await self._mode_of(rollout_id) or "")
             if settings:
                 call.sampling = apply_sampling(api, request, settings, plan.source)
+        if _NOT_TRAINED_KEY in headers:  # a judge's call: recorded, never trained on
+            call.sampling[sc.NOT_TRAINED] = headers[_NOT_TRAINED_KEY].decode("utf-8", "replace") or "yes"
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the
         # upstream request is cancelled (its connection closed) rather than left running for nobody.
         work = asyncio.ensure_future(self._forward(call, send))
@@ -351,10 +384,12 @@ class Gateway:
         import aiohttp
 
         model, request = call.request["model"], call.request
-        router = self._routers.get(model) or (self._default_router if model not in self._upstreams else None)
+        named = self._upstreams.get(model) or routing.matching(model, self._patterns)
+        router = self._routers.get(model) or (self._default_router if named is None else None)
         lease = await router.acquire(call.rollout_id) if router is not None else None  # a replica, held through a sync
-        upstream = lease.upstream if lease is not None else (self._upstreams.get(model) or self._default)
+        upstream = lease.upstream if lease is not None else (named or self._default)
         call.upstream = upstream
+        call.arm = getattr(lease, "arm", None)  # an A/B split's (agentgrad.gateway.ab)
         try:
             if upstream is None:
                 await self._fail(
@@ -368,7 +403,9 @@ class Gateway:
                     ),
                 )
                 return
-            problem = request_problem(call.api, request)
+            problem = (
+                messages.request_problem(request) if call.api == MESSAGES_API else request_problem(call.api, request)
+            )
             if problem is not None:
                 return await self._fail(
                     send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request")
@@ -381,6 +418,12 @@ class Gateway:
                 )
             call.token_ids_asked = added.asked
             backend = upstream.backend
+            cache_key = (upstream.name, call.api, outgoing) if backend.cache and not request.get("stream") else None
+            cached = self.cache.get(cache_key) if cache_key is not None else None
+            if cached is not None:
+                call.sampling[sc.CACHE_HIT] = True
+                return await self._relay(send, call, cached, added, None, 0)
+            limiter = self._limiters.get(upstream.name)
             connect_s, first_byte_s, total_s = (
                 ours if ours is not None else theirs
                 for ours, theirs in zip(
@@ -391,15 +434,18 @@ class Gateway:
             url, retries, response = upstream.urls[call.api], 0, None
             try:
                 try:
-                    async with asyncio.timeout_at(deadline.ends):
+                    async with asyncio.timeout_at(deadline.ends):  # a wait for the rate limit counts too
+                        if limiter is not None:
+                            await limiter.acquire(routing.request_tokens(request, len(outgoing)))
                         response, retries = await post_with_retries(
                             self._session,
                             upstream,
                             call.api,
                             outgoing,
                             deadline=deadline,
-                            max_retries=self.max_retries,
+                            max_retries=self.max_retries if backend.max_retries is None else backend.max_retries,
                             backoff_s=self.retry_backoff_s,
+                            headers=call.relayed_headers,
                         )
                         streamed = (
                             bool(request.get("stream"))
@@ -427,6 +473,8 @@ class Gateway:
                 refused.retries = retries
                 await self._fail(send, call, refused)
             else:
+                if cache_key is not None:
+                    self.cache.put(cache_key, payload)
                 await self._relay(send, call, payload, added, version, retries)
         finally:
             if router is not None and lease is not None:
@@ -476,8 +524,12 @@ class Gateway:
 
         headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler: StreamAssembler | ResponsesStream = (
-            ResponsesStream() if call.api == RESPONSES_API else StreamAssembler(call.api)
+        assembler: StreamAssembler | ResponsesStream | messages.MessagesStream = (
+            ResponsesStream()
+            if call.api == RESPONSES_API
+            else messages.MessagesStream()
+            if call.api == MESSAGES_API
+            else StreamAssembler(call.api)
         )
         error: GatewayError | None = None
         pending = b""
@@ -507,7 +559,8 @@ class Gateway:
             else:
                 message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
                 error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
-            await send({"type": "http.response.body", "body": b"data: " + error.body() + b"\n\n", "more_body": True})
+            event = messages.error_event(error) if call.api == MESSAGES_API else b"data: " + error.body() + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
         answered = response_attributes(call.api, assembler.result(), version)
         self._recording += 1
         try:
@@ -518,7 +571,7 @@ class Gateway:
     async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
         self._recording += 1
         try:
-            await _send_error(send, error, extra=[_NO_CLIENT_RETRY])
+            await _send_error(send, error, extra=[_NO_CLIENT_RETRY], api=call.api)
         finally:
             self._record(call, {}, error, error.retries)
 
@@ -539,8 +592,15 @@ class _BadChunk(ValueError):
     """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
 
 
-def _relay_event(event: bytes, assembler: StreamAssembler | ResponsesStream, added: Added, call: Call) -> bytes:
+def _relay_event(
+    event: bytes, assembler: StreamAssembler | ResponsesStream | messages.MessagesStream, added: Added, call: Call
+) -> bytes:
     """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
+    if isinstance(assembler, messages.MessagesStream):
+        relayed = messages.relay_event(event, assembler, added)
+        if call.first_token is None and assembler.generating:
+            call.first_token = time.perf_counter()
+        return relayed
     if isinstance(assembler, ResponsesStream):
         return _relay_responses_event(event, assembler, added, call)
     if not event.startswith(b"data:"):
@@ -621,10 +681,13 @@ async def _send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_error(send: Any, error: GatewayError, extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    await _send_json(send, error.status, error.body(), extra=extra)
+async def _send_error(
+    send: Any, error: GatewayError, extra: Iterable[tuple[bytes, bytes]] = (), api: str | None = None
+) -> None:
+    body = messages.error_body(error) if api == MESSAGES_API else error.body()  # each API's own error shape
+    await _send_json(send, error.status, body, extra=extra)
 
 
-async def _reject(send: Any, status: int, message: str, code: str | None = None) -> None:
+async def _reject(send: Any, status: int, message: str, code: str | None = None, api: str | None = None) -> None:
     """Refuse a request the gateway cannot make sense of (it never reaches an upstream)."""
-    await _send_error(send, GatewayError(status, message, "invalid_request_error", code))
+    await _send_error(send, GatewayError(status, message, "invalid_request_error", code), api=api)

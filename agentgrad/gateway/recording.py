@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+import agentgrad.gateway.messages as messages
 import agentgrad.gateway.responses as responses
 from agentgrad import semconv as sc
 from agentgrad.redact import redact_known
-from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
 from agentgrad.store.sink import SpanSink
 from agentgrad.types import Span, SpanStatus
@@ -38,8 +39,8 @@ def _json(value: Any) -> str:
     return orjson.dumps(value, default=repr).decode()
 
 
-OPERATIONS = {CHAT_COMPLETIONS_API: CHAT, COMPLETIONS_API: sc.TEXT_COMPLETION, RESPONSES_API: CHAT}
-"""The GenAI operation of each OpenAI API: a Responses call is a chat."""
+OPERATIONS = {CHAT_COMPLETIONS_API: CHAT, COMPLETIONS_API: sc.TEXT_COMPLETION, RESPONSES_API: CHAT, MESSAGES_API: CHAT}
+"""The GenAI operation of each API: a Responses or Messages call is a chat."""
 
 
 def request_attributes(api: str, request: dict[str, Any], system: str) -> dict[str, Any]:
@@ -56,13 +57,17 @@ def request_attributes(api: str, request: dict[str, Any], system: str) -> dict[s
         value = request.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             attributes[name] = value
-    stop = request.get("stop")
+    stop = request.get("stop_sequences" if api == MESSAGES_API else "stop")
     if stop:
         attributes[sc.GEN_AI_REQUEST_STOP] = [stop] if isinstance(stop, str) else list(stop)
     if api == RESPONSES_API:
         attributes[sc.GEN_AI_INPUT_MESSAGES] = _json(responses.input_messages(request))
         if request.get("tools"):
             attributes[sc.GEN_AI_TOOL_DEFINITIONS] = _json(request["tools"])
+    elif api == MESSAGES_API:
+        attributes[sc.GEN_AI_INPUT_MESSAGES] = _json(messages.input_messages(request))
+        if request.get("tools"):
+            attributes[sc.GEN_AI_TOOL_DEFINITIONS] = _json(messages.tool_definitions(request["tools"]))
     elif operation == CHAT:
         attributes[sc.GEN_AI_INPUT_MESSAGES] = _json(request.get("messages"))
         if request.get("tools"):
@@ -87,8 +92,9 @@ USAGE_KEYS = {
     CHAT_COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
     COMPLETIONS_API: ("prompt_tokens", "completion_tokens"),
     RESPONSES_API: ("input_tokens", "output_tokens"),
+    MESSAGES_API: ("input_tokens", "output_tokens"),
 }
-"""The names each OpenAI API gives its input and output token counts in `usage`."""
+"""The names each API gives its input and output token counts in `usage`."""
 
 
 def response_attributes(api: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
@@ -110,6 +116,8 @@ def response_attributes(api: str, response: dict[str, Any], version_header: str 
         attributes[sc.WEIGHTS_VERSION] = version
     if api == RESPONSES_API:
         attributes.update(responses.output_attributes(response))
+    elif api == MESSAGES_API:
+        attributes.update(messages.output_attributes(response))
     else:
         attributes.update(_choice_attributes(OPERATIONS[api], response))
     return attributes
@@ -241,8 +249,13 @@ class Call:
     """Whether the upstream was asked for token ids (by the gateway or the client): says why they may be absent."""
     recorded: bool = False
     """Whether its span was queued (a call the agent hung up on is recorded once, by whoever gets there first)."""
+    relayed_headers: dict[str, str] = field(default_factory=dict)
+    """The agent's headers passed upstream with the call (`messages.RELAYED_HEADERS`)."""
     sampling: dict[str, Any] = field(default_factory=dict)
-    """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for."""
+    """Where the gateway applied the trainer's sampling: whose values won and what the agent asked for; and
+    `NOT_TRAINED`, on a call the agent marked as no training data."""
+    arm: str | None = None
+    """The A/B arm that served it (`agentgrad.gateway.ab`), when its model is split."""
 
     @property
     def operation(self) -> str:
@@ -264,6 +277,8 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         }
     if call.agent:
         attributes[sc.AGENT_NAME] = call.agent
+    if call.arm is not None:
+        attributes[sc.AB_ARM] = call.arm
     attributes.update(call.sampling)
     if call.upstream is not None:
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from agentgrad.redact import known_secrets, redact_known
-from agentgrad.semconv import CHAT_COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import CHAT_COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 
 
 def _text_fields(api: str, data: dict[str, Any]) -> list[tuple[dict[str, Any], str, int]]:
@@ -22,6 +22,11 @@ def _text_fields(api: str, data: dict[str, Any]) -> list[tuple[dict[str, Any], s
     if api == RESPONSES_API:
         if data.get("type") == "response.output_text.delta" and isinstance(data.get("delta"), str):
             return [(data, "delta", int(data.get("output_index") or 0))]
+        return []
+    if api == MESSAGES_API:
+        delta = data.get("delta")
+        if data.get("type") == "content_block_delta" and isinstance(delta, dict) and isinstance(delta.get("text"), str):
+            return [(delta, "text", 0)]
         return []
     fields = []
     for choice in data.get("choices") or ():

@@ -20,18 +20,18 @@ from urllib.parse import urlsplit
 import orjson
 
 from agentgrad.redact import redact, remember_secret
-from agentgrad.semconv import ALLOWED_TOKENS_FIELD, CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD, CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 3
 """Retries after the first try, of failures that are safe to repeat: a connection that could not be made,
-or a 429/502/503 answered before any byte of a body (the upstream did not run the request)."""
+or a 429/502/503/529 answered before any byte of a body (the upstream did not run the request)."""
 RETRY_BACKOFF_SECONDS = 0.25
 """First pause between tries; doubles each time, with jitter; an upstream `Retry-After` is honoured."""
 MAX_RETRY_WAIT_SECONDS = 20.0
 """The longest `Retry-After` honoured; a longer one (or one past the call's deadline) is relayed instead."""
-RETRY_STATUSES = frozenset({429, 502, 503})
+RETRY_STATUSES = frozenset({429, 502, 503, 529})  # 529: Anthropic's "overloaded"
 CONNECT_TIMEOUT_SECONDS = 10.0
 """Longest wait for a connection to an upstream: a live server on a network accepts in milliseconds."""
 FIRST_BYTE_TIMEOUT_SECONDS = 120.0
@@ -44,8 +44,28 @@ agent gets a 504 and the upstream request is cancelled. Agents' own clients wait
 TRAINED_ENGINE_TIMEOUT_SECONDS = 600.0
 """First-byte and total deadline of the engine a training run serves (local or vLLM): its calls queue behind a
 weight sync and a full CPU batch, and a hung engine stops the run anyway."""
+ANTHROPIC_SYSTEM = "anthropic"
+"""An Anthropic-compatible upstream: its key goes in `x-api-key`, with an `anthropic-version`."""
+ANTHROPIC_VERSION = "2023-06-01"
 TOKEN_ID_SYSTEMS = frozenset({"agentgrad", "vllm"})
 """Upstreams that return token ids when asked (`return_token_ids`): the local engine and vLLM."""
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """Requests and tokens per minute for one upstream; calls past them queue, up to `max_queued`, then get a 429."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    max_queued: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("requests_per_minute", "tokens_per_minute"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"RateLimit.{name} is a number above 0 (or None for no limit), not {value!r}")
+        if self.max_queued < 0:
+            raise ValueError(f"RateLimit.max_queued is 0 or more, not {self.max_queued}")
 
 
 @dataclass
@@ -57,7 +77,8 @@ class Backend:
     the model upstream (`agentgrad engine serve` answers only to its own model's name).
     `system` says what serves it: "agentgrad" (the local engine) and "vllm" are asked for token
     ids, logprobs and stream usage; any other ("openai", the default) gets the client's request
-    unchanged, and its spans say the token ids are absent. `token_ids` / `logprobs` set to True
+    unchanged, and its spans say the token ids are absent; "anthropic" is sent its key as `x-api-key` (Anthropic's
+    Messages API at `url` + `/messages`, `url` ending in `/v1` as for the others). `token_ids` / `logprobs` set to True
     or False override what `system` implies. `connect_timeout_s`, `first_byte_timeout_s` and
     `timeout_s` bound each call (`Deadline`; a gateway's own options override them).
     """
@@ -74,6 +95,12 @@ class Backend:
     first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_SECONDS
     timeout_s: float = TIMEOUT_SECONDS
     """The call's overall deadline; see `Deadline`."""
+    max_retries: int | None = None
+    """Retries of this upstream's safe-to-repeat failures; None: the gateway's."""
+    rate_limit: RateLimit | None = None
+    """Requests and tokens per minute, queued then refused past a bound (`routing.Limiter`); None: no limit."""
+    cache: bool = False
+    """Answer repeated non-streamed requests from the gateway's cache: for judges and critics, never the policy."""
 
     @property
     def asks_token_ids(self) -> bool:
@@ -132,11 +159,16 @@ class Upstream:
             raise ValueError(f"backend {name!r}: {backend.url!r} is not an http(s) URL like http://127.0.0.1:8000/v1")
         base = backend.url.rstrip("/")
         headers = {"content-type": "application/json", **backend.headers}
-        if key:
+        if backend.system == ANTHROPIC_SYSTEM:
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+            if key:
+                headers["x-api-key"] = key
+        elif key:
             headers["authorization"] = f"Bearer {key}"
         port = parts.port or (443 if parts.scheme == "https" else 80)
         urls = {
-            api: f"{base}/{api.replace('.', '/')}" for api in (CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API)
+            api: f"{base}/{api.replace('.', '/')}"
+            for api in (CHAT_COMPLETIONS_API, COMPLETIONS_API, RESPONSES_API, MESSAGES_API)
         }
         return cls(name, backend, urls, headers, parts.hostname, port)
 
@@ -148,14 +180,20 @@ class Upstream:
         add_ids = backend.asks_token_ids and not request.get("return_token_ids")
         asked_logprobs = request.get("logprobs")
         add_logprobs = (
-            api != RESPONSES_API and backend.asks_logprobs and (asked_logprobs is None or asked_logprobs is False)
+            api not in (RESPONSES_API, MESSAGES_API)
+            and backend.asks_logprobs
+            and (asked_logprobs is None or asked_logprobs is False)
         )
         add_usage = False
         if add_ids:
             outgoing["return_token_ids"] = True
         if add_logprobs:  # completions take a count of top logprobs; 0 means only the sampled token's
             outgoing["logprobs"] = True if api == CHAT_COMPLETIONS_API else 0
-        if request.get("stream") and api != RESPONSES_API and (backend.asks_token_ids or backend.asks_logprobs):
+        if (
+            request.get("stream")
+            and api not in (RESPONSES_API, MESSAGES_API)
+            and (backend.asks_token_ids or backend.asks_logprobs)
+        ):
             options = request.get("stream_options")
             if not (isinstance(options, dict) and options.get("include_usage")):
                 outgoing["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
@@ -272,7 +310,15 @@ class Deadline:
 
 
 async def post_with_retries(
-    session: Any, upstream: Upstream, api: str, body: bytes, *, deadline: Deadline, max_retries: int, backoff_s: float
+    session: Any,
+    upstream: Upstream,
+    api: str,
+    body: bytes,
+    *,
+    deadline: Deadline,
+    max_retries: int,
+    backoff_s: float,
+    headers: dict[str, str] | None = None,
 ) -> tuple[Any, int]:
     """POST `body` within `deadline`, retrying what is safe to repeat: (the last response, retries taken).
 
@@ -281,12 +327,14 @@ async def post_with_retries(
     and a 429/502/503 status, as long as the pause (`Retry-After` up to `MAX_RETRY_WAIT_SECONDS`, else a
     backoff) ends before the deadline. Not retried: silence past the first-byte timeout (a hung upstream
     gets a 504 at once, not one per try), and anything once the response began. The last response
-    is returned whatever its status; the caller relays it. When no response came, a `GatewayError`
+    is returned whatever its status; the caller relays it. `headers` are the agent's own to pass on (`messages.RELAYED_HEADERS`:
+    never a key). When no response came, a `GatewayError`
     (502 unreachable, 504 timeout) is raised. The caller bounds the whole call by `deadline.ends`.
     """
     import aiohttp
 
     url = upstream.urls[api]
+    sent = upstream.headers if not headers else {**upstream.headers, **headers}
     for attempt in range(max_retries + 1):
         retry_after: str | None = None
         remaining = deadline.remaining()
@@ -294,7 +342,7 @@ async def post_with_retries(
             total=None, connect=min(deadline.connect_s, remaining), sock_read=min(deadline.first_byte_s, remaining)
         )
         try:
-            response = await session.post(url, data=body, headers=upstream.headers, timeout=timeout)
+            response = await session.post(url, data=body, headers=sent, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing reached the upstream
             error = deadline.error(upstream, url, exc)
         except TimeoutError as exc:  # it has the request and says nothing: a hung upstream

@@ -7,8 +7,11 @@ save and restore checkpoints (weights, optimizer, progress) that resume a run.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from agentgrad.gateway import SamplingPlan
+    from agentgrad.gateway.replicas import ReplicaPool
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,9 @@ class LocalPolicy:
     build `OpenAI()` with no arguments can be pointed at it; 0: any free port) and serves the policy
     under every model name, so an agent needs no change of model name either. With
     `lora_rank > 0` only low-rank adapters are trained (peft); the engine then samples from the
-    adapted model directly.
+    adapted model directly. `publish()` holds new calls and lets those in flight finish before the
+    engine serves new weights, so no call mixes versions; `train_beside_serving()` (asynchronous
+    training) has the update train a copy while the engine keeps sampling from the published weights.
     """
 
     def __init__(
@@ -65,14 +71,55 @@ class LocalPolicy:
         self.gateway_url: str | None = None
         self.gateway: Any = None
         self.sampling: SamplingPlan | None = None
+        self.calls: ReplicaPool | None = None  # the engine's one replica behind the gateway: held during a publish
+        self._trainer: torch.nn.Module | None = None  # the copy the update trains, when it trains beside serving
 
     @property
     def model(self) -> PreTrainedModel:
-        return self.engine.model
+        """The weights the update trains (and checkpoints save): the engine's, or the copy beside them."""
+        return self._trainer if self._trainer is not None else self.engine.model
+
+    def train_beside_serving(self) -> None:
+        """Train a copy of the weights from now on, so generation never waits for an update (asynchronous
+        training); `publish()` copies it into the engine between calls. Costs one more copy of the weights."""
+        if self._trainer is None:
+            with self.engine.training() as model:
+                self._trainer = copy.deepcopy(model)
+            self._trainer.eval()
+
+    @contextmanager
+    def training(self) -> Iterator[torch.nn.Module]:
+        """The model to update: the copy beside serving (generation goes on), else the engine's (generation waits)."""
+        if self._trainer is None:
+            with self.engine.training() as model:
+                yield model
+            return
+        self._trainer.train()
+        try:
+            yield self._trainer
+        finally:
+            self._trainer.eval()
+
+    def publish(self) -> int:
+        """Serve the trained weights from the next call on; calls in flight finish on the version they began with."""
+        if self.calls is None:
+            return self._publish()
+        with self.calls.exclusive():
+            version = self._publish()
+            self.calls.version = version
+        return version
+
+    def _publish(self) -> int:
+        if self._trainer is not None:
+            with self.engine.training() as served, torch.no_grad():
+                for serving, trained in zip(served.parameters(), self._trainer.parameters()):
+                    serving.copy_(trained)
+        return self.engine.publish()
 
     def start(self) -> None:
         from agentgrad.engine.server import create_engine_app
         from agentgrad.gateway import Backend, Gateway
+        from agentgrad.gateway.replicas import ReplicaPool
         from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS as LIMIT
 
         engine_server = ServerThread(create_engine_app(self.engine)).start()
@@ -84,7 +131,8 @@ class LocalPolicy:
             first_byte_timeout_s=LIMIT,
             timeout_s=LIMIT,
         )
-        self.serve_gateway(Gateway(self.store, {self.engine.name: backend}, default=backend))
+        self.calls = ReplicaPool(self.engine.name, [backend], version=self.engine.version)
+        self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.calls}, default=self.calls))
 
     def serve_gateway(self, gateway: Any) -> None:
         """Serve `gateway` on loopback at `gateway_port`: what agents call."""
@@ -159,7 +207,7 @@ class LocalPolicy:
         weights: dict[str, torch.Tensor] = {}
         for file in files:
             weights.update(load_file(file))
-        with self.engine.training() as model:
+        with self.training() as model:
             if self.lora_rank > 0:
                 from peft import set_peft_model_state_dict
 
@@ -174,5 +222,5 @@ class LocalPolicy:
                     )
         saved = torch.load(directory / TRAINER_STATE, weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])
-        self.engine.publish()
+        self.publish()
         return saved["state"]

@@ -146,6 +146,9 @@ class VLLMPolicy(LocalPolicy):
         self.last_sync_seconds = time.perf_counter() - began
         return self.last_sync_seconds
 
+    def train_beside_serving(self) -> None:
+        """Nothing to copy: the vLLM servers sample while the trainer's weights update."""
+
     def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         state = super().load(directory, optimizer)
         self.sync()

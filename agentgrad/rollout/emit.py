@@ -34,12 +34,16 @@ def _emit(name: str, attributes: Mapping[str, Any], error: str | None = None) ->
             span.set_status(Status(StatusCode.ERROR, error))
 
 
-def emit_reward(value: float | Mapping[str, float], primary: str | None = None) -> None:
+def emit_reward(value: float | Mapping[str, float], primary: str | None = None, *, agent: str | None = None) -> None:
     """Report a reward: a number, or named dimensions of which `primary` is the reward trained on.
 
     The last reward of an attempt becomes the rollout's final reward unless the agent returns one.
-    NaN and infinities are a ValueError here, in the agent (the store would refuse them later).
+    With `agent`, the reward is that role's own (it pays that agent's calls under per-turn credit)
+    and never becomes the rollout's reward. NaN and infinities are a ValueError here, in the agent
+    (the store would refuse them later).
     """
+    if agent is not None and (not isinstance(agent, str) or not agent):
+        raise ValueError(f"agent names the role the reward is for (a non-empty string), got {agent!r}")
     if isinstance(value, Mapping):
         if primary is None:
             if len(value) != 1:
@@ -57,6 +61,8 @@ def emit_reward(value: float | Mapping[str, float], primary: str | None = None) 
     bad = {k: v for k, v in attributes.items() if isinstance(v, float) and not math.isfinite(v)}
     if bad:
         raise ValueError(f"a reward must be a finite number, got {bad}")
+    if agent is not None:
+        attributes[sc.REWARD_AGENT] = agent
     _emit(sc.REWARD_SPAN, attributes)
 
 

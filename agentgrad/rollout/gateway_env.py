@@ -1,6 +1,6 @@
-"""Routing by environment: agents that build `OpenAI()` with no arguments call the attempt's gateway route.
+"""Routing by environment: agents that build `OpenAI()` (or `Anthropic()`) with no arguments call the attempt's gateway route.
 
-`GatewayEnvHook` points `OPENAI_BASE_URL` / `OPENAI_API_KEY` at the attempt's gateway route
+`GatewayEnvHook` points `OPENAI_BASE_URL` / `OPENAI_API_KEY` (and `ANTHROPIC_BASE_URL` / `ANTHROPIC_API_KEY`) at the attempt's gateway route
 while each attempt runs, for agents that build `OpenAI()` (or LangChain's `ChatOpenAI()`) with
 no arguments, and for any program they start. Environment variables are per process: this is
 for runner processes that run one attempt at a time; overlapping attempts fall back to
@@ -28,20 +28,30 @@ log = logging.getLogger(__name__)
 
 OPENAI_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY")
 """What a no-argument `OpenAI()` (and LangChain's `ChatOpenAI()`) reads."""
+ANTHROPIC_ENV = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
+"""What a no-argument `Anthropic()` reads: the base URL without `/v1` (the SDK adds `/v1/messages`)."""
+
+
+def _set(base_url: str, api_key: str) -> None:
+    """Point both SDKs' environment at `base_url` (`…/v1`)."""
+    os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = base_url, api_key
+    root = base_url.rstrip("/")
+    os.environ["ANTHROPIC_BASE_URL"] = root[: -len("/v1")] if root.endswith("/v1") else root
+    os.environ["ANTHROPIC_API_KEY"] = api_key
 
 
 @contextmanager
 def openai_environment(gateway_url: str, api_key: str = "agentgrad") -> Iterator[None]:
     """While inside, this process's (and its new subprocesses') no-argument `OpenAI()` calls the gateway at
     `gateway_url` (`…/v1`), and every `openai` call made inside a rollout names its attempt in headers."""
-    saved = {name: os.environ.get(name) for name in OPENAI_ENV}
+    saved = {name: os.environ.get(name) for name in (*OPENAI_ENV, *ANTHROPIC_ENV)}
     if saved["OPENAI_BASE_URL"] not in (None, gateway_url):
         log.info(
             "OPENAI_BASE_URL is %s; the trainer points it at its gateway %s while it runs",
             saved["OPENAI_BASE_URL"],
             gateway_url,
         )
-    os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = gateway_url, api_key
+    _set(gateway_url, api_key)
     was_instrumented = instrument._original_build_headers is not None
     instrument_openai()
     try:
@@ -84,7 +94,7 @@ class GatewayEnvHook(Hook):
         cls = GatewayEnvHook
         with cls._class_lock:
             if not cls._active:
-                cls._saved = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+                cls._saved = {name: os.environ.get(name) for name in (*OPENAI_ENV, *ANTHROPIC_ENV)}
             cls._active[rollout.attempt.attempt_id] = self.route(rollout.rollout_id, rollout.attempt.attempt_id)
             self._apply()
 
@@ -106,10 +116,9 @@ class GatewayEnvHook(Hook):
     def _apply(self) -> None:
         active = GatewayEnvHook._active
         if len(active) == 1:
-            os.environ["OPENAI_BASE_URL"] = next(iter(active.values()))
+            _set(next(iter(active.values())), self.api_key)
         else:
             if os.environ.get("OPENAI_BASE_URL") != f"{self.root}/v1":
                 log.info("%d attempts share this process: routing their openai calls by context", len(active))
-            os.environ["OPENAI_BASE_URL"] = f"{self.root}/v1"
+            _set(f"{self.root}/v1", self.api_key)
             instrument_openai()
-        os.environ["OPENAI_API_KEY"] = self.api_key

@@ -1,7 +1,7 @@
 """Instrumenting the `openai` client: each request names the attempt and the agent of its context.
 
-`instrument_openai()` makes every `openai` client in this process add the rollout, attempt
-and agent headers of the current context (`bind_attempt`, `ag.agent`), so async tasks and
+`instrument_openai()` makes every `openai` client in this process (and every `anthropic` one, where that SDK is
+installed: it is built the same way) add the rollout, attempt and agent headers of the current context (`bind_attempt`, `ag.agent`), so async tasks and
 threads that share a process, or even one client, route their calls correctly. For agents
 that build `OpenAI()` with no arguments, `agentgrad.gateway.GatewayEnvHook` sets the
 environment instead (and calls this when attempts overlap in one process).
@@ -19,6 +19,7 @@ from agentgrad.rollout.tracer import current_attempt
 from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
 
 _original_build_headers: Any = None
+_original_anthropic_headers: Any = None
 _lock = threading.Lock()
 
 AGENTS_TRACING_ENV = "OPENAI_AGENTS_DISABLE_TRACING"
@@ -47,44 +48,59 @@ def instrument_openai() -> None:
     `contextvars.copy_context().run` (or use `asyncio.to_thread`). It also turns off the OpenAI Agents
     SDK's trace upload (`disable_agents_sdk_tracing`).
     """
-    global _original_build_headers
+    global _original_build_headers, _original_anthropic_headers
     from openai._base_client import BaseClient
 
     disable_agents_sdk_tracing()
 
     with _lock:
-        if _original_build_headers is not None:
+        if _original_build_headers is None:
+            _original_build_headers = BaseClient._build_headers
+            BaseClient._build_headers = _routed(_original_build_headers)  # type: ignore[method-assign]
+        try:
+            from anthropic._base_client import BaseClient as AnthropicClient
+        except ImportError:  # the anthropic SDK is optional
             return
-        original = BaseClient._build_headers
+        if _original_anthropic_headers is None:
+            _original_anthropic_headers = AnthropicClient._build_headers
+            AnthropicClient._build_headers = _routed(_original_anthropic_headers)  # type: ignore[method-assign]
 
-        def _build_headers(self: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
-            headers = original(self, options, *args, **kwargs)
-            attempt = current_attempt()
-            if attempt is not None and ROLLOUT_HEADER not in headers:
-                headers[ROLLOUT_HEADER] = attempt.rollout_id
-                headers[ATTEMPT_HEADER] = attempt.attempt_id
-                if "traceparent" not in headers:
-                    traceparent = _traceparent()
-                    if traceparent:
-                        headers["traceparent"] = traceparent
-            agent = current_agent()
-            if agent is not None and AGENT_HEADER not in headers:
-                headers[AGENT_HEADER] = agent
-            return headers
 
-        BaseClient._build_headers = _build_headers  # type: ignore[method-assign]
-        _original_build_headers = original
+def _routed(original: Any) -> Any:
+    """`_build_headers` adding the context's attempt, traceparent and agent (both SDKs share this method)."""
+
+    def _build_headers(self: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+        headers = original(self, options, *args, **kwargs)
+        attempt = current_attempt()
+        if attempt is not None and ROLLOUT_HEADER not in headers:
+            headers[ROLLOUT_HEADER] = attempt.rollout_id
+            headers[ATTEMPT_HEADER] = attempt.attempt_id
+            if "traceparent" not in headers:
+                traceparent = _traceparent()
+                if traceparent:
+                    headers["traceparent"] = traceparent
+        agent = current_agent()
+        if agent is not None and AGENT_HEADER not in headers:
+            headers[AGENT_HEADER] = agent
+        return headers
+
+    return _build_headers
 
 
 def uninstrument_openai() -> None:
     """Undo `instrument_openai`."""
-    global _original_build_headers
+    global _original_build_headers, _original_anthropic_headers
     from openai._base_client import BaseClient
 
     with _lock:
         if _original_build_headers is not None:
             BaseClient._build_headers = _original_build_headers  # type: ignore[method-assign]
             _original_build_headers = None
+        if _original_anthropic_headers is not None:
+            from anthropic._base_client import BaseClient as AnthropicClient
+
+            AnthropicClient._build_headers = _original_anthropic_headers  # type: ignore[method-assign]
+            _original_anthropic_headers = None
 
 
 def _traceparent() -> str | None:

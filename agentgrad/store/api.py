@@ -26,6 +26,7 @@ from agentgrad.types import (
     RolloutConfig,
     RolloutRequest,
     RolloutStatus,
+    Run,
     Span,
     StoreStats,
     Worker,
@@ -141,6 +142,11 @@ class AddMetricsBody(Body):
 class MetricsQuery(Body):
     name: str | None = None
     prefix: str | None = None
+    run_id: str | None = None
+
+
+class PutRunBody(Body):
+    run: Run
 
 
 @dataclass(frozen=True)
@@ -320,6 +326,11 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "query_metrics", "GET", "/api/metrics", list[Metric], "Points by exact name or name prefix.", query=MetricsQuery
     ),
+    Operation(
+        "put_run", "POST", "/api/runs", Run, "Record a run, or replace its record by id.", body=PutRunBody, once=True
+    ),
+    Operation("query_runs", "GET", "/api/runs", list[Run], "Every run, by start time."),
+    Operation("get_run", "GET", "/api/runs/{run_id}", Run, "One run."),
     Operation("stats", "GET", "/api/stats", StoreStats, "Counts by status."),
 )
 

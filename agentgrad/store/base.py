@@ -28,6 +28,7 @@ from agentgrad.types import (
     RolloutConfig,
     RolloutRequest,
     RolloutStatus,
+    Run,
     Span,
     StoreStats,
     Worker,
@@ -261,8 +262,24 @@ class Store(ABC):
         """Append points to training curves."""
 
     @abstractmethod
-    async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
-        """Points by name (exact) or name prefix, in step then time order."""
+    async def query_metrics(
+        self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
+    ) -> list[Metric]:
+        """Points by name (exact) or name prefix, of one run when `run_id` is given, in step then time order."""
+
+    # ------------------------------------------------------------------ runs
+
+    @abstractmethod
+    async def put_run(self, run: Run) -> Run:
+        """Record a run, or replace the record of the run with its id (a run is written when it starts and ends)."""
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> Run:
+        """The run, or NotFoundError."""
+
+    @abstractmethod
+    async def query_runs(self) -> list[Run]:
+        """Every run, by start time."""
 
     @abstractmethod
     async def stats(self) -> StoreStats:

@@ -46,6 +46,7 @@ from agentgrad.types import (
     Rollout,
     RolloutConfig,
     RolloutStatus,
+    Run,
     Span,
     StoreStats,
     Worker,
@@ -326,8 +327,19 @@ class StoreClient(Store):
                 )
         await self._invoke("add_metrics", metrics=list(metrics))
 
-    async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
-        return await self._invoke("query_metrics", name=name, prefix=prefix)
+    async def query_metrics(
+        self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
+    ) -> list[Metric]:
+        return await self._invoke("query_metrics", name=name, prefix=prefix, run_id=run_id)
+
+    async def put_run(self, run: Run) -> Run:
+        return await self._invoke("put_run", run=run)
+
+    async def get_run(self, run_id: str) -> Run:
+        return await self._invoke("get_run", run_id=run_id)
+
+    async def query_runs(self) -> list[Run]:
+        return await self._invoke("query_runs")
 
     async def stats(self) -> StoreStats:
         return await self._invoke("stats")

@@ -18,6 +18,7 @@ from agentgrad.types import (
     ResourcesSnapshot,
     Rollout,
     RolloutStatus,
+    Run,
     Span,
     StoreStats,
     Worker,
@@ -37,6 +38,7 @@ class MemoryStore(LocalStore):
         self._resources: list[ResourcesSnapshot] = []
         self._workers: dict[str, Worker] = {}
         self._metrics: list[Metric] = []
+        self._runs: dict[str, Run] = {}
         self._start_sweeper(sweep_seconds)
 
     # ------------------------------------------------------------------ rollouts and attempts
@@ -238,14 +240,33 @@ class MemoryStore(LocalStore):
         with self._lock:
             self._metrics.extend(metric.model_copy() for metric in metrics)
 
-    async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
+    async def query_metrics(
+        self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
+    ) -> list[Metric]:
         with self._lock:
             selected = [
                 m
                 for m in self._metrics
-                if (name is None or m.name == name) and (prefix is None or m.name.startswith(prefix))
+                if (name is None or m.name == name)
+                and (prefix is None or m.name.startswith(prefix))
+                and (run_id is None or m.run_id == run_id)
             ]
         return sorted(selected, key=lambda m: (m.step, m.time))
+
+    async def put_run(self, run: Run) -> Run:
+        with self._lock:
+            self._runs[run.run_id] = run.model_copy(deep=True)
+            return run.model_copy(deep=True)
+
+    async def get_run(self, run_id: str) -> Run:
+        with self._lock:
+            if run_id not in self._runs:
+                raise t.no_run(run_id)
+            return self._runs[run_id].model_copy(deep=True)
+
+    async def query_runs(self) -> list[Run]:
+        with self._lock:
+            return sorted((r.model_copy(deep=True) for r in self._runs.values()), key=lambda r: r.start_time)
 
     async def stats(self) -> StoreStats:
         with self._lock:

@@ -46,6 +46,7 @@ from agentgrad.types import (
     ResourcesSnapshot,
     Rollout,
     RolloutStatus,
+    Run,
     Span,
     StoreStats,
     Worker,
@@ -101,6 +102,8 @@ class SqliteStore(LocalStore):
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            if "run_id" not in {row[1] for row in db.execute("PRAGMA table_info(metrics)")}:
+                db.execute("ALTER TABLE metrics ADD COLUMN run_id TEXT")  # a file from before runs were recorded
             if "span_id" not in {row[1] for row in db.execute("PRAGMA table_info(spans)")}:
                 db.execute("ALTER TABLE spans ADD COLUMN span_id TEXT")  # a file from before spans had ids here
             db.execute(
@@ -559,12 +562,14 @@ class SqliteStore(LocalStore):
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
         with self._write() as db:
             db.executemany(
-                "INSERT INTO metrics (name, step, value, time) VALUES (?, ?, ?, ?)",
+                "INSERT INTO metrics (name, step, value, time, run_id) VALUES (?, ?, ?, ?, ?)",
                 # SQLite turns a NaN into NULL; as text it reads back as NaN (a diverged loss is a figure too)
-                [(m.name, m.step, m.value if m.value == m.value else "NaN", m.time) for m in metrics],
+                [(m.name, m.step, m.value if m.value == m.value else "NaN", m.time, m.run_id) for m in metrics],
             )
 
-    async def query_metrics(self, name: str | None = None, prefix: str | None = None) -> list[Metric]:
+    async def query_metrics(
+        self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
+    ) -> list[Metric]:
         where: list[str] = []
         params: list[Any] = []
         if name is not None:
@@ -573,11 +578,31 @@ class SqliteStore(LocalStore):
         if prefix is not None:
             where.append("substr(name, 1, ?) = ?")
             params += [len(prefix), prefix]
-        sql = "SELECT name, step, value, time FROM metrics"
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        sql = "SELECT name, step, value, time, run_id FROM metrics"
         if where:
             sql += " WHERE " + " AND ".join(where)
         rows = self._read(sql + " ORDER BY step, time, id", params)
-        return [Metric(name=r[0], step=r[1], value=r[2], time=r[3]) for r in rows]
+        return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
+
+    async def put_run(self, run: Run) -> Run:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO runs (run_id, start_time, body) VALUES (?, ?, ?)",
+                (run.run_id, run.start_time, run.model_dump_json()),
+            )
+        return run.model_copy(deep=True)
+
+    async def get_run(self, run_id: str) -> Run:
+        rows = self._read("SELECT body FROM runs WHERE run_id = ?", (run_id,))
+        if not rows:
+            raise t.no_run(run_id)
+        return Run.model_validate_json(rows[0][0])
+
+    async def query_runs(self) -> list[Run]:
+        return [Run.model_validate_json(row[0]) for row in self._read("SELECT body FROM runs ORDER BY start_time")]
 
     async def stats(self) -> StoreStats:
         with self._lock:

@@ -77,9 +77,11 @@ CREATE TABLE IF NOT EXISTS metrics (
     name TEXT NOT NULL,
     step INTEGER NOT NULL,
     value REAL NOT NULL,
-    time REAL NOT NULL
+    time REAL NOT NULL,
+    run_id TEXT
 );
 CREATE INDEX IF NOT EXISTS metrics_by_name ON metrics(name, step);
+CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, start_time REAL NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS replies (
     id INTEGER PRIMARY KEY,
     key TEXT NOT NULL UNIQUE,

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from agentgrad.semconv import REWARD
+from agentgrad.semconv import REWARD, REWARD_AGENT
 from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
 from agentgrad.types import (
     Attempt,
@@ -44,6 +44,10 @@ WAITING = (RolloutStatus.QUEUING, RolloutStatus.REQUEUING)
 
 def no_rollout(rollout_id: str) -> NotFoundError:
     return NotFoundError(f"no rollout with id {rollout_id!r}")
+
+
+def no_run(run_id: str) -> NotFoundError:
+    return NotFoundError(f"no run with id {run_id!r}: `agentgrad runs ls --store ...` lists the runs of a store")
 
 
 def no_attempt(rollout_id: str, attempt_id: str) -> NotFoundError:
@@ -309,10 +313,11 @@ def sequence_spans(spans: Sequence[Span], next_id: int, known: dict[str, int]) -
 
 
 def record_span(attempt: Attempt, span: Span, at: float) -> None:
-    """A stored span is a heartbeat of its attempt, and the last reward it carries is the attempt's reward."""
+    """A stored span is a heartbeat of its attempt, and the last reward it carries is the attempt's reward
+    (a role's own reward, `emit_reward(agent=...)`, is not)."""
     attempt.last_heartbeat_time = at
     reward = span_reward(span)
-    if reward is not None and attempt.status is AttemptStatus.RUNNING:
+    if reward is not None and attempt.status is AttemptStatus.RUNNING and REWARD_AGENT not in span.attributes:
         attempt.reward = reward
 
 

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -34,11 +34,14 @@ from agentgrad.rollout.runner import Hook
 from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
 from agentgrad.store.transitions import check_tasks
+from agentgrad.tracking import Tracker, open_trackers
+from agentgrad.tracking.session import default_run_name, finish_run, report_to_of, result_checkpoint, start_run
 from agentgrad.train.layout import Layout
 from agentgrad.train.processes import run_processes
 from agentgrad.train.ray_cluster import run_ray
+from agentgrad.train.runs import end_record, start_record
 from agentgrad.train.threads import run_threads
-from agentgrad.types import LLM, NamedResources
+from agentgrad.types import LLM, NamedResources, RunStatus
 
 R = TypeVar("R")
 Strategy = Literal["threads", "processes", "ray"]
@@ -70,7 +73,10 @@ class Trainer(Generic[R]):
     model being trained listens on loopback (default: a port free when the trainer is built);
     `gateway_url` says it, before `fit` starts. `runner_isolation="process"` runs each attempt in a
     process of its own (`agentgrad.rollout.isolation`: for agents that may exit or crash the interpreter).
-    `console` is where the algorithm reports (default: stdout).
+    `console` is where the algorithm reports (default: stdout). `report_to` names trackers that `fit` sends the
+    run's metrics, configuration, `tags` and final figures to ("mlflow", "tensorboard", "wandb", or `Tracker`
+    objects; `agentgrad.tracking`), besides those the algorithm's own `report_to` names; the run is called
+    `run_name` there (default: the algorithm and the time).
     """
 
     @overload
@@ -87,6 +93,9 @@ class Trainer(Generic[R]):
         gateway_port: int | None = None,
         runner_isolation: Literal["thread", "process"] = "thread",
         console: Console | None = None,
+        report_to: Iterable[str | Tracker] = (),
+        run_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None: ...
 
     @overload
@@ -103,6 +112,9 @@ class Trainer(Generic[R]):
         gateway_port: int | None = None,
         runner_isolation: Literal["thread", "process"] = "thread",
         console: Console | None = None,
+        report_to: Iterable[str | Tracker] = (),
+        run_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -118,6 +130,9 @@ class Trainer(Generic[R]):
         gateway_port: int | None = None,
         runner_isolation: Literal["thread", "process"] = "thread",
         console: Console | None = None,
+        report_to: Iterable[str | Tracker] = (),
+        run_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be at least 1, got {n_runners}")
@@ -136,6 +151,10 @@ class Trainer(Generic[R]):
         self.runner_isolation = runner_isolation
         self.gateway_port = free_port() if gateway_port is None else gateway_port
         self.console = console or DEFAULT_CONSOLE
+        self.report_to = list(report_to)
+        open_trackers(self.report_to)  # an unknown name fails here, before anything starts
+        self.run_name = run_name
+        self.tags = dict(tags or {})
 
     @property
     def store(self) -> Store:
@@ -167,7 +186,7 @@ class Trainer(Generic[R]):
     async def fit_async(
         self, agent: LitAgent | Callable[..., Any], train_data: Sequence[Any], val_data: Sequence[Any] | None = None
     ) -> R:
-        return await self._fit(self.algorithm, as_agent(agent), train_data, val_data)
+        return await self._fit(self.algorithm, as_agent(agent), train_data, val_data, track=True)
 
     async def _fit(
         self,
@@ -177,6 +196,7 @@ class Trainer(Generic[R]):
         val_data: Sequence[Any] | None,
         *,
         local_llm: bool = False,
+        track: bool = False,
     ) -> Any:
         check_tasks(train_data, "train_data")  # before a model loads: a bad task is a message, not a late TypeError
         check_tasks(val_data or (), "val_data")
@@ -189,7 +209,55 @@ class Trainer(Generic[R]):
                 )
             return await asyncio.to_thread(follow)
         store = self.store
-        ctx = RunContext(store=store, gateway_port=self.gateway_port, console=self.console)
+        if not track:
+            ctx = RunContext(store=store, gateway_port=self.gateway_port, console=self.console)
+            return await self._run(algorithm, agent, ctx, train_data, val_data, local_llm)
+        trackers = open_trackers([*report_to_of(algorithm), *self.report_to])
+        name = self.run_name or default_run_name(algorithm)
+        layout = {"n_runners": self.n_runners, "strategy": self.strategy, "runner_concurrency": self.runner_concurrency}
+        layout |= {"train_size": len(train_data), "val_size": len(val_data or ())}
+        record = await asyncio.to_thread(start_record, algorithm, name, self.tags, layout)
+        await store.put_run(record)
+        ctx = RunContext(
+            store=store,
+            gateway_port=self.gateway_port,
+            console=self.console,
+            trackers=trackers or None,
+            run_id=record.run_id,
+        )
+        if trackers:
+            tags = {**self.tags, "agentgrad.run_id": record.run_id}
+            await asyncio.to_thread(start_run, trackers, algorithm, name, tags, layout)
+        status, result, error = RunStatus.FAILED, None, None
+        try:
+            result = await self._run(algorithm, agent, ctx, train_data, val_data, local_llm)
+            status = RunStatus.SUCCEEDED
+            return result
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            status = RunStatus.CANCELLED
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            metrics = await store.query_metrics(run_id=record.run_id)
+            await store.put_run(end_record(record, status, metrics, result, error))
+            if trackers:
+                here = getattr(store, "path", None)
+                artifacts = Path(here).parent if here else Path(".agentgrad")
+                await asyncio.to_thread(finish_run, trackers, name, artifacts, status.value, result_checkpoint(result))
+
+    async def _run(
+        self,
+        algorithm: Algorithm[Any],
+        agent: LitAgent,
+        ctx: RunContext,
+        train_data: Sequence[Any],
+        val_data: Sequence[Any] | None,
+        local_llm: bool,
+    ) -> Any:
+        """Lay out the roles with the trainer's strategy and run the algorithm (behind the gateway, when it serves one)."""
+        store = ctx.store
         if self.resources:
             await store.add_resources(self.resources)
         policy = await self._local_policy(agent, ctx) if local_llm else None

@@ -9,7 +9,6 @@ import time
 import pytest
 
 from agentgrad.store import InvalidTransitionError, NotFoundError, Store, StoreError
-from tests.helpers import ManualClock
 from agentgrad.types import (
     LLM,
     AttemptStatus,
@@ -17,9 +16,12 @@ from agentgrad.types import (
     PromptTemplate,
     RolloutConfig,
     RolloutStatus,
+    Run,
+    RunStatus,
     Span,
     WorkerStatus,
 )
+from tests.helpers import ManualClock
 
 
 def span(rollout_id: str | None, attempt_id: str | None, name: str = "step", **attributes: object) -> Span:
@@ -454,6 +456,30 @@ async def test_metrics_are_kept_by_name_and_step(store: Store) -> None:
     assert [m.value for m in await store.query_metrics("train/reward_mean")] == [0.0, 0.1, 0.2]
     assert [m.name for m in await store.query_metrics(prefix="val/")] == ["val/accuracy"]
     assert len(await store.query_metrics()) == 4
+
+
+async def test_metrics_of_one_run_are_read_apart_from_the_others(store: Store) -> None:
+    await store.add_metrics([Metric(name="val/accuracy", step=0, value=0.1, run_id="run-a")])
+    await store.add_metrics([Metric(name="val/accuracy", step=0, value=0.7, run_id="run-b")])
+    await store.add_metrics([Metric(name="val/accuracy", step=1, value=0.2, run_id="run-a")])
+    assert [(m.step, m.value) for m in await store.query_metrics("val/accuracy", run_id="run-a")] == [(0, 0.1), (1, 0.2)]
+    assert [m.run_id for m in await store.query_metrics(prefix="val/", run_id="run-b")] == ["run-b"]
+    assert len(await store.query_metrics("val/accuracy")) == 3
+
+
+async def test_a_run_is_recorded_replaced_by_id_and_listed_by_start_time(store: Store) -> None:
+    later = Run(run_id="r2", name="second", algorithm="GRPO", start_time=200.0, config={"steps": 3}, seed=1)
+    first = Run(run_id="r1", name="first", algorithm="Baseline", start_time=100.0, versions={"python": "3.11.9"})
+    await store.put_run(later)
+    await store.put_run(first)
+    done = later.model_copy(update={"status": RunStatus.SUCCEEDED, "end_time": 260.0, "final": {"val/accuracy": 0.5}})
+    assert (await store.put_run(done)).status is RunStatus.SUCCEEDED
+    assert [r.run_id for r in await store.query_runs()] == ["r1", "r2"]
+    got = await store.get_run("r2")
+    assert got == done and got.config == {"steps": 3} and got.seed == 1
+    assert (await store.get_run("r1")).versions == {"python": "3.11.9"}
+    with pytest.raises(NotFoundError, match="no run with id 'nope'"):
+        await store.get_run("nope")
 
 
 async def test_stats_count_by_status(store: Store) -> None:

@@ -167,3 +167,27 @@ def test_a_store_in_a_read_only_folder_says_the_folder_is_read_only(tmp_path: Pa
         folder.chmod(0o700)
     message = str(caught.value)
     assert str(folder / "store.db") in message and f"the folder {folder} is read-only" in message, message
+
+
+def test_a_file_from_before_runs_were_recorded_opens_with_its_metrics_and_takes_runs(tmp_path: Path) -> None:
+    from agentgrad.types import Metric, Run
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE metrics (id INTEGER PRIMARY KEY, name TEXT NOT NULL, step INTEGER NOT NULL, "
+            "value REAL NOT NULL, time REAL NOT NULL)"
+        )
+        db.execute("INSERT INTO metrics (name, step, value, time) VALUES ('val/accuracy', 0, 0.25, 1.0)")
+    store = SqliteStore(path)
+
+    async def check() -> None:
+        (old,) = await store.query_metrics("val/accuracy")
+        assert (old.value, old.run_id) == (0.25, None)
+        await store.put_run(Run(run_id="r1", name="new", algorithm="GRPO"))
+        await store.add_metrics([Metric(name="val/accuracy", step=1, value=0.5, run_id="r1")])
+        assert [m.value for m in await store.query_metrics(run_id="r1")] == [0.5]
+        assert [r.name for r in await store.query_runs()] == ["new"]
+        await store.close()
+
+    asyncio.run(check())

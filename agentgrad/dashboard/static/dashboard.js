@@ -561,6 +561,87 @@ async function refreshWorkers() {
   ) : h("p", { class: "empty" }, "No worker has sent a heartbeat yet."));
 }
 
+// ---------------------------------------------------------------- runs
+
+const RUN_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+const runsView = { metric: null, hidden: new Set(), signature: "" };
+
+/** Every run the store recorded, and one chart with the chosen metric of each checked run, a line per run. */
+async function refreshRuns() {
+  const runs = await call("GET", "api/runs");
+  const curves = new Map();
+  for (const run of runs) curves.set(run.run_id, await call("GET", "api/metrics?run_id={run_id}", { run_id: run.run_id }));
+  const names = [...new Set([...curves.values()].flat().map((p) => p.name))]
+    .sort((a, b) => groupRank(groupOf(a)) - groupRank(groupOf(b)) || a.localeCompare(b));
+  if (!names.includes(runsView.metric)) runsView.metric = names.includes("val/accuracy") ? "val/accuracy" : names[0] || null;
+  const signature = JSON.stringify([runsView.metric, [...runsView.hidden], runs.map((r) => [r.run_id, r.status, r.end_time]),
+    [...curves.values()].map((c) => c.length)]);
+  if (signature === runsView.signature) return;
+  runsView.signature = signature;
+  const color = (i) => RUN_COLORS[i % RUN_COLORS.length];
+  const series = runs.map((run, i) => ({
+    label: `${run.name} (${run.run_id})`, color: color(i), hidden: runsView.hidden.has(run.run_id),
+    points: curves.get(run.run_id).filter((p) => p.name === runsView.metric),
+  })).filter((s) => !s.hidden && s.points.length);
+  const toggle = (runId) => () => {
+    if (runsView.hidden.has(runId)) runsView.hidden.delete(runId); else runsView.hidden.add(runId);
+    refresh();
+  };
+  const best = (run) => {
+    const entry = Object.entries(run.best).find(([k]) => k !== "step");
+    return entry ? `${entry[0]} ${fmtNumber(entry[1])} @ step ${fmtNumber(run.best.step)}` : "–";
+  };
+  replace($("view-runs"), runs.length ? [
+    h("table", { class: "grid" },
+      h("thead", {}, h("tr", {}, ["", "run", "name", "algorithm", "status", "started", "took", "best", "best checkpoint"]
+        .map((c) => h("th", {}, c)))),
+      h("tbody", {}, runs.map((run, i) => h("tr", {},
+        h("td", {}, h("input", { type: "checkbox", checked: !runsView.hidden.has(run.run_id), onchange: toggle(run.run_id),
+          "aria-label": `compare ${run.name}` }), h("span", { class: "swatch", style: `background:${color(i)}` })),
+        h("td", { class: "mono" }, run.run_id),
+        h("td", {}, run.name),
+        h("td", {}, run.algorithm),
+        h("td", {}, badge(run.status)),
+        h("td", {}, clock(run.start_time)),
+        h("td", {}, duration(run.start_time, run.end_time)),
+        h("td", {}, best(run)),
+        h("td", { class: "mono" }, run.best_checkpoint || "–"))))),
+    h("h2", {}, "Compared: ", h("select", { id: "run-metric", onchange(event) { runsView.metric = event.target.value; refresh(); } },
+      names.map((n) => h("option", { value: n, selected: n === runsView.metric }, n)))),
+    compareChart(runsView.metric, series),
+  ] : h("p", { class: "empty" }, "No runs yet. Every Trainer.fit records one here."));
+}
+
+/** One SVG chart of a metric for several runs: a coloured line each, a legend below. */
+function compareChart(name, series) {
+  const W = 720, H = 300, L = 52, R = 12, T = 12, B = 24;
+  const all = series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.value));
+  if (!all.length) return h("p", { class: "empty" }, "No checked run has this metric.");
+  let [x0, x1] = [Math.min(...all.map((p) => p.step)), Math.max(...all.map((p) => p.step))];
+  let [y0, y1] = [Math.min(...all.map((p) => p.value)), Math.max(...all.map((p) => p.value))];
+  if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (y0 === y1) { const pad = Math.abs(y0) * 0.1 || 1; y0 -= pad; y1 += pad; }
+  const x = (step) => L + ((step - x0) / (x1 - x0)) * (W - L - R);
+  const y = (value) => T + (1 - (value - y0) / (y1 - y0)) * (H - T - B);
+  const grid = [y0, (y0 + y1) / 2, y1].map((v) => [
+    svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "gridline" }),
+    svg("text", { x: L - 4, y: y(v) + 3, class: "tick", "text-anchor": "end" }, fmtNumber(v)),
+  ]);
+  const xTicks = [x0, x1].map((s, i) =>
+    svg("text", { x: x(s), y: H - 6, class: "tick", "text-anchor": i ? "end" : "start" }, `step ${fmtNumber(s)}`));
+  const lines = series.map((s) => {
+    const drawn = s.points.filter((p) => Number.isFinite(p.value));
+    const d = drawn.map((p, i) => `${i ? "L" : "M"}${x(p.step).toFixed(1)},${y(p.value).toFixed(1)}`).join("");
+    return [svg("path", { d, class: "run-line", stroke: s.color }),
+      drawn.map((p) => svg("circle", { cx: x(p.step), cy: y(p.value), r: 2.5, fill: s.color }))];
+  });
+  return h("figure", { class: "chart compare" },
+    h("figcaption", {}, h("span", { class: "mono" }, name), h("span", { class: "muted" }, ` ${series.length} runs`)),
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": `${name} by run` }, grid, xTicks, lines),
+    h("ul", { class: "legend" }, series.map((s) => h("li", {}, h("span", { class: "swatch", style: `background:${s.color}` }), s.label,
+      h("span", { class: "muted" }, ` last ${fmtNumber(s.points[s.points.length - 1].value)}`)))));
+}
+
 // ---------------------------------------------------------------- views, polling, token
 
 const VIEWS = {
@@ -569,6 +650,7 @@ const VIEWS = {
   rollout: refreshRollout,
   resources: refreshResources,
   workers: refreshWorkers,
+  runs: refreshRuns,
 };
 
 /** `#rollout/<id>[/<attempt id>]`, `#rollouts`, `#resources`, ...; anything else shows the curves. */

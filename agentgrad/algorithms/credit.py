@@ -1,0 +1,121 @@
+"""Per-turn credit: the rewards an agent emits mid-run, turned into one advantage per model call.
+
+GRPO's default (`credit="final"`) broadcasts the attempt's final reward to every call. With
+`credit="per_turn"`, each reward span pays the model call that precedes it (span order), each call
+is credited with its discounted return-to-go G_t = r_t + gamma r_{t+1} + ..., and its advantage is
+G_t minus a leave-one-out baseline: the mean return at the same turn index over the *other*
+rollouts of the task's group. That baseline is computed from rollouts sampled independently of
+this one, so it cannot depend on the action taken at this turn, and E[(G_t - b) grad log pi] is
+the policy gradient exactly (unbiased).
+
+Why not normalise per turn index, as verl's RFC #7244 discusses: subtracting the mean *including*
+the rollout itself and dividing by the std at that index makes the baseline and the scale functions
+of the rollout's own return, hence of its own action, which biases the gradient (the same argument
+Dr. GRPO makes against the std division); and the std at an index is computed over whichever
+rollouts reached it, a set chosen by earlier actions. We divide by nothing: a rollout alone at its
+turn index (the others ended earlier) keeps its return as the advantage, baseline 0, still unbiased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from agentgrad import semconv as sc
+from agentgrad.adapters import Trajectory, llm_calls, reward_spans
+from agentgrad.types import Span
+
+Credit = Literal["final", "per_turn"]
+Advantage = float | list[float]  # one per trajectory (final), or one per response token (per_turn)
+
+
+def turn_rewards(spans: Sequence[Span], agent_match: str | None = None) -> list[float]:
+    """Per model call (as `llm_calls` orders them), the sum of the rewards emitted after it and before the next.
+
+    A reward emitted before any call pays the first call. Calls of other agents (outside
+    `agent_match`) are not turns: a reward after one pays the last matching call before it. A role's
+    own reward (`emit_reward(value, agent="reviewer")`) pays only that agent's last call before it,
+    and nothing when there is none among these calls.
+    """
+    calls = llm_calls(spans, agent_match)
+    rewards = [0.0] * len(calls)
+    if not calls:
+        return rewards
+    starts = [(c.span.start_time, c.span.sequence_id) for c in calls]
+    for span in spans:
+        value = sc.reward(span) if span.name == sc.REWARD_SPAN else None
+        if value is None:
+            continue
+        role = sc.reward_agent(span)
+        at = (span.start_time, span.sequence_id)
+        before = [i for i, start in enumerate(starts) if start < at and (role is None or calls[i].agent == role)]
+        if before:
+            rewards[before[-1]] += value
+        elif role is None:
+            rewards[0] += value
+    return rewards
+
+
+def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
+    """G_t = r_t + gamma * G_{t+1}: what the call at turn t is credited with."""
+    returns = [0.0] * len(rewards)
+    following = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        following = rewards[t] + gamma * following
+        returns[t] = following
+    return returns
+
+
+def leave_one_out_advantages(group_returns: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Per rollout of one task's group, per turn: its return minus the mean return at that turn of the others.
+
+    Rollouts may take different numbers of turns; a turn index no other rollout reached has baseline 0.
+    """
+    advantages = []
+    for i, returns in enumerate(group_returns):
+        row = []
+        for t, value in enumerate(returns):
+            others = [r[t] for j, r in enumerate(group_returns) if j != i and len(r) > t]
+            row.append(value - (sum(others) / len(others) if others else 0.0))
+        advantages.append(row)
+    return advantages
+
+
+def token_advantages(trajectory: Trajectory, call_advantage: dict[str, float]) -> list[float]:
+    """Per response token of `trajectory` (from `prompt_length` on), the advantage of the call that wrote it.
+
+    A trajectory may hold several calls merged by `to_trajectories`; `call_starts[k]` is where call
+    k's response begins. Tokens between calls (tool results) are masked out of the loss anyway.
+    """
+    per_token = [0.0] * (len(trajectory.token_ids) - trajectory.prompt_length)
+    bounds = [*trajectory.call_starts, len(trajectory.token_ids)]
+    for k, span_id in enumerate(trajectory.span_ids):
+        value = call_advantage[span_id]
+        for p in range(bounds[k], bounds[k + 1]):
+            per_token[p - trajectory.prompt_length] = value
+    return per_token
+
+
+def per_turn_pairs(
+    members: Sequence[tuple[Sequence[Span], float, list[Trajectory]]], gamma: float, agent_match: str | None
+) -> list[tuple[Trajectory, list[float]]]:
+    """One task group's (trajectory, per-token advantages) under per-turn credit.
+
+    `members` holds each rollout's spans, its final reward, and its trajectories. When the final
+    reward differs from the last reward emitted (a judge's, or one set outside the spans), it is
+    added at the last call, so the emitted rewards stay as intermediate ones.
+    """
+    group_returns, ids = [], []
+    for spans, final, _ in members:
+        rewards = turn_rewards(spans, agent_match)
+        emitted = reward_spans(spans)  # the rollout's, not a role's own
+        if rewards and (not emitted or sc.reward(emitted[-1]) != final):
+            rewards[-1] += final
+        group_returns.append(returns_to_go(rewards, gamma))
+        ids.append([c.span.span_id for c in llm_calls(spans, agent_match)])
+    advantages = leave_one_out_advantages(group_returns)
+    pairs = []
+    for (_, _, trajectories), span_ids, row in zip(members, ids, advantages):
+        by_call = dict(zip(span_ids, row))
+        pairs += [(t, token_advantages(t, by_call)) for t in trajectories]
+    return pairs

@@ -1,0 +1,72 @@
+"""Keys and values of finished sequences, kept so a later prompt that starts with one computes only the rest.
+
+An agent's next call sends its previous prompt, the completion and a tool result; another rollout of
+the same task sends the same prompt. Without this cache each recomputes every token it shares with a
+request that already finished (~42 % of the engine thread in the demo was such prefill). Entries are
+the token ids a finished row fed the model (its prompt and all but the last sampled token) with their
+keys and values, valid for one weights version, bounded in bytes, least recently used evicted first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from agentgrad.engine.kv_cache import common_prefix_length
+
+PREFIX_CACHE_BYTES = 256 * 2**20
+"""Default bound of the prefix cache (`Engine(prefix_cache_bytes=...)`; 0 turns it off)."""
+
+LayerKV = list[tuple[torch.Tensor, torch.Tensor]]
+"""Per layer, keys and values shaped (1, kv heads, tokens, head dim)."""
+
+
+class PrefixCache:
+    """Finished sequences' keys and values by their token ids, for one weights version at a time."""
+
+    def __init__(self, max_bytes: int = PREFIX_CACHE_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes must be 0 (off) or more, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.version = 0
+        self._entries: OrderedDict[tuple[int, ...], LayerKV] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _check_version(self, version: int) -> None:
+        """Entries of other weights are stale: drop them all."""
+        if version != self.version:
+            self._entries.clear()
+            self.bytes = 0
+            self.version = version
+
+    def put(self, version: int, ids: tuple[int, ...], kv: LayerKV) -> None:
+        """Keep `kv` (cloned by the caller) for `ids`, evicting the least recently used beyond the bound."""
+        self._check_version(version)
+        size = sum(keys.nbytes + values.nbytes for keys, values in kv)
+        if not ids or size > self.max_bytes:
+            return
+        old = self._entries.pop(ids, None)
+        if old is not None:
+            self.bytes -= sum(keys.nbytes + values.nbytes for keys, values in old)
+        self._entries[ids] = kv
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= sum(keys.nbytes + values.nbytes for keys, values in evicted)
+
+    def longest(self, version: int, prompt: tuple[int, ...]) -> tuple[int, LayerKV]:
+        """The most leading tokens of `prompt` a kept entry holds (at most all but its last, whose logits
+        the caller needs), with that entry's keys and values (longer than that: slice them); (0, []) if none."""
+        self._check_version(version)
+        best, found, key = 0, [], None
+        for ids, kv in self._entries.items():
+            length = min(common_prefix_length([prompt, ids]), len(prompt) - 1)
+            if length > best:
+                best, found, key = length, kv, ids
+        if key is not None:
+            self._entries.move_to_end(key)
+        return best, found

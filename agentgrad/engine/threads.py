@@ -1,0 +1,103 @@
+"""How many threads the generation loop computes with, chosen by measuring, not by counting cores.
+
+On a CPU shared with other processes, a matrix product split over every core waits at each
+barrier for the thread the scheduler took away: on 2 cores with one kept busy elsewhere, a decode
+step of SmolLM2 at batch 32 took 3.4 s on 2 threads and 0.34 s on 1. So the loop times a small
+product on 1 thread and on all of them, keeps the faster, and measures again now and then, since
+the other processes come and go.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+THREADS_ENV = "AGENTGRAD_ENGINE_THREADS"
+"""Set to a number to fix the generation loop's threads (no measuring); `Engine(threads=...)` too."""
+REPROBE_SECONDS = 60.0
+"""How often a busy loop measures again which thread count is faster."""
+PROBE_ROWS, PROBE_WIDTH = 16, 1024
+
+
+def fixed_threads(requested: int | None) -> int | None:
+    """The thread count asked for (argument, else `$AGENTGRAD_ENGINE_THREADS`), or None to measure."""
+    value: int | str | None = requested if requested is not None else os.environ.get(THREADS_ENV)
+    if value is None or value == "":
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        raise ValueError(
+            f"{THREADS_ENV}={value!r} is not a number of threads; unset it to let the engine choose"
+        ) from None
+    if threads < 1:
+        raise ValueError(f"the engine's threads must be at least 1, got {threads}")
+    return threads
+
+
+PROBE_SECONDS = 0.04
+"""How long each thread count computes per round of a measurement: several scheduler time slices, since a
+probe shorter than one can miss a thread taken away (a probe of a few ms chose 2 threads at load 17, where they
+decoded 5x slower than 1)."""
+PROBE_ROUNDS = 3
+
+
+def _products(threads: int, weight: torch.Tensor, rows: torch.Tensor) -> tuple[int, float]:
+    """How many products `threads` threads compute in about `PROBE_SECONDS`, and the seconds they took."""
+    torch.set_num_threads(threads)
+    torch.nn.functional.linear(rows, weight)  # warm up this thread count
+    began = time.perf_counter()
+    count, elapsed = 0, 0.0
+    while elapsed < PROBE_SECONDS:
+        torch.nn.functional.linear(rows, weight)
+        count += 1
+        elapsed = time.perf_counter() - began
+    return count, elapsed
+
+
+def fastest_threads(dtype: torch.dtype, most: int, rounds: int = PROBE_ROUNDS) -> int:
+    """1 or `most`, whichever computes decode-sized matrix products faster right now (rounds alternated, so a
+    burst of load elsewhere falls on both), set on the calling thread."""
+    if most <= 1:
+        torch.set_num_threads(1)
+        return 1
+    weight = torch.randn(4 * PROBE_WIDTH, PROBE_WIDTH).to(dtype)
+    rows = torch.randn(PROBE_ROWS, PROBE_WIDTH).to(dtype)
+    totals = {1: [0, 0.0], most: [0, 0.0]}
+    for _ in range(rounds):
+        for threads in (1, most):
+            count, seconds = _products(threads, weight, rows)
+            totals[threads][0] += count
+            totals[threads][1] += seconds
+    chosen = max(totals, key=lambda t: totals[t][0] / totals[t][1])
+    torch.set_num_threads(chosen)
+    return chosen
+
+
+class ThreadChooser:
+    """Keeps the calling thread's torch threads at the fixed count, or at the faster one, measured again every
+    `REPROBE_SECONDS` (`clock` injectable for tests)."""
+
+    def __init__(self, requested: int | None, dtype: torch.dtype, clock: Callable[[], float] | None = None) -> None:
+        self.fixed = fixed_threads(requested)
+        self.most = torch.get_num_threads()
+        self.dtype = dtype
+        self.clock: Callable[[], float] = clock or time.monotonic
+        self.threads: int | None = None
+        self._measured_at = float("-inf")
+
+    def apply(self) -> int:
+        """Set the calling thread's torch threads (measuring if due); returns the count in use."""
+        if self.fixed is not None:
+            if self.threads != self.fixed:
+                torch.set_num_threads(self.fixed)
+                self.threads = self.fixed
+            return self.fixed
+        now = self.clock()
+        if self.threads is None or now - self._measured_at >= REPROBE_SECONDS:
+            self.threads = fastest_threads(self.dtype, self.most)
+            self._measured_at = now
+        return self.threads

@@ -1,0 +1,114 @@
+"""One run's trackers from start to finish: what the trainer calls around `fit` when `report_to` names any.
+
+`start_run` describes the run (its algorithm's full configuration, with secrets left out, the trainer's layout,
+the data sizes) and starts the trackers; `finish_run` logs the learning curve and a result file (final and best
+figures, the checkpoint path) as artifacts and closes the trackers with the run's status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agentgrad.redact import REDACTED, redact
+from agentgrad.tracking.base import RunInfo, RunTrackers
+from agentgrad.tracking.curve import draw_learning_curve
+
+SECRET_NAME = re.compile(r"(api_?key|token|secret|password)", re.IGNORECASE)
+"""Configuration fields whose values never reach a tracker."""
+
+
+def report_to_of(algorithm: Any) -> tuple[str, ...]:
+    """The trackers an algorithm's own settings name (`GRPOConfig(report_to=...)`, `APO(report_to=...)`)."""
+    config = getattr(algorithm, "config", None)
+    for holder in (config, algorithm):
+        names = getattr(holder, "report_to", None)
+        if names:
+            return (names,) if isinstance(names, str) else tuple(names)
+    return ()
+
+
+def plain(value: Any) -> Any:
+    """A configuration value as JSON-able data: dataclasses and pydantic models as dicts, secrets redacted."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _field(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):
+        return plain(value.model_dump(mode="json"))
+    if isinstance(value, Mapping):
+        return {str(k): _field(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return redact(str(value))
+
+
+def _field(name: str, value: Any) -> Any:
+    return REDACTED if value is not None and SECRET_NAME.search(name) else plain(value)
+
+
+def algorithm_config(algorithm: Any) -> dict[str, Any]:
+    """The algorithm's full configuration: its config dataclass, or its own fields, or its public attributes."""
+    config = getattr(algorithm, "config", None)
+    if dataclasses.is_dataclass(config):
+        return dict(plain(config))
+    if dataclasses.is_dataclass(algorithm):
+        return dict(plain(algorithm))
+    public = {k: v for k, v in vars(algorithm).items() if not k.startswith("_") and k not in ("ctx", "last_failures")}
+    return dict(plain(public))
+
+
+def default_run_name(algorithm: Any) -> str:
+    return f"{type(algorithm).__name__.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def start_run(
+    trackers: RunTrackers, algorithm: Any, name: str, tags: Mapping[str, str], layout: Mapping[str, Any]
+) -> None:
+    """Start every tracker with the run's name, configuration (`algorithm`, `<algorithm's fields>`, `trainer`) and tags."""
+    config = {"algorithm": type(algorithm).__name__, **algorithm_config(algorithm), "trainer": plain(dict(layout))}
+    trackers.start(RunInfo(name=name, config=config, tags={"algorithm": type(algorithm).__name__, **tags}))
+
+
+def result_checkpoint(result: Any) -> str | None:
+    """The checkpoint a run's result names (GRPO's and SFT's `checkpoint`), if any."""
+    checkpoint = getattr(result, "checkpoint", None)
+    return str(checkpoint) if checkpoint else None
+
+
+def finish_run(
+    trackers: RunTrackers, name: str, artifacts_dir: Path, status: str, checkpoint: str | None = None
+) -> list[Path]:
+    """Log the learning curve and `<name>-result.json` (summary, checkpoint) as artifacts, then close the trackers
+    with `status`; returns the artifacts written. An artifact that fails is reported by the tracker's own error."""
+    written: list[Path] = []
+    try:
+        if status == "succeeded":
+            curve = draw_learning_curve(trackers.history, artifacts_dir / f"{name}-learning_curve.png")
+            if curve is not None:
+                written.append(curve)
+            result = artifacts_dir / f"{name}-result.json"
+            result.parent.mkdir(parents=True, exist_ok=True)
+            result.write_text(
+                json.dumps({"run": name, "summary": trackers.summary(), "checkpoint": checkpoint}, indent=2)
+            )
+            written.append(result)
+            for path in written:
+                trackers.log_artifact(path)
+    finally:
+        trackers.finish(status)
+    return written
+
+
+def describe_trackers(trackers: RunTrackers) -> Iterable[str]:
+    """A line per tracker for the console: where its run went."""
+    for tracker in trackers.trackers:
+        where = (
+            getattr(tracker, "run_dir", None) or getattr(tracker, "tracking_uri", None) or getattr(tracker, "dir", None)
+        )
+        yield f"reporting to {tracker.name}" + (f" ({where})" if where else "")

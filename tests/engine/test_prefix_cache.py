@@ -1,0 +1,109 @@
+"""The prefix cache: a finished request's keys and values reused by a later prompt that starts with its tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentgrad.engine import Engine, SamplingParams
+from agentgrad.engine.prefix_cache import PrefixCache
+
+
+def kv(tokens: int, layers: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Keys and values of `tokens` tokens: 2 heads × 4 dims × 4 bytes × 2 tensors = 64 bytes a token a layer."""
+    return [(torch.full((1, 2, tokens, 4), float(i)), torch.zeros(1, 2, tokens, 4)) for i in range(layers)]
+
+
+def test_the_longest_common_prefix_is_found_leaving_the_prompts_last_token_to_compute() -> None:
+    cache = PrefixCache(10_000)
+    cache.put(0, (1, 2, 3, 4, 5), kv(5))
+    cache.put(0, (1, 2, 9), kv(3))
+    assert cache.longest(0, (1, 2, 3, 4, 5, 6, 7))[0] == 5  # the next turn: the whole earlier sequence
+    assert cache.longest(0, (1, 2, 3, 4, 5))[0] == 4  # the same prompt again: all but its last token
+    assert cache.longest(0, (1, 2, 3, 8))[0] == 3  # a shared beginning is reusable too (attention is causal)
+    assert cache.longest(0, (7, 8, 9)) == (0, [])
+
+
+def test_least_recently_used_entries_are_evicted_to_stay_under_the_memory_bound() -> None:
+    cache = PrefixCache(3 * 64 * 2 * 10)  # room for 30 tokens of 2 layers
+    cache.put(0, tuple(range(10)), kv(10))
+    cache.put(0, tuple(range(100, 110)), kv(10))
+    cache.put(0, tuple(range(200, 210)), kv(10))
+    assert len(cache) == 3 and cache.bytes == 3 * 1280
+    assert cache.longest(0, tuple(range(12)))[0] == 10  # used: now the most recent
+    cache.put(0, tuple(range(300, 310)), kv(10))  # over the bound: the least recently used (100..) goes
+    assert cache.longest(0, tuple(range(100, 112)))[0] == 0
+    assert cache.longest(0, tuple(range(12)))[0] == 10 and cache.longest(0, tuple(range(200, 212)))[0] == 10
+    assert cache.bytes <= cache.max_bytes
+    cache.put(0, tuple(range(400, 440)), kv(40))  # larger than the whole bound: not kept, nothing evicted
+    assert len(cache) == 3
+
+
+def test_entries_of_older_weights_are_never_returned() -> None:
+    cache = PrefixCache(10_000)
+    cache.put(0, (1, 2, 3, 4), kv(4))
+    assert cache.longest(1, (1, 2, 3, 4, 5)) == (0, []) and len(cache) == 0 and cache.bytes == 0
+    with pytest.raises(ValueError, match="prefix_cache_bytes must be 0"):
+        PrefixCache(-1)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_next_turn_reuses_the_finished_turn_and_gets_the_tokens_and_logprobs_of_a_full_prefill(
+    engine: Engine, temperature: float
+) -> None:
+    messages = [{"role": "user", "content": "Name three fruits, one per line."}]
+    params = SamplingParams(max_tokens=12, temperature=temperature, seed=5)
+    kept = engine.prefix_cache
+    try:
+        results = {}
+        for name, cache in (("off", PrefixCache(0)), ("on", PrefixCache())):
+            engine.prefix_cache = cache
+            first = engine.generate([engine.chat_prompt_ids(messages)], params)[0]
+            reply = engine.tokenizer.decode(first.completions[0].token_ids, skip_special_tokens=True)
+            follow_up = messages + [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": "And three vegetables?"},
+            ]
+            prompt = engine.chat_prompt_ids(follow_up)
+            # the next turn's prompt continues the first turn's prompt and completion token for token
+            assert prompt[: len(first.prompt_token_ids) + len(first.completions[0].token_ids)] == (
+                first.prompt_token_ids + first.completions[0].token_ids
+            )
+            before = dict(engine.stats)
+            second = engine.generate([prompt], params)[0]
+            computed = engine.stats["prefill_tokens"] - before["prefill_tokens"]
+            reused = engine.stats["prefix_cache_tokens"] - before["prefix_cache_tokens"]
+            results[name] = (first.completions[0], second.completions[0], computed, reused, len(prompt))
+        off, on = results["off"], results["on"]
+        # with the cache, only the tokens after the first turn's are computed (its last sampled token was never
+        # fed); without it, the first turn's completion is computed again (the batch prefix cache, `_prefix_kv`,
+        # keeps prompts' shared beginnings, never completions)
+        assert off[3] == 0 and off[2] > on[2]
+        assert on[3] == len(first.prompt_token_ids) + len(first.completions[0].token_ids) - 1
+        assert on[2] == on[4] - on[3]
+        for turn in (0, 1):
+            assert on[turn].token_ids == off[turn].token_ids
+            assert max(abs(a - b) for a, b in zip(on[turn].logprobs, off[turn].logprobs)) < 1e-4
+    finally:
+        engine.prefix_cache = kept
+
+
+@pytest.mark.model
+def test_rows_of_a_group_reuse_one_finished_rollout_and_a_weight_update_invalidates_it(engine: Engine) -> None:
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": "What is 12 + 30?"}])
+    greedy = SamplingParams(max_tokens=6, temperature=0, n=3)
+    kept = engine.prefix_cache
+    engine.prefix_cache = PrefixCache()
+    try:
+        fresh = engine.generate([prompt], greedy)[0]
+        before = engine.stats["prefix_cache_tokens"]
+        again = engine.generate([prompt], greedy)[0]  # another rollout of the same task
+        assert engine.stats["prefix_cache_tokens"] - before == len(prompt) - 1
+        assert [c.token_ids for c in again.completions] == [c.token_ids for c in fresh.completions]
+        engine.publish()  # new weights: what the old ones computed is not reused
+        before = engine.stats["prefix_cache_tokens"]
+        engine.generate([prompt], greedy)
+        assert engine.stats["prefix_cache_tokens"] == before
+    finally:
+        engine.prefix_cache = kept
