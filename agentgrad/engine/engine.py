@@ -123,11 +123,11 @@ class Engine:
         max_batch_size: int = 64,
         max_model_len: int | None = None,
         name: str | None = None,
-        threads: int | None = None,
+        threads: int | str | None = None,
         prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
     ) -> None:
-        """`threads`: how many the generation loop computes with; default `$AGENTGRAD_ENGINE_THREADS`, else
-        measured (1 or all cores, whichever is faster while other processes share them: `threads.py`).
+        """`threads`: how many the generation loop computes with; default `$AGENTGRAD_ENGINE_THREADS`, else every
+        core; `"auto"` measures (1 or all cores, whichever is faster while other processes share them: `threads.py`).
         `prefix_cache_bytes`: memory for finished requests' keys and values, reused by later prompts that
         start with them (`prefix_cache.py`); 0 turns that off."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

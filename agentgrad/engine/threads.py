@@ -1,10 +1,12 @@
-"""How many threads the generation loop computes with, chosen by measuring, not by counting cores.
+"""How many threads the generation loop computes with: every core by default, or measured (`auto`).
 
 On a CPU shared with other processes, a matrix product split over every core waits at each
 barrier for the thread the scheduler took away: on 2 cores with one kept busy elsewhere, a decode
-step of SmolLM2 at batch 32 took 3.4 s on 2 threads and 0.34 s on 1. So the loop times a small
-product on 1 thread and on all of them, keeps the faster, and measures again now and then, since
-the other processes come and go.
+step of SmolLM2 at batch 32 took 3.4 s on 2 threads and 0.34 s on 1. With `auto` the loop times a
+small product on 1 thread and on all of them, keeps the faster, and measures again now and then,
+since the other processes come and go. It is not the default: on a quiet 2-core machine the probe
+chose 1 thread inside the demo, whose GRPO steps then took ~66 s instead of ~37 s on 2 (`agentgrad demo
+--steps 2 --val-size 64`: 4.0 min against 2.5): a small probe product is not a decode step.
 """
 
 from __future__ import annotations
@@ -16,22 +18,26 @@ from collections.abc import Callable
 import torch
 
 THREADS_ENV = "AGENTGRAD_ENGINE_THREADS"
-"""Set to a number to fix the generation loop's threads (no measuring); `Engine(threads=...)` too."""
+"""A number fixes the generation loop's threads, `auto` measures them; `Engine(threads=...)` too. Unset: every core."""
+AUTO = "auto"
 REPROBE_SECONDS = 60.0
 """How often a busy loop measures again which thread count is faster."""
 PROBE_ROWS, PROBE_WIDTH = 16, 1024
 
 
-def fixed_threads(requested: int | None) -> int | None:
-    """The thread count asked for (argument, else `$AGENTGRAD_ENGINE_THREADS`), or None to measure."""
+def fixed_threads(requested: int | str | None) -> int | None:
+    """The thread count asked for (argument, else `$AGENTGRAD_ENGINE_THREADS`, else every core torch uses), or
+    None for `auto`: measure."""
     value: int | str | None = requested if requested is not None else os.environ.get(THREADS_ENV)
     if value is None or value == "":
+        return torch.get_num_threads()
+    if value == AUTO:
         return None
     try:
         threads = int(value)
     except ValueError:
         raise ValueError(
-            f"{THREADS_ENV}={value!r} is not a number of threads; unset it to let the engine choose"
+            f"{THREADS_ENV}={value!r} is not a number of threads or 'auto' (measured); unset, every core"
         ) from None
     if threads < 1:
         raise ValueError(f"the engine's threads must be at least 1, got {threads}")
@@ -81,7 +87,9 @@ class ThreadChooser:
     """Keeps the calling thread's torch threads at the fixed count, or at the faster one, measured again every
     `REPROBE_SECONDS` (`clock` injectable for tests)."""
 
-    def __init__(self, requested: int | None, dtype: torch.dtype, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, requested: int | str | None, dtype: torch.dtype, clock: Callable[[], float] | None = None
+    ) -> None:
         self.fixed = fixed_threads(requested)
         self.most = torch.get_num_threads()
         self.dtype = dtype

@@ -17,7 +17,9 @@ def test_a_fixed_count_comes_from_the_argument_or_the_environment_and_bad_values
     monkeypatch.setenv(THREADS_ENV, "3")
     assert fixed_threads(None) == 3 and fixed_threads(1) == 1
     monkeypatch.setenv(THREADS_ENV, "")
-    assert fixed_threads(None) is None
+    assert fixed_threads(None) == torch.get_num_threads()  # unset: every core, as torch has them
+    monkeypatch.setenv(THREADS_ENV, "auto")
+    assert fixed_threads(None) is None  # measured
     monkeypatch.setenv(THREADS_ENV, "two")
     with pytest.raises(ValueError, match="AGENTGRAD_ENGINE_THREADS='two'"):
         fixed_threads(None)
@@ -28,7 +30,7 @@ def test_a_fixed_count_comes_from_the_argument_or_the_environment_and_bad_values
 def test_the_measured_count_is_set_on_the_calling_thread_and_measured_again_when_due(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setenv(THREADS_ENV, "auto")
     now = [0.0]
     probes: list[int] = []
     real = threads.fastest_threads
