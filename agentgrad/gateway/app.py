@@ -52,6 +52,7 @@ from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
 from agentgrad.gateway.secrets import StreamRedactor
+from agentgrad.gateway.sse import Event
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
@@ -632,12 +633,8 @@ def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Adde
     asked for are stripped from the final event's response."""
     if not event:
         return b""
-    lines = event.split(b"\n")
-    at = next((i for i, line in enumerate(lines) if line.startswith(b"data:")), None)
-    try:
-        data = orjson.loads(lines[at][5:]) if at is not None else None
-    except orjson.JSONDecodeError:
-        data = None
+    parsed = Event.parse(event)
+    data = parsed.data
     if not isinstance(data, dict):
         return event + b"\n\n"
     if call.first_token is None and str(data.get("type", "")).endswith(".delta"):
@@ -645,8 +642,7 @@ def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Adde
     assembler.add(data)
     if added.token_ids and isinstance(data.get("response"), dict) and "token_ids" in data["response"]:
         added.strip(data["response"])
-        lines[at] = b"data: " + orjson.dumps(data)  # type: ignore[index]
-        return b"\n".join(lines) + b"\n\n"
+        return parsed.encode()
     return event + b"\n\n"
 
 

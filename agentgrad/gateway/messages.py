@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentgrad import semconv as sc
+from agentgrad.gateway.sse import Event
 
 if TYPE_CHECKING:
     from agentgrad.gateway.upstreams import Added, GatewayError
@@ -207,20 +208,15 @@ def relay_event(event: bytes, stream: MessagesStream, added: Added) -> bytes:
     the token ids the gateway asked for."""
     if not event:
         return b""
-    lines = event.split(b"\n")
-    at = next((i for i, line in enumerate(lines) if line.startswith(b"data:")), None)
-    try:
-        data = orjson.loads(lines[at][5:]) if at is not None else None
-    except orjson.JSONDecodeError:
-        data = None
+    parsed = Event.parse(event)
+    data = parsed.data
     if not isinstance(data, dict):
         return event + b"\n\n"
     stream.add(data)
     if added.token_ids and any(field in data for field in TOKEN_FIELDS):
         for field in TOKEN_FIELDS:
             data.pop(field, None)
-        lines[at] = b"data: " + orjson.dumps(data)  # type: ignore[index]
-        return b"\n".join(lines) + b"\n\n"
+        return parsed.encode()
     return event + b"\n\n"
 
 

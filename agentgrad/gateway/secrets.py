@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from agentgrad.gateway.sse import Event
 from agentgrad.redact import known_secrets, redact_known
 from agentgrad.semconv import CHAT_COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 
@@ -44,22 +43,13 @@ class _Held:
     """One held event: its lines, the parsed `data:` line, and where its text is."""
 
     def __init__(self, event: bytes, api: str) -> None:
-        self.lines = event.rstrip(b"\n").split(b"\n")
-        self.at = next((i for i, line in enumerate(self.lines) if line.startswith(b"data:")), None)
-        self.data: Any = None
-        if self.at is not None:
-            try:
-                self.data = orjson.loads(self.lines[self.at][5:])
-            except orjson.JSONDecodeError:
-                self.data = None
+        self.parsed = Event.parse(event)
+        self.data: Any = self.parsed.data
         self.fields = _text_fields(api, self.data) if isinstance(self.data, dict) else []
         self.event, self.changed = event, False
 
     def bytes(self) -> bytes:
-        if not self.changed:
-            return self.event
-        self.lines[self.at] = b"data: " + orjson.dumps(self.data)  # type: ignore[index]
-        return b"\n".join(self.lines) + b"\n\n"
+        return self.parsed.encode() if self.changed else self.event
 
 
 class StreamRedactor:
