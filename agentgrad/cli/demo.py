@@ -129,6 +129,24 @@ def demo_steps(args: argparse.Namespace) -> int:
     return args.steps or {"plain": 20, "sql": 6}.get(args.task, 10)
 
 
+def check_resume_flags(args: argparse.Namespace) -> None:
+    """Refuse `--resume` with `--fresh` before anything is loaded."""
+    if args.resume and args.fresh:
+        raise SystemExit("--resume continues the earlier run, --fresh starts over: pass one of them")
+
+
+def open_run(args: argparse.Namespace) -> RunFolder:
+    """`run_folder`, with the rollouts a resumed run left unfinished cancelled and the resume said."""
+    run = run_folder(args)
+    if run.resume_step is not None:
+        cancelled = asyncio.run(cancel_unfinished(run.store))
+        console.print(
+            f"resuming the run in {run.path} from step {run.resume_step}"
+            + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else "")
+        )
+    return run
+
+
 async def cancel_unfinished(store_spec: str) -> int:
     """Cancel the rollouts an interrupted run left queued or running (their resources died with it)."""
     from agentgrad.store import open_store
@@ -240,17 +258,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> None:
     from agentgrad.engine import Engine
 
-    if args.resume and args.fresh:
-        raise SystemExit("--resume continues the earlier run, --fresh starts over: pass one of them")
+    check_resume_flags(args)
     calc = load_calc_example()
     train, val = calc.make_splits(n_train=2000, n_val=args.val_size or 256, seed=args.seed, demo=args.task)
-    run = run_folder(args)  # before the model loads: a question or a stop comes at once
-    if run.resume_step is not None:
-        cancelled = asyncio.run(cancel_unfinished(run.store))
-        console.print(
-            f"resuming the run in {run.path} from step {run.resume_step}"
-            + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else "")
-        )
+    run = open_run(args)  # before the model loads: a question or a stop comes at once
     began = time.perf_counter()
     # vLLM samples: no bf16 copy here
     engine = Engine(args.model, sampling_dtype="float32") if args.engine == "vllm" else Engine(args.model)

@@ -28,7 +28,7 @@ from typing import Any
 from rich.table import Table
 
 import agentgrad as ag
-from agentgrad.cli.demo import EXAMPLES_DIR, cancel_unfinished, console, demo_steps, run_folder
+from agentgrad.cli.demo import EXAMPLES_DIR, check_resume_flags, console, demo_steps, open_run
 
 MODEL = "qwen2.5-coder-0.5b"
 """The model of this task unless `--model` names another: one that calls tools in its own format."""
@@ -153,8 +153,7 @@ def main(args: argparse.Namespace) -> None:
     from agentgrad.engine import Engine
     from agentgrad.policy.config import PolicyConfig
 
-    if args.resume and args.fresh:
-        raise SystemExit("--resume continues the earlier run, --fresh starts over: pass one of them")
+    check_resume_flags(args)
     if args.algorithm != "grpo":
         raise SystemExit("--task sql trains with GRPO (LoRA); SFT on it is not wired into the demo")
     example = load_sql_example()
@@ -163,13 +162,7 @@ def main(args: argparse.Namespace) -> None:
     train = [{**q, "run_first": run_first} for q in db.load_questions("train")]
     held_out = [{**q, "run_first": run_first} for q in db.load_questions("held_out")]
     val = spread(held_out, args.val_size if args.val_size is not None else VAL_SIZE)
-    run = run_folder(args)  # before the model loads: a question or a stop comes at once
-    if run.resume_step is not None:
-        cancelled = asyncio.run(cancel_unfinished(run.store))
-        console.print(
-            f"resuming the run in {run.path} from step {run.resume_step}"
-            + (f"; {cancelled} rollout(s) it left unfinished cancelled" if cancelled else "")
-        )
+    run = open_run(args)  # before the model loads: a question or a stop comes at once
     began = time.perf_counter()
     model = args.model or MODEL
     engine = Engine(model, sampling_dtype="float32", name=Path(model).name)  # LoRA samples from the adapted fp32 model
