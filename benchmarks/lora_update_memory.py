@@ -17,9 +17,7 @@ adapters; each micro-batch's activations are freed before the next):
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import threading
 import time
 
 import torch
@@ -30,17 +28,12 @@ from agentgrad.engine import Engine
 from agentgrad.policy.config import PolicyConfig
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.store import MemoryStore
+from benchmarks.update_memory import PeakRSS
 from examples.sql import agent, db
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
 RUN_SQL = {"type": "function", "function": {
     "name": "run_sql", "description": "Run one SQLite query on the database and return its rows, or the error.",
     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE
 
 
 def main() -> None:
@@ -77,25 +70,16 @@ def main() -> None:
     update = LocalUpdate(policy, config)
     trainable = sum(p.numel() for p in policy.trainable_parameters())
     prompts = sorted({t.prompt_length for t, _ in batch})
-    before, peak, running = rss(), [rss()], [True]
-
-    def sample() -> None:
-        while running[0]:
-            peak[0] = max(peak[0], rss())
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
-    began = time.perf_counter()
-    update.step(batch)
-    seconds = time.perf_counter() - began
-    running[0] = False
-    watcher.join()
+    with PeakRSS() as memory:
+        began = time.perf_counter()
+        update.step(batch)
+        seconds = time.perf_counter() - began
+    before, peak = memory.before, memory.peak
     micro_batches = -(-len(batch) // args.micro_batch)
     print(f"{len(batch)} sequences ({micro_batches} micro-batches of {args.micro_batch}), prompts "
           f"{prompts[0]}-{prompts[-1]} + {args.response} tokens, LoRA r{args.lora_rank} ({trainable / 1e6:.1f}M "
           f"trainable), checkpointing {'off' if args.no_checkpointing else 'on'}: update {seconds:.0f} s, "
-          f"RSS {before / 2**30:.2f} GiB before, peak {peak[0] / 2**30:.2f} GiB (+{(peak[0] - before) / 2**30:.2f})",
+          f"RSS {before / 2**30:.2f} GiB before, peak {peak / 2**30:.2f} GiB (+{(peak - before) / 2**30:.2f})",
           flush=True)
     engine.close()
 

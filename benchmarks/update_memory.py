@@ -31,6 +31,26 @@ def rss() -> int:
         return int(f.read().split()[1]) * PAGE
 
 
+class PeakRSS:
+    """The process's resident memory before the block and its peak during it, sampled every 5 ms by a thread."""
+
+    def __enter__(self) -> PeakRSS:
+        self.before = self.peak = rss()
+        self.running = True
+        self.watcher = threading.Thread(target=self._sample, daemon=True)
+        self.watcher.start()
+        return self
+
+    def _sample(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc: object) -> None:
+        self.running = False
+        self.watcher.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--micro-batch", type=int, default=32)
@@ -51,24 +71,14 @@ def main() -> None:
                                  [0.0] * len(prompt) + [-1.0] * len(response), len(prompt)), 1.0 if i % 2 else -1.0))
     optimizer = torch.optim.AdamW([p for p in engine.model.parameters() if p.requires_grad], lr=1e-5)
     config = GRPOConfig(micro_batch_size=args.micro_batch)
-    before, peak, running = rss(), [rss()], [True]
-
-    def sample() -> None:
-        while running[0]:
-            peak[0] = max(peak[0], rss())
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
-    began = time.perf_counter()
-    with engine.training() as model:
+    with PeakRSS() as memory, engine.training() as model:
+        began = time.perf_counter()
         grpo_update(model, optimizer, batch, config, engine.tokenizer.pad_token_id)
-    seconds = time.perf_counter() - began
-    running[0] = False
-    watcher.join()
+        seconds = time.perf_counter() - began
+    before, peak = memory.before, memory.peak
     print(f"micro-batch {args.micro_batch}: {args.sequences} x ({len(batch[0][0].token_ids) - args.response} + {args.response}) "
-          f"tokens, update {seconds:.1f} s, RSS {before / 2**30:.2f} GiB before, peak {peak[0] / 2**30:.2f} GiB "
-          f"(+{(peak[0] - before) / 2**30:.2f})", flush=True)
+          f"tokens, update {seconds:.1f} s, RSS {before / 2**30:.2f} GiB before, peak {peak / 2**30:.2f} GiB "
+          f"(+{(peak - before) / 2**30:.2f})", flush=True)
     engine.close()
 
 
