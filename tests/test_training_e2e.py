@@ -70,6 +70,14 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     assert asyncio.run(metric_steps("train/loss"))[-1] == 4
 
 
+@ag.rollout
+def rewarded_when_the_answer_is_even(task: dict[str, Any], llm: ag.LLM) -> float:
+    """Calls the model, then rewards by the task alone: which rollouts SFT keeps does not hang on sampling luck."""
+    client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+    client.chat.completions.create(model=llm.model, messages=build_messages(task["question"]), **llm.sampling_parameters)
+    return 1.0 if task["answer"] % 2 == 0 else 0.0
+
+
 def test_sft_keeps_rewarded_rollouts_and_fine_tunes_on_them(tmp_path: Path, own_engine: Engine) -> None:
     train, val = make_splits(n_train=20, n_val=4, seed=3)
     store = ag.MemoryStore()
@@ -78,9 +86,14 @@ def test_sft_keeps_rewarded_rollouts_and_fine_tunes_on_them(tmp_path: Path, own_
         SFT(SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.3, max_tokens=16,
                       epochs=1, checkpoint_dir=str(tmp_path / "sft")), local_engine=own_engine),
         n_runners=2, runner_concurrency=8, store=store,
-    ).fit(close_enough, train, val)
+    ).fit(rewarded_when_the_answer_is_even, train, val)
     (round_,) = result.history
-    assert round_["train/kept"] > 0 and round_["train/loss"] == round_["train/loss"]  # not NaN
+    sampled = asyncio.run(store.query_rollouts(mode="train"))
+    rewarded_tasks = {r.input["question"] for r in sampled if r.input["answer"] % 2 == 0}
+    assert len(sampled) == 16 and 0 < len(rewarded_tasks) < 4  # seed 3 samples both kinds: the filter is tested
+    # each rewarded task's prompt differs, so at least one kept sequence per task; identical samples count once
+    assert len(rewarded_tasks) <= round_["train/kept"] <= 4 * len(rewarded_tasks)
+    assert round_["train/loss"] == round_["train/loss"]  # not NaN
     assert own_engine.version == version + 1
     assert result.initial is not None and result.final is not None and result.checkpoint is not None
     assert (Path(result.checkpoint) / "trainer_state.pt").exists()
