@@ -91,6 +91,11 @@ WEIGHTS_VERSION = "agentgrad.llm.weights_version"
 AB_ARM = "agentgrad.ab.arm"
 """The arm of an A/B split (`agentgrad.gateway.ab.ABSplit`) that served the call."""
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
+ADAPTER_NAME = "agentgrad.adapter.name"
+"""The LoRA adapter that served the call (`agentgrad.engine.adapters`), or `BASE_ADAPTER` when no adapter
+matched its agent; absent when the engine serves one set of weights."""
+BASE_ADAPTER = "base"
+"""`ADAPTER_NAME` of a call the base model served (its agent matched no adapter); no adapter may take this name."""
 AGENT_REQUEST_PARAMS = {
     "temperature": "agentgrad.llm.agent_request.temperature",
     "top_p": "agentgrad.llm.agent_request.top_p",
@@ -168,6 +173,8 @@ AGENT_HEADER = "x-agentgrad-agent"
 NOT_TRAINED_HEADER = "x-agentgrad-not-trained"
 """Sent with a call that must never be trained on (a judge's, a critic's): its value says why; the span gets
 `NOT_TRAINED` and the adapters leave it out."""
+ADAPTER_HEADER = "x-agentgrad-adapter"
+"""Sent by an engine serving several adapters with every answer: the adapter that produced it (`ADAPTER_NAME`)."""
 VERSION_HEADER = "x-agentgrad-model-version"
 """Sent by the engine with every answer: the weights version that produced it."""
 WEIGHTS_FINGERPRINT = "agentgrad-weights-v{version}"

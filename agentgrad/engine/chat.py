@@ -25,7 +25,7 @@ from agentgrad.engine.api import ChatRequest, RequestError, read_json, text_of, 
 from agentgrad.engine.constraints import json_object_grammar, json_schema_grammar
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
-from agentgrad.engine.wire import generate, headers, stream, token_logprobs, usage
+from agentgrad.engine.wire import adapter_for, generate, headers, stream, token_logprobs, usage
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
 
 
@@ -163,7 +163,7 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
     submit_checked(engine, ids, params)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if parsed.stream:
-        return _stream(engine, parsed, the_plan, ids, params, completion_id)
+        return _stream(engine, parsed, the_plan, ids, params, completion_id, adapter_for(engine, request))
     try:
         generation = await generate(engine, request, ids, params)
     except ValueError as exc:
@@ -202,7 +202,7 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
     }
     if parsed.return_token_ids:
         body["prompt_token_ids"] = generation.prompt_token_ids
-    return JSONResponse(body, headers=headers(generation.version))
+    return JSONResponse(body, headers=headers(generation.version, generation.adapter))
 
 
 class _HeldText:
@@ -229,9 +229,15 @@ class _HeldText:
 
 
 def _stream(
-    engine: Engine, parsed: ChatRequest, the_plan: Plan, ids: list[int], params: SamplingParams, completion_id: str
+    engine: Engine,
+    parsed: ChatRequest,
+    the_plan: Plan,
+    ids: list[int],
+    params: SamplingParams,
+    completion_id: str,
+    adapter: str | None,
 ) -> Response:
-    future, queue = stream(engine, ids, params)
+    future, queue = stream(engine, ids, params, adapter)
     created, version = int(time.time()), engine.version
     held = [_HeldText(bool(the_plan.tools), the_plan.fmt.open) for _ in range(params.n)]
 
@@ -311,4 +317,4 @@ def _stream(
         finally:
             engine.cancel(future)  # a no-op once it finished; stops generating when the client left
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers(version))
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers(version, adapter))

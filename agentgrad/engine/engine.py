@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from agentgrad.engine.adapters import Adapters, forward_arguments
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
@@ -68,6 +69,7 @@ class Generation:
     prompt_token_ids: list[int]
     completions: list[Completion]
     version: int
+    adapter: str | None = None  # the adapter that served it (`adapters.py`); None: the engine serves one set of weights
 
 
 TokenCallback = Callable[[int, int, float, str, list[tuple[int, float]]], None]
@@ -81,6 +83,7 @@ class _Request:
     future: concurrent.futures.Future[Generation]
     on_token: TokenCallback | None
     version: int = 0
+    adapter: str | None = None  # the LoRA adapter serving it, or "base" (`adapters.py`); None: no adapters here
     cached: tuple[int, LayerKV] = (0, [])  # leading prompt tokens found in the prefix cache, with their keys and values
     rows: list[_Row] = field(default_factory=list)
     cancelled: bool = False
@@ -155,11 +158,13 @@ class Engine:
             "prefix_cache_tokens": 0,  # prompt tokens whose keys and values came from a finished request's
             "requests": 0,
             "cancelled": 0,
+            "mixed_adapter_steps": 0,  # decode steps whose batch held rows of several adapters (`adapters.py`)
         }
+        self.adapters: Adapters | None = None  # several LoRA adapters served together (`adapters.serve_adapters`)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self._constrainer: Any = None
         self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
-        self._prefixes: dict[tuple[int, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._prefixes: dict[tuple[int, str | None, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         # what `chat_prompt_ids` rendered (prompt ids -> text), and each chat completion since: the text of the prompt
         # and what was sampled -> those exact ids (see `chat_prompt_ids`); least recently used first
         self._rendered: OrderedDict[tuple[int, ...], str] = OrderedDict()
@@ -288,9 +293,14 @@ class Engine:
     # ------------------------------------------------------------------ requests
 
     def submit(
-        self, prompt_ids: Sequence[int], params: SamplingParams | None = None, on_token: TokenCallback | None = None
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams | None = None,
+        on_token: TokenCallback | None = None,
+        adapter: str | None = None,
     ) -> concurrent.futures.Future[Generation]:
-        """Queue a generation; the future resolves when all its `n` completions are done.
+        """Queue a generation; the future resolves when all its `n` completions are done. `adapter`: the LoRA
+        adapter to serve it when the engine holds several (`adapters.py`; None or "base": the base model).
 
         Everything a request could fail on (its parameters, token ids, seed, grammar) is checked
         here, before it joins a batch, so a bad request raises ValueError alone.
@@ -306,7 +316,12 @@ class Engine:
         bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
-        request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)
+        if self.adapters is None and adapter is not None:
+            raise ValueError(f"adapter {adapter!r} asked for, but this engine serves one set of weights")
+        if self.adapters is not None:
+            self.adapters.check(adapter)
+            adapter = adapter or self.adapters.resolve(None)
+        request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token, adapter=adapter)
         template = self.constrainer().matcher(params.grammar) if params.grammar is not None else None
         for index in range(params.n):
             generator = (
@@ -410,19 +425,20 @@ class Engine:
 
     def _prefill(self, requests: list[_Request]) -> list[Batch]:
         """Run the new prompts and sample their first tokens: those that start with a finished request's
-        tokens (the prefix cache) one by one from there, the others together (`_prefill_together`)."""
-        together: list[_Request] = []
+        tokens (the prefix cache) one by one from there, the others together (`_prefill_together`), one
+        prefill per adapter (a shared prefix's keys and values are the adapter's own)."""
+        together: dict[str | None, list[_Request]] = {}
         batches: list[Batch] = []
         for request in requests:
             if self.prefix_cache.max_bytes:
-                request.cached = self.prefix_cache.longest(self.version, tuple(request.prompt_ids))
+                request.cached = self.prefix_cache.longest(self.version, tuple(request.prompt_ids), request.adapter)
             if request.cached[0] >= MIN_SHARED_PREFIX:
                 self.stats["prefix_cache_tokens"] += request.cached[0]
                 batches.append(self._prefill_together([request]))
             else:
                 request.cached = (0, [])
-                together.append(request)
-        return ([self._prefill_together(together)] if together else []) + batches
+                together.setdefault(request.adapter, []).append(request)
+        return [self._prefill_together(group) for group in together.values()] + batches
 
     def _prefill_together(self, requests: list[_Request]) -> Batch:
         """Run these prompts and sample their first tokens.
@@ -441,10 +457,13 @@ class Engine:
         row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
         prompts = list(distinct)
         cached, cached_kv = requests[0].cached  # a lone request with a prefix cache hit
+        adapter = requests[0].adapter  # the same for all (`_prefill`)
         shared = cached or min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         cache = new_cache()
         if shared >= MIN_SHARED_PREFIX:
-            kv = [(k[:, :, :shared], v[:, :, :shared]) for k, v in cached_kv] or self._prefix_kv(prompts[0][:shared])
+            kv = [(k[:, :, :shared], v[:, :, :shared]) for k, v in cached_kv] or self._prefix_kv(
+                prompts[0][:shared], adapter
+            )
             for layer_index, (keys, values) in enumerate(kv):
                 cache.update(
                     keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index
@@ -459,7 +478,13 @@ class Engine:
         mask = torch.cat([suffix_mask.new_ones(len(prompts), shared), suffix_mask], dim=1)
         positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
         out = self._sampler(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **forward_arguments(self.adapters, [adapter] * len(prompts)),
         )
         self.stats["prefill_tokens"] += int(suffix_mask.sum())
         logits = out.logits[:, -1, :]
@@ -471,19 +496,23 @@ class Engine:
         self._take_tokens(batch, logits)
         return batch
 
-    def _prefix_kv(self, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Keys and values of a shared prefix (batch of one), cached while the weights are unchanged.
+    def _prefix_kv(self, prefix: tuple[int, ...], adapter: str | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of a shared prefix (batch of one) under `adapter`, cached while the weights are unchanged.
 
         Batches joining at different times share prefixes of different lengths (the system prompt
         and examples, plus a few tokens of their questions): a new one starts from the cached one it
         has most in common with, so only the tokens after that are run. Least recently used goes first.
         """
-        key = (self.version, prefix)
+        key = (self.version, adapter, prefix)
         kv = self._prefixes.pop(key, None)
         if kv is None:
             reused, known = 0, None
-            for (version, other), other_kv in self._prefixes.items():
-                if version == self.version and (length := common_prefix_length([prefix, other])) > reused:
+            for (version, owner, other), other_kv in self._prefixes.items():
+                if (
+                    version == self.version
+                    and owner == adapter
+                    and (length := common_prefix_length([prefix, other])) > reused
+                ):
                     reused, known = length, other_kv
             cache = new_cache()
             for layer_index, (keys, values) in enumerate(known or []):
@@ -491,7 +520,14 @@ class Engine:
             if reused < len(prefix):
                 ids = torch.tensor([prefix[reused:]], device=self.device)
                 positions = torch.arange(reused, len(prefix), device=self.device)[None]
-                self._sampler(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+                self._sampler(
+                    input_ids=ids,
+                    position_ids=positions,
+                    cache=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **forward_arguments(self.adapters, [adapter]),
+                )
                 self.stats["prefill_tokens"] += len(prefix) - reused
             kv = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
         self._prefixes[key] = kv
@@ -501,12 +537,15 @@ class Engine:
 
     def _decode(self, batch: Batch) -> Batch:
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
+        adapters = [row.request.adapter for row in batch.rows]  # each row its own adapter, in one forward pass
+        self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
         out = self._sampler(
             input_ids=batch.last[:, None],
             attention_mask=batch.mask,
             position_ids=batch.positions[:, None],
             cache=batch.cache,
             use_cache=True,
+            **forward_arguments(self.adapters, adapters),
         )
         batch.positions = batch.positions + 1
         self._take_tokens(batch, out.logits[:, -1, :])
@@ -616,7 +655,7 @@ class Engine:
                 )
                 for r in request.rows
             ]
-            request.future.set_result(Generation(request.prompt_ids, completions, request.version))
+            request.future.set_result(Generation(request.prompt_ids, completions, request.version, request.adapter))
 
     def _keep_prefix(self, batch: Batch, index: int, row: _Row) -> None:
         """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but
@@ -634,7 +673,7 @@ class Engine:
             (layer.keys[index : index + 1, :, -length:].clone(), layer.values[index : index + 1, :, -length:].clone())
             for layer in batch.cache.layers
         ]
-        self.prefix_cache.put(self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv)
+        self.prefix_cache.put(self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv, row.request.adapter)
 
     def _drop_finished(self, batch: Batch) -> Batch | None:
         for row in batch.rows:

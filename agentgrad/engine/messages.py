@@ -29,7 +29,7 @@ from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_chec
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.tools import format_for
-from agentgrad.engine.wire import generate, headers, stream
+from agentgrad.engine.wire import adapter_for, generate, headers, stream
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD
 
 REFUSED: dict[str, str] = {
@@ -252,7 +252,7 @@ async def _messages(engine: Engine, names: list[str], request: Request) -> Respo
     submit_checked(engine, ids, params)
     message_id = f"msg_{uuid.uuid4().hex}"
     if parsed.stream:
-        return _stream(engine, parsed, the_plan, ids, params, message_id)
+        return _stream(engine, parsed, the_plan, ids, params, message_id, adapter_for(engine, request))
     try:
         generation = await generate(engine, request, ids, params)
     except ValueError as exc:
@@ -266,13 +266,19 @@ async def _messages(engine: Engine, names: list[str], request: Request) -> Respo
     answer.update(_token_fields(parsed, generation))
     if parse_error:
         answer["tool_call_parse_error"] = parse_error
-    return JSONResponse(answer, headers=headers(generation.version))
+    return JSONResponse(answer, headers=headers(generation.version, generation.adapter))
 
 
 def _stream(
-    engine: Engine, parsed: MessagesRequest, the_plan: Plan, ids: list[int], params: SamplingParams, message_id: str
+    engine: Engine,
+    parsed: MessagesRequest,
+    the_plan: Plan,
+    ids: list[int],
+    params: SamplingParams,
+    message_id: str,
+    adapter: str | None,
 ) -> Response:
-    future, queue = stream(engine, ids, params)
+    future, queue = stream(engine, ids, params, adapter)
     version = engine.version
     held = _HeldText(bool(the_plan.tools), the_plan.fmt.open)
 
@@ -331,4 +337,4 @@ def _stream(
         finally:
             engine.cancel(future)
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers(version))
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers(version, adapter))

@@ -5,6 +5,7 @@ the same task sends the same prompt. Without this cache each recomputes every to
 request that already finished (~42 % of the engine thread in the demo was such prefill). Entries are
 the token ids a finished row fed the model (its prompt and all but the last sampled token) with their
 keys and values, valid for one weights version, bounded in bytes, least recently used evicted first.
+Under several adapters (`adapters.py`) an entry also names the adapter that computed it, and serves only it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self.version = 0
-        self._entries: OrderedDict[tuple[int, ...], LayerKV] = OrderedDict()
+        self._entries: OrderedDict[tuple[str | None, tuple[int, ...]], LayerKV] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -43,30 +44,33 @@ class PrefixCache:
             self.bytes = 0
             self.version = version
 
-    def put(self, version: int, ids: tuple[int, ...], kv: LayerKV) -> None:
-        """Keep `kv` (cloned by the caller) for `ids`, evicting the least recently used beyond the bound."""
+    def put(self, version: int, ids: tuple[int, ...], kv: LayerKV, adapter: str | None = None) -> None:
+        """Keep `kv` (cloned by the caller) for `ids` as `adapter` computed them, evicting the least recently
+        used beyond the bound."""
         self._check_version(version)
         size = sum(keys.nbytes + values.nbytes for keys, values in kv)
         if not ids or size > self.max_bytes:
             return
-        old = self._entries.pop(ids, None)
+        old = self._entries.pop((adapter, ids), None)
         if old is not None:
             self.bytes -= sum(keys.nbytes + values.nbytes for keys, values in old)
-        self._entries[ids] = kv
+        self._entries[(adapter, ids)] = kv
         self.bytes += size
         while self.bytes > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self.bytes -= sum(keys.nbytes + values.nbytes for keys, values in evicted)
 
-    def longest(self, version: int, prompt: tuple[int, ...]) -> tuple[int, LayerKV]:
-        """The most leading tokens of `prompt` a kept entry holds (at most all but its last, whose logits
+    def longest(self, version: int, prompt: tuple[int, ...], adapter: str | None = None) -> tuple[int, LayerKV]:
+        """The most leading tokens of `prompt` an entry of `adapter` holds (at most all but its last, whose logits
         the caller needs), with that entry's keys and values (longer than that: slice them); (0, []) if none."""
         self._check_version(version)
         best, found, key = 0, [], None
-        for ids, kv in self._entries.items():
+        for (owner, ids), kv in self._entries.items():
+            if owner != adapter:
+                continue
             length = min(common_prefix_length([prompt, ids]), len(prompt) - 1)
             if length > best:
-                best, found, key = length, kv, ids
+                best, found, key = length, kv, (owner, ids)
         if key is not None:
             self._entries.move_to_end(key)
         return best, found

@@ -29,7 +29,7 @@ from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_chec
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 from agentgrad.engine.tools import format_for
-from agentgrad.engine.wire import generate, headers, stream
+from agentgrad.engine.wire import adapter_for, generate, headers, stream
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -255,7 +255,9 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     submit_checked(engine, ids, params)
     response_id, created = f"resp_{uuid.uuid4().hex}", int(time.time())
     if parsed.stream:
-        return _stream(engine, parsed, the_plan, ids, params, response_id, created, logprobs)
+        return _stream(
+            engine, parsed, the_plan, ids, params, response_id, created, logprobs, adapter_for(engine, request)
+        )
     try:
         generation = await generate(engine, request, ids, params)
     except ValueError as exc:
@@ -266,7 +268,7 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     body = _body(parsed, response_id, created, "completed", items, generation, generation.version)
     if parse_error:
         body["tool_call_parse_error"] = parse_error
-    return JSONResponse(body, headers=headers(generation.version))
+    return JSONResponse(body, headers=headers(generation.version, generation.adapter))
 
 
 def _stream(
@@ -278,8 +280,9 @@ def _stream(
     response_id: str,
     created: int,
     logprobs: bool,
+    adapter: str | None,
 ) -> Response:
-    future, queue = stream(engine, ids, params)
+    future, queue = stream(engine, ids, params, adapter)
     version = engine.version
     held = _HeldText(bool(the_plan.tools), the_plan.fmt.open)
     sequence = iter(range(1 << 62))
@@ -421,4 +424,4 @@ def _stream(
         finally:
             engine.cancel(future)
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers(version))
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers(version, adapter))

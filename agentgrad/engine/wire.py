@@ -5,19 +5,30 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.requests import Request
 
 from agentgrad.engine.engine import Engine, Generation
 from agentgrad.engine.params import SamplingParams
-from agentgrad.semconv import VERSION_HEADER
+from agentgrad.semconv import ADAPTER_HEADER, AGENT_HEADER, VERSION_HEADER
 
 Event = tuple[int, int, float, str, list[tuple[int, float]]] | Generation | BaseException
 """What a streaming route's queue carries: a token (choice, id, logprob, delta, top), the end, or a failure."""
 
 
-def headers(version: int) -> dict[str, str]:
-    return {VERSION_HEADER: str(version)}
+def headers(version: int, adapter: str | None = None) -> dict[str, str]:
+    """The weights version of an answer and, where the engine holds several adapters, the one that served it."""
+    return {VERSION_HEADER: str(version), **({ADAPTER_HEADER: adapter} if adapter else {})}
+
+
+def adapter_for(engine: Engine, request: Request) -> str | None:
+    """The adapter serving this request: by the agent name the gateway forwards (`x-agentgrad-agent`,
+    percent-encoded); None when the engine serves one set of weights."""
+    if engine.adapters is None:
+        return None
+    agent = request.headers.get(AGENT_HEADER)
+    return engine.adapters.resolve(unquote(agent) if agent else None)
 
 
 def usage(generation: Generation) -> dict[str, int]:
@@ -51,7 +62,7 @@ async def generate(
     engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams
 ) -> Generation | None:
     """Generate, or stop generating and return None as soon as the client disconnects."""
-    future = engine.submit(prompt_ids, params)
+    future = engine.submit(prompt_ids, params, adapter=adapter_for(engine, request))
     done = asyncio.ensure_future(asyncio.wrap_future(future))
     gone = asyncio.ensure_future(_disconnected(request))
     racing: list[asyncio.Future[Any]] = [done, gone]
@@ -65,15 +76,15 @@ async def generate(
 
 
 def stream(
-    engine: Engine, prompt_ids: list[int], params: SamplingParams
+    engine: Engine, prompt_ids: list[int], params: SamplingParams, adapter: str | None = None
 ) -> tuple[concurrent.futures.Future[Generation], asyncio.Queue[Event]]:
-    """Submit with a queue that receives each token, then the generation (or the failure)."""
+    """Submit (to `adapter`, `adapter_for`) with a queue that receives each token, then the generation (or the failure)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event] = asyncio.Queue()
 
     def on_token(*event: Any) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, event)
 
-    future = engine.submit(prompt_ids, params, on_token)
+    future = engine.submit(prompt_ids, params, on_token, adapter)
     future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.exception() or f.result()))
     return future, queue

@@ -47,7 +47,14 @@ import agentgrad.gateway.messages as messages
 import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
 from agentgrad.gateway.checks import answer_problem, request_problem
-from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call_span, response_attributes
+from agentgrad.gateway.recording import (
+    Call,
+    GatewaySink,
+    StreamAssembler,
+    call_span,
+    response_attributes,
+    upstream_headers,
+)
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
@@ -446,7 +453,7 @@ class Gateway:
                             deadline=deadline,
                             max_retries=self.max_retries if backend.max_retries is None else backend.max_retries,
                             backoff_s=self.retry_backoff_s,
-                            headers=call.relayed_headers,
+                            headers=upstream_headers(call),
                         )
                         streamed = (
                             bool(request.get("stream"))
@@ -464,6 +471,7 @@ class Gateway:
                     interrupted = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
                     return await self._fail(send, call, interrupted)
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
+                call.adapter = response.headers.get(sc.ADAPTER_HEADER)  # an engine serving several adapters
                 if streamed:
                     return await self._relay_stream(send, call, response, added, version, retries, deadline)
             finally:

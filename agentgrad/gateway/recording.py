@@ -14,6 +14,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import orjson
 
@@ -256,10 +257,21 @@ class Call:
     `NOT_TRAINED`, on a call the agent marked as no training data."""
     arm: str | None = None
     """The A/B arm that served it (`agentgrad.gateway.ab`), when its model is split."""
+    adapter: str | None = None
+    """The LoRA adapter that served it, as an engine holding several says (`agentgrad.engine.adapters`)."""
 
     @property
     def operation(self) -> str:
         return OPERATIONS[self.api]
+
+
+def upstream_headers(call: Call) -> dict[str, str]:
+    """The headers sent upstream with `call`: the agent's relayed ones and, to the local engine (which serves
+    each agent by its LoRA adapter), the agent's name, percent-encoded (a header is latin-1)."""
+    system = call.upstream.backend.system if call.upstream else None
+    if not call.agent or system != "agentgrad":
+        return call.relayed_headers
+    return {**call.relayed_headers, sc.AGENT_HEADER: quote(call.agent, safe="")}
 
 
 def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayError | None, retries: int) -> Span:
@@ -279,6 +291,8 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         attributes[sc.AGENT_NAME] = call.agent
     if call.arm is not None:
         attributes[sc.AB_ARM] = call.arm
+    if call.adapter:
+        attributes[sc.ADAPTER_NAME] = call.adapter
     attributes.update(call.sampling)
     if call.upstream is not None:
         attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = call.upstream.address, call.upstream.port

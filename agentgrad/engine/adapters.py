@@ -1,0 +1,123 @@
+"""Several LoRA adapters on one base model, served together: one adapter per agent role.
+
+The engine holds one peft `PeftModel` with any number of named LoRA adapters over one copy of the
+base weights. Each request names its adapter (`Engine.submit(adapter=...)`; over HTTP, the agent
+name the gateway forwards in `x-agentgrad-agent`, matched against each adapter's pattern); a
+decode step runs rows of different adapters in one forward pass, peft applying each row's adapter
+(`adapter_names=[...]`, its mixed-batch inference) on top of the shared base projections.
+An agent that matches no adapter is served by the default adapter, else by the base model, and the
+answer says which (`x-agentgrad-adapter`, recorded as `agentgrad.adapter.name`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentgrad.semconv import BASE_ADAPTER
+
+PEFT_BASE = "__base__"
+"""peft's name, in `adapter_names`, for a row the base model serves."""
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """The adapters an engine serves, each with the agent-name pattern (`re.search`, as `agent_match`) it serves."""
+
+    patterns: Mapping[str, str]  # adapter name -> agent-name pattern, tried in order
+    default: str | None = None  # serves agents no pattern matches; None: the base model
+
+    def __post_init__(self) -> None:
+        check_adapter_names(list(self.patterns))
+        for name, pattern in self.patterns.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"adapter {name!r}: its agent pattern {pattern!r} is not a regex: {exc}") from None
+        if self.default is not None and self.default not in self.patterns:
+            raise ValueError(f"default adapter {self.default!r} is not one of the adapters {list(self.patterns)}")
+
+    def resolve(self, agent: str | None) -> str:
+        """The adapter serving calls of `agent`: an adapter of that exact name, the first whose pattern matches,
+        else the default; `BASE_ADAPTER` when none does."""
+        if agent:
+            if agent in self.patterns:
+                return agent
+            for name, pattern in self.patterns.items():
+                if re.search(pattern, agent):
+                    return name
+        return self.default or BASE_ADAPTER
+
+    def check(self, adapter: str | None) -> None:
+        """Refuse a request for an adapter this engine does not hold (a typo must not fall back to the base)."""
+        if adapter is not None and adapter != BASE_ADAPTER and adapter not in self.patterns:
+            raise ValueError(
+                f"adapter {adapter!r} is not served here; this engine serves {list(self.patterns)} "
+                f"and {BASE_ADAPTER!r} (the base model)"
+            )
+
+
+def check_adapter_names(names: Sequence[str]) -> None:
+    """Adapter names are also checkpoint folder names and metric name parts: a plain word each, and not 'base'."""
+    if not names:
+        raise ValueError("give at least one adapter (role) name")
+    for name in names:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name == PEFT_BASE:
+            raise ValueError(f"adapter (role) name {name!r}: use letters, digits, '_', '.' or '-'")
+        if name == BASE_ADAPTER:
+            raise ValueError(f"{BASE_ADAPTER!r} names the base model; give the adapter (role) another name")
+
+
+def forward_arguments(adapters: Adapters | None, names: Sequence[str | None]) -> dict[str, Any]:
+    """The extra forward arguments for rows served by these adapters (one name per row); none without adapters."""
+    if adapters is None:
+        return {}
+    return {"adapter_names": [PEFT_BASE if n in (None, BASE_ADAPTER) else n for n in names]}
+
+
+def serve_adapters(
+    engine: Any,
+    patterns: Mapping[str, str],
+    *,
+    rank: int,
+    alpha: int = 16,
+    targets: list[str] | str = "all-linear",
+    default: str | None = None,
+    init_lora_weights: bool = True,
+) -> Any:
+    """Wrap `engine`'s (an `Engine`'s) model in one `PeftModel` holding a LoRA adapter per name (the base is frozen and held
+    once), and serve each agent by its adapter from the next request on; returns the `PeftModel`.
+
+    `init_lora_weights=False` starts each adapter at random non-zero weights (tests); True: at the base's output.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    routes = Adapters(dict(patterns), default)
+    if rank < 1:
+        raise ValueError(f"serving several adapters needs a LoRA rank of at least 1, got {rank}")
+
+    def config() -> LoraConfig:
+        return LoraConfig(
+            r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, init_lora_weights=init_lora_weights
+        )
+
+    names = list(routes.patterns)
+    with engine.weights_lock:
+        model = get_peft_model(engine.model, config(), adapter_name=names[0])
+        for name in names[1:]:
+            model.add_adapter(name, config())
+        model.set_adapter(names[0])
+        engine.replace_model(model)
+        engine.adapters = routes
+    return model
+
+
+def adapter_parameters(model: Any, adapter: str) -> list[Any]:
+    """The trainable tensors of one adapter of a `PeftModel` (its LoRA A and B matrices in every layer)."""
+    marks = (f"lora_A.{adapter}.", f"lora_B.{adapter}.")
+    found = [p for name, p in model.named_parameters() if any(mark in name for mark in marks)]
+    if not found:
+        raise ValueError(f"the model has no adapter {adapter!r}")
+    return found
