@@ -17,7 +17,7 @@ import asyncio
 import math
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from agentgrad.algorithms.base import (
     with_overrides,
 )
 from agentgrad.algorithms.credit import Advantage, Credit, per_turn_pairs
+from agentgrad.algorithms.roles import RoleBatch, RoleUpdate, check_roles, role_batches, role_metrics
 from agentgrad.algorithms.rollback import RollbackAction, RollbackGuard, after_validation
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, follow, open_group
@@ -84,6 +85,9 @@ class GRPOConfig:
     resource_name: str = "llm"  # name of the LLM resource the agent asks for
     agent_match: str | None = (
         None  # train only the calls of this agent (regex on its ag.agent name; unnamed calls: model)
+    )
+    roles: Mapping[str, str] | None = (
+        None  # role -> agent pattern: one LoRA adapter per role, trained together (roles.py)
     )
     # ---- advantages
     normalize_std: bool = (
@@ -142,6 +146,9 @@ class GRPOConfig:
                 )
         if self.credit not in ("final", "per_turn") or not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"credit is 'final' or 'per_turn' and 0 <= gamma <= 1, got {self.credit!r}, {self.gamma}")
+        if self.roles:
+            self.roles = dict(self.roles)  # a copy: the caller's mapping stays theirs
+            check_roles(self.roles, self)
         if self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
         for name in ("steps", "prompts_per_step", "micro_batch_size", "updates_per_step", "train_processes"):
@@ -394,8 +401,11 @@ class ShardedUpdate:
 
 def open_update(
     policy: LocalPolicy, cfg: GRPOConfig, launcher: Callable[..., TrainingGroup] | None
-) -> LocalUpdate | ShardedUpdate:
-    """The sharded update when a training group is asked for (`train_processes > 1`, or torchrun), else the local one."""
+) -> LocalUpdate | ShardedUpdate | RoleUpdate:
+    """The sharded update when a training group is asked for (`train_processes > 1`, or torchrun), one update per
+    role's adapter under `roles`, else the local one."""
+    if cfg.roles:
+        return RoleUpdate(policy, cfg, grpo_update)
     group = open_group(
         cfg.train_processes,
         policy,
@@ -431,6 +441,7 @@ class StepBatch:
     model_calls: int = 0  # LLM-call spans of the successful rollouts
     groups_compared: int = 0  # groups with at least two successful rollouts
     groups_identical: int = 0  # ... whose rollouts all sampled the same tokens
+    roles: dict[str, RoleBatch] = field(default_factory=dict)  # under `roles`: each role's batch (`scored` joins them)
 
 
 class GRPO(Algorithm["GRPOResult"]):
@@ -466,7 +477,7 @@ class GRPO(Algorithm["GRPOResult"]):
         if not train_data:
             raise ValueError("GRPO needs training tasks")
         with make_policy(
-            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port
+            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port, roles=cfg.roles
         ) as policy:
             # ---- the update sharded over several processes (agentgrad.distributed), when asked
             update = open_update(policy, cfg, ctx.launcher)
@@ -482,7 +493,11 @@ class GRPO(Algorithm["GRPOResult"]):
         follow(lambda: self.local_engine.model if self.local_engine is not None else load_model(self.model_name)[0])
 
     async def _train(
-        self, policy: LocalPolicy, update: LocalUpdate | ShardedUpdate, train_data: list[Any], val_data: list[Any]
+        self,
+        policy: LocalPolicy,
+        update: LocalUpdate | ShardedUpdate | RoleUpdate,
+        train_data: list[Any],
+        val_data: list[Any],
     ) -> GRPOResult:
         cfg = self.config
         engine = policy.engine
@@ -585,7 +600,11 @@ class GRPO(Algorithm["GRPOResult"]):
 
                 # ---- optimize: clipped policy gradient over the response tokens
                 update_began = time.perf_counter()
-                stats = await asyncio.to_thread(update.step, batch.scored) if batch.scored else {}
+                if isinstance(update, RoleUpdate):  # each role's adapter on its own batch
+                    by_role = {role: b.scored for role, b in batch.roles.items()}
+                    stats = await asyncio.to_thread(update.step, by_role) if batch.scored else {}
+                else:
+                    stats = await asyncio.to_thread(update.step, batch.scored) if batch.scored else {}
                 update_seconds = time.perf_counter() - update_began
                 sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
 
@@ -608,6 +627,7 @@ class GRPO(Algorithm["GRPOResult"]):
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
                     "train/model_version": engine.version,
                     **collected.metrics(),  # async: staleness distribution, dropped groups
+                    **role_metrics(batch.roles, cfg.success_threshold),  # train/<role>/...: roles only
                 }
                 await self.log_metrics(step, metrics)
                 history.append({"step": step, **metrics})
@@ -694,6 +714,11 @@ class GRPO(Algorithm["GRPOResult"]):
                 for g in useful
                 for p in per_turn_pairs([m[:3] for m in members if m[3] == g], cfg.gamma, cfg.agent_match)
             ]
+        roles: dict[str, RoleBatch] = {}
+        if cfg.roles:  # one batch per role, with the role's own rewards and advantages (algorithms/roles.py)
+            with_spans = [(r, g, spans) for (r, g, _), spans in zip(scored, spans_of)]
+            roles = role_batches(with_spans, cfg.roles, cfg, group_advantages)
+            pairs = [pair for role_batch in roles.values() for pair in role_batch.scored]
         return StepBatch(
             pairs,
             rewards,
@@ -703,6 +728,7 @@ class GRPO(Algorithm["GRPOResult"]):
             model_calls=sum(calls),
             groups_compared=len(compared),
             groups_identical=sum(len(samples[g]) == 1 for g in compared),
+            roles=roles,
         )
 
     async def _judged(

@@ -104,6 +104,10 @@ def serve_adapters(
         )
 
     names = list(routes.patterns)
+    if engine.adapters is not None:  # a second run on the same engine: its adapters are already there
+        if engine.adapters != routes:
+            raise ValueError(f"this engine already serves the adapters {dict(engine.adapters.patterns)}, not {names}")
+        return engine.model
     with engine.weights_lock:
         model = get_peft_model(engine.model, config(), adapter_name=names[0])
         for name in names[1:]:

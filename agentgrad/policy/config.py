@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,10 +67,19 @@ class PolicyConfig:
 
 
 def make_policy(
-    policy: PolicyConfig, store: Store, local_engine: Engine | None, model: str | None, *, gateway_port: int = 0
+    policy: PolicyConfig,
+    store: Store,
+    local_engine: Engine | None,
+    model: str | None,
+    *,
+    gateway_port: int = 0,
+    roles: Mapping[str, str] | None = None,
 ) -> LocalPolicy:
-    """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update."""
+    """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update.
+    `roles` (role -> agent pattern): one LoRA adapter per role, served together (the built-in engine only)."""
     if policy.engine == "vllm":
+        if roles:
+            raise ValueError("one adapter per role is served by the built-in engine only: use engine='local'")
         from agentgrad.policy.vllm import VLLMPolicy
 
         return VLLMPolicy(
@@ -87,5 +96,11 @@ def make_policy(
     from agentgrad.policy.local import LocalPolicy
 
     return LocalPolicy(
-        store, local_engine, model, lora_rank=policy.lora_rank, lora_alpha=policy.lora_alpha, gateway_port=gateway_port
+        store,
+        local_engine,
+        model,
+        lora_rank=policy.lora_rank,
+        lora_alpha=policy.lora_alpha,
+        gateway_port=gateway_port,
+        adapters=roles,
     )

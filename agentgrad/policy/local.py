@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,12 +54,22 @@ class LocalPolicy:
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
+        adapters: Mapping[str, str] | None = None,
     ) -> None:
+        """`adapters` (role name -> agent-name pattern, with `lora_rank > 0`): one LoRA adapter per role on the
+        one base, each agent's calls served by its role's (`agentgrad.engine.adapters`)."""
         self.store = store
         self.gateway_port = gateway_port
         self.engine = engine or Engine(model)
         self.lora_rank = lora_rank
-        if lora_rank > 0:
+        self.adapters = dict(adapters or {})
+        if self.adapters:
+            from agentgrad.engine.adapters import serve_adapters
+
+            if lora_rank < 1:
+                raise ValueError("one adapter per role needs LoRA: set lora_rank to 1 or more (8, say)")
+            serve_adapters(self.engine, self.adapters, rank=lora_rank, alpha=lora_alpha, targets=lora_targets)
+        elif lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
             adapted = get_peft_model(

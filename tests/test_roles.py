@@ -1,0 +1,149 @@
+"""One GRPO run that trains every role (`GRPOConfig(roles=...)`, `agentgrad.algorithms.roles`): one LoRA adapter per
+role on one frozen base, each trained on exactly its role's calls with its own rewards, and checkpointed per role."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import torch
+
+import agentgrad as ag
+from agentgrad import semconv as sc
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.roles import RoleUpdate, role_reward
+from agentgrad.engine import Engine
+from agentgrad.engine.adapters import adapter_parameters
+from agentgrad.policy.config import PolicyConfig
+from agentgrad.types import Span
+
+ROLES = {"solver": "^solver$", "verifier": "^verifier$"}
+LORA = PolicyConfig(lora_rank=4)
+
+
+def ask(llm: ag.LLM, text: str) -> str:
+    client = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0, timeout=900)
+    answer = client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": text}])
+    return answer.choices[0].message.content or ""
+
+
+def solver_and_verifier(task: dict[str, int], llm: ag.LLM) -> float:
+    """An ordinary two-agent program: the solver answers, the verifier judges; each has its own reward."""
+    answer = ask(llm.for_agent("solver"), f"What is {task['a']}+{task['b']}?")
+    verdict = ask(llm.for_agent("verifier"), f"Is {answer!r} the sum of {task['a']} and {task['b']}? Say yes or no.")
+    ag.emit_reward(len(verdict) / 100, agent="verifier")  # the verifier's own reward
+    return len(answer) / 100  # the rollout's reward: the solver's (it emits none of its own)
+
+
+def snapshot(model: torch.nn.Module, keep: Any) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if keep(name)}
+
+
+@pytest.mark.model
+def test_a_grpo_step_with_two_roles_trains_each_adapter_on_exactly_its_calls_and_resumes_per_role(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = Engine(sampling_dtype="float32", device="cpu")
+    trained: list[dict[str, list[Any]]] = []
+    real_step = RoleUpdate.step
+
+    def spied_step(self: RoleUpdate, batches: dict[str, list[Any]]) -> dict[str, float]:
+        trained.append(batches)
+        return real_step(self, batches)
+
+    monkeypatch.setattr(RoleUpdate, "step", spied_step)  # records what each adapter trains on, runs the real update
+    store = ag.MemoryStore()
+    checkpoints = tmp_path / "checkpoints"
+    config = GRPOConfig(
+        steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0, learning_rate=1e-3,
+        skip_uniform_groups=False, checkpoint_dir=str(checkpoints), roles=ROLES, policy=LORA,
+    )  # fmt: skip
+    tasks = [{"a": 12, "b": 30}, {"a": 7, "b": 5}]
+    grpo = GRPO(config, local_engine=engine)
+    peft_model: Any = None
+    before: dict[str, dict[str, torch.Tensor]] = {}
+
+    real_init = RoleUpdate.__init__
+
+    def spied_init(self: RoleUpdate, *args: Any, **kwargs: Any) -> None:  # the weights as the run starts
+        nonlocal peft_model
+        real_init(self, *args, **kwargs)
+        peft_model = self.policy.model
+        before["base"] = snapshot(peft_model, lambda n: "lora_" not in n)
+        for role in ROLES:
+            before[role] = snapshot(peft_model, lambda n, role=role: f".{role}." in n)
+
+    monkeypatch.setattr(RoleUpdate, "__init__", spied_init)
+    result = ag.Trainer(grpo, store=store).fit(solver_and_verifier, tasks)
+
+    # ---- each adapter's batch holds exactly its role's calls
+    (batches,) = trained
+    spans = {r.rollout_id: asyncio.run(store.query_spans(r.rollout_id)) for r in asyncio.run(store.query_rollouts())}
+    calls = [s for all_spans in spans.values() for s in all_spans if sc.is_llm_call(s)]
+    assert len(calls) == 2 * 2 * 2
+    for role in ROLES:
+        expected = {s.span_id for s in calls if sc.agent_name(s) == role}
+        assert {i for t, _ in batches[role] for i in t.span_ids} == expected
+        assert {s.attributes[sc.ADAPTER_NAME] for s in calls if sc.agent_name(s) == role} == {role}  # served by it
+
+    # ---- each role's reward: its own emitted one, else the rollout's
+    history = result.history[0]
+    verifier = [role_reward(s, "verifier", ROLES["verifier"], -1.0) for s in spans.values()]
+    rollouts = asyncio.run(store.query_rollouts())
+    assert history["train/verifier/reward_mean"] == pytest.approx(statistics.fmean(verifier))
+    assert -1.0 not in verifier
+    assert history["train/solver/reward_mean"] == pytest.approx(statistics.fmean(r.reward or 0.0 for r in rollouts))
+    assert {"train/solver/loss", "train/verifier/loss", "train/solver/grad_norm"} <= set(history)
+
+    # ---- both adapters moved, the base did not (and it is held once: one model serves both)
+    assert peft_model is engine.model
+    after = {name: p.detach() for name, p in peft_model.named_parameters()}
+    assert all(torch.equal(after[name], value) for name, value in before["base"].items())
+    for role in ROLES:
+        assert any(not torch.equal(after[name], value) for name, value in before[role].items()), role
+
+    # ---- per-role checkpoints, and a run that resumes from them
+    step = checkpoints / "step-1"
+    assert {p.name for p in step.iterdir() if p.is_dir()} == set(ROLES)
+    assert (step / "solver" / "adapter_model.safetensors").exists() and (step / "verifier" / "optimizer.pt").exists()
+    saved = {role: [p.detach().clone() for p in adapter_parameters(peft_model, role)] for role in ROLES}
+    with engine.training(), torch.no_grad():
+        for role in ROLES:
+            for p in adapter_parameters(peft_model, role):
+                p.zero_()
+    resumed = ag.Trainer(GRPO(config, local_engine=engine), store=ag.MemoryStore()).fit(solver_and_verifier, tasks)
+    assert resumed.history[0]["train/verifier/reward_mean"] == history["train/verifier/reward_mean"]
+    for role in ROLES:
+        restored = adapter_parameters(engine.model, role)
+        assert all(torch.equal(a, b) for a, b in zip(restored, saved[role])), role
+    engine.close()
+
+
+def test_roles_need_lora_a_local_engine_and_no_agent_match() -> None:
+    with pytest.raises(ValueError, match="lora_rank >= 1"):
+        GRPOConfig(roles=ROLES)
+    with pytest.raises(ValueError, match="agent_match=None"):
+        GRPOConfig(roles=ROLES, policy=LORA, agent_match="solver")
+    with pytest.raises(ValueError, match="'base' names the base model"):
+        GRPOConfig(roles={"base": "x"}, policy=LORA)
+    roles = dict(ROLES)
+    assert GRPOConfig(roles=roles, policy=LORA).roles is not roles  # copied: the caller's stays theirs
+
+
+def reward_span(value: float, agent: str | None, sequence: int) -> Span:
+    attributes: dict[str, Any] = {sc.REWARD: value}
+    if agent:
+        attributes[sc.REWARD_AGENT] = agent
+    return Span(
+        rollout_id="r", attempt_id="a", sequence_id=sequence, span_id=f"s{sequence}", name=sc.REWARD_SPAN, start_time=float(sequence), end_time=float(sequence), attributes=attributes,
+    )  # fmt: skip
+
+
+def test_a_roles_reward_is_the_last_one_emitted_for_it_else_the_rollouts() -> None:
+    spans = [reward_span(0.2, "verifier", 1), reward_span(0.7, None, 2), reward_span(0.9, "verifier", 3)]
+    assert role_reward(spans, "verifier", ROLES["verifier"], 0.5) == 0.9
+    assert role_reward(spans, "solver", ROLES["solver"], 0.5) == 0.5
