@@ -132,6 +132,8 @@ def test_roles_need_lora_a_local_engine_and_no_agent_match() -> None:
         GRPOConfig(roles={"base": "x"}, policy=LORA)
     roles = dict(ROLES)
     assert GRPOConfig(roles=roles, policy=LORA).roles is not roles  # copied: the caller's stays theirs
+    grpo = GRPO(roles=ROLES, lora_rank=8)  # the policy's override counts when the roles are checked
+    assert (grpo.config.roles, grpo.config.policy.lora_rank) == (ROLES, 8)
 
 
 def reward_span(value: float, agent: str | None, sequence: int) -> Span:

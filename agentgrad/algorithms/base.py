@@ -292,8 +292,8 @@ def with_overrides(
                 f"{algorithm} has no setting {key!r}; the settings of {type(config).__name__} are: {', '.join(valid)}"
             )
         inner[owner][key] = value
-    copied: Any = dataclasses.replace(config, **top)  # type: ignore[type-var]  # C is a dataclass, as fields() checked
-    for name, values in inner.items():
+    for name, values in inner.items():  # nested first: the whole config is checked once, with all its overrides
         if values:
-            copied = dataclasses.replace(copied, **{name: dataclasses.replace(getattr(copied, name), **values)})
+            top[name] = dataclasses.replace(top.get(name, getattr(config, name)), **values)
+    copied: Any = dataclasses.replace(config, **top)  # type: ignore[type-var]  # C is a dataclass, as fields() checked
     return cast(C, copied)
