@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from typing import Any
 
 import openai
 import pytest
@@ -145,3 +146,27 @@ async def test_spans_emitted_under_an_agent_name_carry_it(served: Served) -> Non
     assert semconv.agent_name(spans[semconv.REWARD_SPAN]) == "judge"
     assert semconv.agent_name(spans[semconv.MESSAGE_SPAN]) is None
     assert semconv.agent_name(spans[semconv.ROLLOUT_SPAN]).endswith("agent")  # the function's qualified name
+
+
+def test_the_gateway_tells_the_local_engine_which_agent_calls_and_no_other_upstream(
+    upstream: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The built-in engine serves each agent by its LoRA adapter (`engine/adapters.py`), so it hears the agent's
+    name (percent-encoded: a header is latin-1); a hosted API is not told the names of a system's agents."""
+    from agentgrad.gateway import Backend, Gateway
+    from agentgrad.serving import ServerThread
+    from agentgrad.store import MemoryStore
+    from tests.conftest import UPSTREAM_KEY
+
+    monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_KEY)
+    backends = {
+        name: Backend(upstream.url, api_key_env="FAKE_UPSTREAM_KEY", system=system)
+        for name, system in (("engine", "agentgrad"), ("hosted", "openai"))
+    }
+    with ServerThread(Gateway(MemoryStore(), backends, retry_backoff_s=0.001)) as server:
+        for model in ("engine", "hosted"):
+            route = semconv.gateway_route(server.url + "/v1", agent="réviseur 2")
+            ask(openai.OpenAI(base_url=route, api_key="unused", max_retries=0), model, "hello")
+    engine_call, hosted_call = upstream.fake.headers[-2:]
+    assert engine_call[semconv.AGENT_HEADER] == "r%C3%A9viseur%202"
+    assert semconv.AGENT_HEADER not in hosted_call
