@@ -107,3 +107,23 @@ def test_runs_ls_show_and_compare_print_the_records(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "no run with id or name 'nope'" in missing.stdout + missing.stderr
     alone = agentgrad_cli("runs", "compare", "climb", "--store", path)
     assert alone.returncode != 0 and "two runs or more" in alone.stdout + alone.stderr
+
+
+def test_runs_show_puts_each_roles_figures_side_by_side(tmp_path: Path) -> None:
+    """A GRPO run with `roles` logs `train/<role>/<figure>`; `runs show` gives them a table, a row per role."""
+
+    class TwoRoles(Algorithm[None]):
+        async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> None:
+            self.bind(ctx)
+            figures = {"train/reward_mean": 0.5, "train/solver/reward_mean": 0.25, "train/solver/loss": 0.125,
+                       "train/verifier/reward_mean": 0.75, "train/verifier/calls": 4}  # fmt: skip
+            await self.log_metrics(1, figures)
+
+    path = tmp_path / "store.db"
+    ag.Trainer(TwoRoles(), store=ag.SqliteStore(path), run_name="roles").fit(half_agent, TASKS)
+    shown = agentgrad_cli("runs", "show", "roles", "--store", str(path))
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout[shown.stdout.index("Roles (2), final") :]
+    rows = {line.split()[1]: line.split()[2:] for line in table.splitlines() if "solver" in line or "verifier" in line}
+    assert rows["solver"][:3] == ["│", "0.25", "│"] and "0.125" in rows["solver"]
+    assert rows["verifier"][:3] == ["│", "0.75", "│"] and "4" in rows["verifier"]

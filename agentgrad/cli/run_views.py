@@ -18,6 +18,21 @@ COMPARED_FIGURES = ("val/accuracy", "val/reward_mean", "train/reward_mean", "tra
 """The final figures `runs ls` shows, those a run has."""
 
 
+ROLE_FIGURES = ("reward_mean", "accuracy", "loss", "grad_norm", "groups_used", "calls")
+"""Per role (`train/<role>/<figure>`, GRPO's `roles`), the figures `runs show` puts in its roles table."""
+
+
+def role_figures(figures: dict[str, float]) -> dict[str, dict[str, float]]:
+    """`train/<role>/<figure>` values by role (GRPO's `roles`), roles in name order; {} for a run with none."""
+    roles: dict[str, dict[str, float]] = {}
+    for name in sorted(figures):
+        group, _, rest = name.partition("/")
+        role, _, figure_name = rest.partition("/")
+        if group == "train" and role and figure_name and "/" not in figure_name:
+            roles.setdefault(role, {})[figure_name] = figures[name]
+    return roles
+
+
 async def find_run(store: Store, key: str) -> Run:
     """The run whose id is `key`, else the latest one named `key`; NotFoundError naming the runs there are."""
     runs = await store.query_runs()
@@ -88,6 +103,15 @@ async def print_run(console: Console, store: Store, key: str) -> None:
     for name in sorted(run.final):
         table.add_row(name, figure(run.final, name), figure(run.best, name))
     console.print(table)
+    roles = role_figures(run.final)
+    if roles:  # GRPO(roles=...): each role's own figures side by side
+        shown = [name for name in ROLE_FIGURES if any(name in figures for figures in roles.values())]
+        by_role = Table(title=f"Roles ({len(roles)}), final")
+        for column in ("role", *shown):
+            by_role.add_column(column, justify="left" if column == "role" else "right", no_wrap=True)
+        for role, figures in roles.items():
+            by_role.add_row(escape(role), *(figure(figures, name) for name in shown))
+        console.print(by_role)
     if "step" in run.best:
         console.print(f"best at step {run.best['step']:.0f}", highlight=False)
     for checkpoint in run.checkpoints:
