@@ -126,6 +126,8 @@ def test_a_grpo_step_with_two_roles_trains_each_adapter_on_exactly_its_calls_and
 def test_roles_need_lora_a_local_engine_and_no_agent_match() -> None:
     with pytest.raises(ValueError, match="lora_rank >= 1"):
         GRPOConfig(roles=ROLES)
+    with pytest.raises(ValueError, match="credit='final'"):
+        GRPOConfig(roles=ROLES, policy=LORA, credit="per_turn")
     with pytest.raises(ValueError, match="agent_match=None"):
         GRPOConfig(roles=ROLES, policy=LORA, agent_match="solver")
     with pytest.raises(ValueError, match="'base' names the base model"):

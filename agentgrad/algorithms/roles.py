@@ -8,8 +8,8 @@ rollouts into one batch per role and updates each adapter with its own optimizer
 - a role's batch is exactly its agents' calls (`to_trajectories(agent_match=pattern)`);
 - a role's reward in a rollout is the last reward emitted for it (`ag.emit_reward(value, agent=role)`),
   else the rollout's reward; rollouts in which the role made no call leave its batch and its baseline;
-- advantages are computed per role within each task's group (`group_advantages`), or per turn
-  (`credit="per_turn"`, `credit.per_turn_pairs` over the role's calls);
+- advantages are computed per role within each task's group (`group_advantages`; `credit="final"` only:
+  per-turn credit would need a rule for a role's own rewards beside the rollout's, not written yet);
 - checkpoints hold one subfolder per role (the adapter, a PEFT folder, and its optimizer state), and
   metrics go under `train/<role>/...`.
 """
@@ -29,7 +29,7 @@ import torch
 
 from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.credit import Advantage, per_turn_pairs
+from agentgrad.algorithms.credit import Advantage
 from agentgrad.engine.adapters import Adapters, adapter_parameters
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.policy.local import LocalPolicy
@@ -53,6 +53,7 @@ def check_roles(roles: Mapping[str, str], cfg: Any) -> None:
         (cfg.max_staleness is not None, "synchronous training (max_staleness=None)"),
         (cfg.train_processes != 1, "train_processes=1"),
         (cfg.rollback_on_drop is not None, "rollback_on_drop=None"),
+        (cfg.credit != "final", "credit='final' (per-turn credit per role is not built yet)"),
     ]
     missing = [need for failed, need in problems if failed]
     if missing:
@@ -111,21 +112,12 @@ def role_batches(
             for g, values in by_group.items()
             if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
         }
-        if cfg.credit == "per_turn":
-            scored: Pairs = [
-                pair
-                for g in useful
-                for pair in per_turn_pairs([m[:3] for m in taking if m[3] == g], cfg.gamma, pattern)
-            ]
-        else:
-            scored = [
-                (trajectory, advantage)
-                for advantage, (_, _, trajectories, group) in zip(
-                    advantages(rewards, groups, cfg.normalize_std), taking
-                )
-                if group in useful
-                for trajectory in trajectories
-            ]
+        scored: Pairs = [
+            (trajectory, advantage)
+            for advantage, (_, _, trajectories, group) in zip(advantages(rewards, groups, cfg.normalize_std), taking)
+            if group in useful
+            for trajectory in trajectories
+        ]
         batches[role] = RoleBatch(scored, rewards, len(useful))
     return batches
 
