@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from agentgrad.engine.detokenize import TextState, extend
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
@@ -99,6 +100,7 @@ class _Row:
     allowed: list[int] = field(default_factory=list)  # per token, how many the grammar allowed (constrained rows)
     matcher: Any = None  # an llguidance matcher when the request has a grammar
     text: str = ""
+    decoded: TextState = field(default_factory=TextState)  # where `text` was last complete, to decode from there
     streamed: int = 0
     finish_reason: str | None = None
     kept: bool = False  # its keys and values went to the prefix cache (or were not to)
@@ -566,8 +568,8 @@ class Engine:
         if token in self.eos_token_ids and not params.ignore_eos:
             row.finish_reason = "stop"
         else:
-            checked = len(row.text)
-            row.text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+            checked = len(row.decoded.stable_text)  # text before this cannot change: a stop ends after it
+            row.text = extend(self.tokenizer, row.decoded, row.token_ids)  # the full decode's text, in time linear
             for stop in params.stop:
                 at = row.text.find(stop, max(0, checked - len(stop) + 1))
                 if at >= 0:
