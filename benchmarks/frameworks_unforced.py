@@ -1,0 +1,133 @@
+"""Do the framework agents call their tool unforced? Each `examples/frameworks/` agent, per model, with and without
+the worked exchange in its history (issue 21, item 7).
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/frameworks_unforced.py [--tasks 8] \
+        [--models qwen2.5-coder-0.5b smollm2-135m] [--frameworks openai langgraph ...] [--variants without with]
+
+Every agent runs unchanged in its framework (CrewAI and AutoGen as runners of their own environments),
+against the built-in engine through the gateway, greedy, `tool_choice` left to the framework ("auto": nothing
+forces a call). Per framework, model and variant it prints: the tool-call rate (share of tasks in which a
+recorded reply held a parsed tool call), the answer accuracy (the task's reward), model calls per task, replies
+whose call the engine could not parse (`tool_call_parse_error`) and the wall time. Counts come from the spans
+the gateway recorded, so they are what training would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentgrad.algorithms.baseline import Baseline
+from agentgrad.engine import Engine
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.semconv import GEN_AI_OUTPUT_MESSAGES, is_llm_call
+from agentgrad.store import SqliteStore
+from examples.frameworks.run import FRAMEWORKS, run
+from examples.frameworks.tasks import make_tasks
+
+MAX_TOKENS = 96
+"""Per model call: a Hermes call to `calculate` is ~30 tokens, an answer ~10; a model that rambles is cut here."""
+
+
+@dataclass
+class Row:
+    """One framework × model × variant: what its tasks did."""
+
+    framework: str
+    model: str
+    worked_example: bool
+    tasks: int
+    called: int
+    correct: int
+    calls: int
+    wall_s: float
+    error: str = ""
+
+    def cells(self) -> list[str]:
+        if self.error:
+            return [self.framework, self.model, "yes" if self.worked_example else "no", "-", "-", "-", self.error]
+        return [
+            self.framework,
+            self.model,
+            "yes" if self.worked_example else "no",
+            f"{self.called}/{self.tasks}",
+            f"{self.correct}/{self.tasks}",
+            f"{self.calls / max(self.tasks, 1):.1f}",
+            f"{self.wall_s:.0f}",
+        ]
+
+
+async def count(store: SqliteStore) -> tuple[int, int, int, int]:
+    """(tasks, tasks with a tool call, tasks answered right, model calls) over the store's rollouts."""
+    rollouts = await store.query_rollouts()
+    called = correct = calls = 0
+    for rollout in rollouts:
+        spans = [s for s in await store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+        calls += len(spans)
+        outputs = [json.loads(s.attributes.get(GEN_AI_OUTPUT_MESSAGES) or "[]") for s in spans]
+        called += any(m.get("tool_calls") for messages in outputs for m in messages)
+        correct += rollout.reward == 1.0
+    return len(rollouts), called, correct, calls
+
+
+def run_one(engine: Engine, framework: str, model: str, worked_example: bool, n: int, folder: Path) -> Row:
+    """A Baseline pass of `framework`'s agent over `n` tasks on `engine`, counted from its own store."""
+    store = SqliteStore(folder / f"{framework}-{model}-{'with' if worked_example else 'without'}.db")
+    tasks = make_tasks(n, worked_example=worked_example)
+    began = time.perf_counter()
+    log = folder / f"runner-{framework}-{model}-{worked_example}.log"
+    try:
+        with LocalPolicy(store, engine) as policy:
+            llm = policy.llm(temperature=0.0, max_tokens=MAX_TOKENS)
+            asyncio.run(run(framework, Baseline(), store, tasks, llm=llm, gateway=policy.gateway_url + "/v1", log=log))
+    except Exception as exc:  # one framework's failure (a missing environment) is a row, not the end of the run
+        return Row(framework, model, worked_example, n, 0, 0, 0, time.perf_counter() - began, f"{type(exc).__name__}: {exc}"[:80])
+    wall = time.perf_counter() - began
+    tasks_run, called, correct, calls = asyncio.run(count(store))
+    return Row(framework, model, worked_example, tasks_run, called, correct, calls, wall)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=8, help="three-digit additions per framework, model and variant")
+    parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "smollm2-135m"])
+    parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS), choices=list(FRAMEWORKS))
+    parser.add_argument("--variants", nargs="+", default=["without", "with"], choices=["without", "with"],
+                        help="the worked exchange left out of the history, or kept")
+    parser.add_argument("--out", default=None, help="folder for the stores and runner logs (default: a temporary one)")
+    args = parser.parse_args()
+    os.environ.pop("OPENAI_BASE_URL", None)  # the plain openai agent is pointed at the gateway by its runner
+    folder = Path(args.out or tempfile.mkdtemp(prefix="frameworks-unforced-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"stores and runner logs in {folder}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    header = ["framework", "model", "worked example", "tool call rate", "accuracy", "calls/task", "wall s"]
+    rows: list[Row] = []
+    for model in args.models:
+        began = time.perf_counter()
+        engine = Engine(model, name=model)
+        print(f"{model}: loaded in {time.perf_counter() - began:.0f} s", flush=True)
+        try:
+            for variant in args.variants:
+                for framework in args.frameworks:
+                    row = run_one(engine, framework, model, variant == "with", args.tasks, folder)
+                    rows.append(row)
+                    print(" | ".join(row.cells()), f"(load {os.getloadavg()[0]:.2f})", flush=True)
+        finally:
+            engine.close()
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(row.cells()) + " |")
+    print(f"\nload average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
