@@ -118,6 +118,22 @@ TOKEN_IDS_ABSENT = "agentgrad.llm.token_ids_absent"
 the gateway sent the client's request as it was) or `TOKEN_IDS_NOT_RETURNED` (asked for, not in the answer)."""
 TOKEN_IDS_NOT_REQUESTED = "not_requested"
 TOKEN_IDS_NOT_RETURNED = "not_returned"
+TOOL_CALLS_PARSER = "agentgrad.tool_calls.parser"
+"""On a call whose reply held tool calls: what read them out of the model's text. `engine:hermes` or `engine:pythonic`
+(the built-in engine, in that shape: `ENGINE_PARSER_PREFIX`), `vllm:<parser>` (a vLLM server's `--tool-call-parser`:
+`VLLM_PARSER_PREFIX`), or `upstream` (`UPSTREAM_PARSER`: any other upstream, in its own way)."""
+TOOL_CALLS_PARSER_DISAGREES = "agentgrad.tool_calls.parser_disagrees"
+"""True on a call where agentgrad's parser, run on the reply's raw text, reads other calls than the upstream returned
+(the raw text: the upstream's per-token logprobs, or its text content); absent where they agree or it cannot tell."""
+TOOL_CALLS_OTHER_PARSE = "agentgrad.tool_calls.other_parse"
+"""With `TOOL_CALLS_PARSER_DISAGREES`: agentgrad's reading, JSON, one entry per disagreeing choice:
+`{"choice": i, "parser": "engine:hermes" | null, "tool_calls": [{"name", "arguments"}], "error": str | null}`."""
+ENGINE_PARSER_PREFIX = "engine:"
+VLLM_PARSER_PREFIX = "vllm:"
+UPSTREAM_PARSER = "upstream"
+TOOL_CALL_PARSER_FIELD = "tool_call_parser"
+"""The engine's answer field (on a chat choice, or a Responses / Messages body, next to `tool_call_parse_error`)
+naming the parser that read its calls: `TOOL_CALLS_PARSER`'s value."""
 
 # ----------------------------------------------------------------------------- OpenTelemetry names
 

@@ -508,7 +508,7 @@ class Gateway:
             message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
             error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
             return await self._fail(send, call, error)
-        answered = response_attributes(call.api, answer, version)  # before stripping
+        answered = response_attributes(call.api, answer, version, call)  # before stripping
         if added:
             added.strip(answer)
             payload = orjson.dumps(answer)
@@ -562,7 +562,7 @@ class Gateway:
                 error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
             event = messages.error_event(error) if call.api == MESSAGES_API else b"data: " + error.body() + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
-        answered = response_attributes(call.api, assembler.result(), version)
+        answered = response_attributes(call.api, assembler.result(), version, call)
         self._recording += 1
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -24,7 +24,13 @@ from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
+from agentgrad.policy.vllm_server import (
+    VLLMServer,
+    attach_servers,
+    report_capabilities,
+    start_servers,
+    tool_parser_of,
+)
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -99,11 +105,13 @@ class VLLMPolicy(LocalPolicy):
                     f"{self.transport.name!r} needs; {self.capabilities}"
                 )
             served = LORA_NAME if self.lora_rank > 0 else None
+            parser = tool_parser_of(str(self.model_path), () if self.urls else self.vllm_args)
             backends = [
                 Backend(
                     url=s.api_url,
                     system="vllm",
                     model=served or self.engine.name,
+                    tool_parser=parser,
                     first_byte_timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
                     timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
                 )
