@@ -37,7 +37,7 @@ def parser_attributes(
     said = next((c[sc.TOOL_CALL_PARSER_FIELD] for c in choices if c.get(sc.TOOL_CALL_PARSER_FIELD)), None)
     called = any((c.get("message") or {}).get("tool_calls") for c in choices)
     attributes = _named(said, called, system, tool_parser)
-    if said is not None:
+    if said is not None or system == "agentgrad":
         return attributes  # the engine's own parser read it: there is no second reading
     others = _other_readings(request, choices)
     if others:
