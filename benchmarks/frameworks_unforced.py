@@ -2,7 +2,8 @@
 the worked exchange in its history (issue 21, item 7).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/frameworks_unforced.py [--tasks 8] \
-        [--models qwen2.5-coder-0.5b smollm2-135m] [--frameworks openai langgraph ...] [--variants without with]
+        [--models qwen2.5-coder-0.5b smollm2-135m] [--frameworks openai langgraph ...] [--variants without with] \
+        [--operator '*']
 
 Every agent runs unchanged in its framework (CrewAI and AutoGen as runners of their own environments),
 against the built-in engine through the gateway, greedy, `tool_choice` left to the framework ("auto": nothing
@@ -77,10 +78,11 @@ async def count(store: SqliteStore) -> tuple[int, int, int, int]:
     return len(rollouts), called, correct, calls
 
 
-def run_one(engine: Engine, framework: str, model: str, worked_example: bool, n: int, folder: Path) -> Row:
+def run_one(engine: Engine, framework: str, model: str, worked_example: bool, n: int, folder: Path,
+            operator: str = "+") -> Row:
     """A Baseline pass of `framework`'s agent over `n` tasks on `engine`, counted from its own store."""
     store = SqliteStore(folder / f"{framework}-{model}-{'with' if worked_example else 'without'}.db")
-    tasks = make_tasks(n, worked_example=worked_example)
+    tasks = make_tasks(n, worked_example=worked_example, operator=operator)
     began = time.perf_counter()
     log = folder / f"runner-{framework}-{model}-{worked_example}.log"
     try:
@@ -101,12 +103,15 @@ def main() -> None:
     parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS), choices=list(FRAMEWORKS))
     parser.add_argument("--variants", nargs="+", default=["without", "with"], choices=["without", "with"],
                         help="the worked exchange left out of the history, or kept")
+    parser.add_argument("--operator", default="+", choices=["+", "*"],
+                        help="three-digit additions (the examples' tasks) or multiplications (past a small model's head)")
     parser.add_argument("--out", default=None, help="folder for the stores and runner logs (default: a temporary one)")
     args = parser.parse_args()
     os.environ.pop("OPENAI_BASE_URL", None)  # the plain openai agent is pointed at the gateway by its runner
     folder = Path(args.out or tempfile.mkdtemp(prefix="frameworks-unforced-"))
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"stores and runner logs in {folder}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"tasks: {args.tasks} three-digit {'additions' if args.operator == '+' else 'multiplications'}; "
+          f"stores and runner logs in {folder}; load average {os.getloadavg()[0]:.2f}", flush=True)
     header = ["framework", "model", "worked example", "tool call rate", "accuracy", "calls/task", "wall s"]
     rows: list[Row] = []
     for model in args.models:
@@ -116,7 +121,7 @@ def main() -> None:
         try:
             for variant in args.variants:
                 for framework in args.frameworks:
-                    row = run_one(engine, framework, model, variant == "with", args.tasks, folder)
+                    row = run_one(engine, framework, model, variant == "with", args.tasks, folder, args.operator)
                     rows.append(row)
                     print(" | ".join(row.cells()), f"(load {os.getloadavg()[0]:.2f})", flush=True)
         finally:
