@@ -151,17 +151,6 @@ def test_the_vllm_parser_is_the_users_own_flag_else_the_one_agentgrad_chooses_fo
 # ----------------------------------------------------------------------------- the real engine
 
 
-@pytest.fixture(scope="module")
-def engine_front(engine: Any) -> Iterator[tuple[str, MemoryStore, Gateway]]:
-    from agentgrad.engine.server import create_engine_app
-
-    store = MemoryStore()
-    with ServerThread(create_engine_app(engine)) as server:
-        gateway = Gateway(store, {"policy": Backend(server.url + "/v1", model=engine.name, system="agentgrad")})
-        with ServerThread(gateway) as front:
-            yield front.url, store, gateway
-
-
 FORCED = {  # api -> (path, a forced call of `calculate` in that API's shape)
     "chat": ("/v1/chat/completions", {"messages": ASK, "tools": [CALCULATE], "tool_choice": "required", "max_tokens": 40}),
     "responses": ("/v1/responses", {"input": ASK[0]["content"], "tool_choice": "required", "max_output_tokens": 40,
@@ -175,9 +164,9 @@ FORCED = {  # api -> (path, a forced call of `calculate` in that API's shape)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 @pytest.mark.parametrize("api", list(FORCED))
 async def test_the_engines_calls_name_its_own_parser_in_the_answer_and_on_the_span(
-    engine_front: tuple[str, MemoryStore, Gateway], api: str, stream: bool
+    engine_gateway: tuple[str, MemoryStore, Gateway], api: str, stream: bool
 ) -> None:
-    url, store, gateway = engine_front
+    url, store, gateway = engine_gateway
     rollout = await store.start_rollout("task")
     route = f"{url}/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}"
     path, body = FORCED[api]
