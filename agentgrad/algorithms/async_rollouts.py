@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from agentgrad import semconv as sc
 from agentgrad.algorithms.base import Algorithm
-from agentgrad.algorithms.sampling import TaskSampler
+from agentgrad.algorithms.sampling import TaskSampler, rollout_seed
 from agentgrad.store import Store
 from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
 
@@ -90,8 +90,10 @@ class RolloutPipeline:
         queued: Mapping[str, Mapping[str, list[Any]]] | None = None,
         max_staleness: int | None = None,
         stale_groups: StaleGroups = "drop",
+        sampling_seed: int | None = None,
     ) -> None:
         self.algorithm, self.train_data, self.sampler = algorithm, train_data, sampler
+        self.sampling_seed = sampling_seed  # each rollout's calls sample from `rollout_seed` (None: unseeded)
         self.prompts_per_step, self.group_size, self.lookahead = prompts_per_step, group_size, lookahead
         self.max_staleness, self.stale_groups = max_staleness, stale_groups
         self.last_step, self.resources_id, self.config = last_step, resources_id, config
@@ -127,6 +129,7 @@ class RolloutPipeline:
             queued=queued,
             max_staleness=cfg.max_staleness,
             stale_groups=cfg.stale_groups,
+            sampling_seed=cfg.seed,
         )
 
     async def collect(self, step: int, current_version: int = 0) -> StepRollouts:
@@ -158,9 +161,16 @@ class RolloutPipeline:
             mode="train",
             resources_id=self.resources_id,
             config=self.config,
-            metadata=[{"step": step, "group": i // self.group_size} for i in range(len(requests))],
+            metadata=[self._metadata(step, i) for i in range(len(requests))],
         )
         self.queued[step] = {"ids": ids, "tasks": task_indices}
+
+    def _metadata(self, step: int, index: int) -> dict[str, Any]:
+        """The metadata of the `index`-th rollout queued for `step`: its step and group, and its sampling seed."""
+        metadata: dict[str, Any] = {"step": step, "group": index // self.group_size}
+        if self.sampling_seed is not None:
+            metadata[sc.SAMPLING_SEED] = rollout_seed(self.sampling_seed, step, index)
+        return metadata
 
     async def _adopt(self) -> None:
         """Re-queue, from their tasks, the adopted steps whose rollouts this store does not have."""

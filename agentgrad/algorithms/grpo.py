@@ -69,7 +69,7 @@ class GRPOConfig:
     steps: int = 20  # policy updates
     prompts_per_step: int = 8  # tasks sampled per step
     group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
-    seed: int = 0  # task order (reproducible; a resumed run continues it)
+    seed: int = 0  # task order and each training call's sampling seed (reproducible; a resumed run continues it)
     max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
     report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts

@@ -48,7 +48,7 @@ class SFTConfig:
     rounds: int = 3  # collect → keep the rewarded → fine-tune → validate
     tasks_per_round: int = 64  # training tasks sampled per round
     samples_per_task: int = 4  # rollouts of each task per round, at `temperature`
-    seed: int = 0  # task order and batch shuffling
+    seed: int = 0  # task order, batch shuffling and each collection call's sampling seed
     report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
@@ -157,6 +157,7 @@ class SFT(Algorithm["SFTResult"]):
             config=rollout_config,
             max_staleness=cfg.max_staleness,
             stale_groups=cfg.stale_groups,
+            sampling_seed=cfg.seed,
         )
         shuffle = random.Random(cfg.seed)
         history: list[dict[str, float]] = []
