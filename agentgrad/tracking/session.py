@@ -19,8 +19,8 @@ from agentgrad.redact import REDACTED, redact
 from agentgrad.tracking.base import RunInfo, RunTrackers
 from agentgrad.tracking.curve import draw_learning_curve
 
-SECRET_NAME = re.compile(r"(api_?key|token|secret|password)", re.IGNORECASE)
-"""Configuration fields whose values never reach a tracker."""
+SECRET_NAME = re.compile(r"(api_?key|secret|password|(^|_)token$)", re.IGNORECASE)
+"""Configuration fields whose values never reach a tracker (`token`, `hf_token`: yes; `max_tokens`: no)."""
 
 
 def report_to_of(algorithm: Any) -> tuple[str, ...]:

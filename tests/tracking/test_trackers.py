@@ -201,9 +201,12 @@ def test_secrets_in_an_algorithms_config_never_reach_a_tracker(tmp_path: Path) -
         def __init__(self) -> None:
             super().__init__(steps=1)
             self.api_key = "sk-live-0123456789abcdef"
+            self.hf_token = "hf_0123456789abcdef"
+            self.max_tokens = 48
 
     config = algorithm_config(Keyed())
     assert config["api_key"] == "[redacted]" and config["steps"] == 1
+    assert config["hf_token"] == "[redacted]" and config["max_tokens"] == 48  # a token count is no secret
 
 
 def test_the_training_commands_take_report_to_and_refuse_an_unknown_tracker(capsys: pytest.CaptureFixture[str]) -> None:
