@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -237,3 +238,38 @@ def test_grpo_with_max_staleness_1_and_a_two_call_agent_trains_no_attempt_that_m
     assert mixed == []  # ... and waited for it to end: no attempt's calls mix versions
     assert [h["async/mixed_version_rollouts"] for h in result.history] == [0] * 3
     assert all(h["async/staleness_max"] <= 1 for h in result.history)
+
+
+def test_grpo_resumed_mid_run_trains_the_groups_queued_before_the_crash_once_and_samples_none_again(
+    tmp_path: Path, own_engine: Engine
+) -> None:
+    train, _ = make_splits(n_train=20, n_val=2, seed=13)
+    checkpoints = tmp_path / "checkpoints"
+    config = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0, max_staleness=1,
+                        checkpoint_dir=str(checkpoints), checkpoint_every=1, keep_checkpoints=0, success_threshold=0.99)
+    ag.Trainer(GRPO(config, local_engine=own_engine), n_runners=2, runner_concurrency=4,
+               store=SqliteStore(tmp_path / "run.db")).fit(close_enough, train)
+    shutil.rmtree(checkpoints / "step-3")  # the process died after step 3's rollouts ran, before its checkpoint
+    saved = json.loads((checkpoints / "step-2" / "agentgrad.json").read_text())
+    assert list(saved["queued"]) == ["3"]  # step 3's groups were queued (and ran) while step 2 trained
+
+    store = SqliteStore(tmp_path / "run.db")
+    before = {r.rollout_id: r for r in asyncio.run(store.query_rollouts(mode="train"))}
+    oldest = {}  # step 3's groups: the oldest version among their calls, recorded before the crash
+    for rollout in before.values():
+        if rollout.metadata["step"] == 3:
+            versions = [sc.weights_version(s) for s in asyncio.run(store.query_spans(rollout.rollout_id))
+                        if sc.is_llm_call(s)]
+            group = rollout.metadata["group"]
+            oldest[group] = min(oldest.get(group, versions[0]), *versions)
+    restarted = Engine(sampling_dtype="float32", device="cpu")  # a new process: its engine counts from 0
+    result = ag.Trainer(GRPO(config, local_engine=restarted), n_runners=2, runner_concurrency=4,
+                        store=store).fit(close_enough, train)
+    assert [h["step"] for h in result.history] == [1, 2, 3]  # steps 1-2 from the checkpoint, step 3 once more
+    after = {r.rollout_id for r in asyncio.run(store.query_rollouts(mode="train"))}
+    assert after == set(before) and set(saved["queued"]["3"]["ids"]) <= after  # none sampled again
+    step_3 = result.history[-1]
+    assert step_3["train/failed_rollouts"] == 0 and step_3["async/dropped_groups"] == 0  # none lost
+    lags = [saved["engine_version"] - v for v in oldest.values()]  # the restored weights keep their version
+    assert step_3["async/staleness_mean"] == sum(lags) / len(lags) and max(lags) <= 1
+    assert json.loads((checkpoints / "step-3" / "agentgrad.json").read_text())["queued"] == {}

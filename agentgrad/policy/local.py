@@ -257,8 +257,19 @@ class LocalPolicy:
                     )
         saved = torch.load(directory / TRAINER_STATE, weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])
+        self.resume_version(directory)
         self.publish()
         return saved["state"]
+
+    def resume_version(self, directory: Path) -> None:
+        """Have the next publish name the restored weights by the version they had when `directory` was saved,
+        so the spans of the rollouts sampled before the restart (queued groups a resumed run trains) keep a
+        true staleness. Only a fresh engine (a new process) is renumbered: an engine that already served
+        those numbers for other weights keeps counting up (its prefix cache is keyed by version)."""
+        manifest = directory / "agentgrad.json"
+        saved = json.loads(manifest.read_text()).get("engine_version") if manifest.exists() else None
+        if isinstance(saved, int) and self.engine.version < saved:
+            self.engine.version = saved - 1
 
 
 async def still_running(store: Store, rollout_ids: Sequence[str], timeout_s: float) -> list[str]:
