@@ -216,6 +216,8 @@ def test_the_async_settings_are_checked() -> None:
             check_async_settings(bad, "drop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stale_groups"):
         GRPOConfig(max_staleness=1, stale_groups="reuse")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="attempt_wait_s must be >= 0 seconds"):
+        PolicyConfig(attempt_wait_s=-1.0)
 
 
 def test_a_rollout_whose_calls_straddle_an_update_counts_as_mixed_and_as_old_as_its_first_call() -> None:

@@ -132,6 +132,8 @@ class LocalPolicy:
         calls only.
         """
         if not self.between_attempts or _loop_running():
+            if self.between_attempts:
+                log.debug("publish from a thread running an event loop: the weights swap between calls only")
             yield
             return
         with pool.attempts_held() as started:
