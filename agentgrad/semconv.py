@@ -44,6 +44,10 @@ trained (its agent's client points elsewhere), so it has nothing to train on."""
 NO_REWARD = "agentgrad.no_reward"
 """In a rollout's metadata: its agent returned no reward and emitted none (`RolloutConfig.missing_reward` says
 whether the rollout then failed or counts as reward 0)."""
+SAMPLING_SEED = "agentgrad.sampling_seed"
+"""In a training rollout's metadata: the seed of its sampling (`algorithms.sampling.rollout_seed`, from the run's
+`seed`, the step and the rollout's place in it); the gateway gives the attempt's k-th model call the seed
+`SAMPLING_SEED + k`, so a run with the same seed samples the same tokens (docs/experiments.md, reproducibility)."""
 
 # ----------------------------------------------------------------------------- our attributes
 
@@ -95,6 +99,7 @@ AGENT_REQUEST_PARAMS = {
     "temperature": "agentgrad.llm.agent_request.temperature",
     "top_p": "agentgrad.llm.agent_request.top_p",
     "max_tokens": "agentgrad.llm.agent_request.max_tokens",
+    "seed": "agentgrad.llm.agent_request.seed",
 }
 """Sampling setting → what the agent's own request asked for, recorded where the gateway applied the trainer's
 sampling instead (`gen_ai.request.*` then holds what was used); absent when the agent set none."""
