@@ -23,7 +23,9 @@ Batch = list[tuple[Any, ...]]
 def first_step(seed: int) -> tuple[Batch, float]:
     """One GRPO step on a fresh engine: each of the step's rollouts as (task, group, seed, prompt ids, response
     ids, reward), in the order they were queued, and the step's loss."""
-    engine = Engine(sampling_dtype="float32", device="cpu")  # bf16 rounds differently by batch (docs/experiments.md)
+    # one row at a time: a row's logits round differently with the rows batched beside it (bf16 visibly, fp32 at
+    # near-ties), and which rows share a step depends on timing; docs/experiments.md says so
+    engine = Engine(sampling_dtype="float32", device="cpu", max_batch_size=1)
     train, _ = make_splits(n_train=30, n_val=2, seed=3)
     store = ag.MemoryStore()
     config = GRPOConfig(steps=1, prompts_per_step=2, group_size=3, max_tokens=10, seed=seed, val_every=0)
