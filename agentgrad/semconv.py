@@ -44,6 +44,10 @@ trained (its agent's client points elsewhere), so it has nothing to train on."""
 NO_REWARD = "agentgrad.no_reward"
 """In a rollout's metadata: its agent returned no reward and emitted none (`RolloutConfig.missing_reward` says
 whether the rollout then failed or counts as reward 0)."""
+SAMPLING_SEED = "agentgrad.sampling_seed"
+"""In a training rollout's metadata: the seed of its sampling (`algorithms.sampling.rollout_seed`, from the run's
+`seed`, the step and the rollout's place in it); the gateway gives the attempt's k-th model call the seed
+`SAMPLING_SEED + k`, so a run with the same seed samples the same tokens (docs/experiments.md, reproducibility)."""
 
 # ----------------------------------------------------------------------------- our attributes
 
@@ -100,6 +104,7 @@ AGENT_REQUEST_PARAMS = {
     "temperature": "agentgrad.llm.agent_request.temperature",
     "top_p": "agentgrad.llm.agent_request.top_p",
     "max_tokens": "agentgrad.llm.agent_request.max_tokens",
+    "seed": "agentgrad.llm.agent_request.seed",
 }
 """Sampling setting → what the agent's own request asked for, recorded where the gateway applied the trainer's
 sampling instead (`gen_ai.request.*` then holds what was used); absent when the agent set none."""
@@ -123,6 +128,22 @@ TOKEN_IDS_ABSENT = "agentgrad.llm.token_ids_absent"
 the gateway sent the client's request as it was) or `TOKEN_IDS_NOT_RETURNED` (asked for, not in the answer)."""
 TOKEN_IDS_NOT_REQUESTED = "not_requested"
 TOKEN_IDS_NOT_RETURNED = "not_returned"
+TOOL_CALLS_PARSER = "agentgrad.tool_calls.parser"
+"""On a call whose reply held tool calls: what read them out of the model's text. `engine:hermes` or `engine:pythonic`
+(the built-in engine, in that shape: `ENGINE_PARSER_PREFIX`), `vllm:<parser>` (a vLLM server's `--tool-call-parser`:
+`VLLM_PARSER_PREFIX`), or `upstream` (`UPSTREAM_PARSER`: any other upstream, in its own way)."""
+TOOL_CALLS_PARSER_DISAGREES = "agentgrad.tool_calls.parser_disagrees"
+"""True on a call where agentgrad's parser, run on the reply's raw text, reads other calls than the upstream returned
+(the raw text: the upstream's per-token logprobs, or its text content); absent where they agree or it cannot tell."""
+TOOL_CALLS_OTHER_PARSE = "agentgrad.tool_calls.other_parse"
+"""With `TOOL_CALLS_PARSER_DISAGREES`: agentgrad's reading, JSON, one entry per disagreeing choice:
+`{"choice": i, "parser": "engine:hermes" | null, "tool_calls": [{"name", "arguments"}], "error": str | null}`."""
+ENGINE_PARSER_PREFIX = "engine:"
+VLLM_PARSER_PREFIX = "vllm:"
+UPSTREAM_PARSER = "upstream"
+TOOL_CALL_PARSER_FIELD = "tool_call_parser"
+"""The engine's answer field (on a chat choice, or a Responses / Messages body, next to `tool_call_parse_error`)
+naming the parser that read its calls: `TOOL_CALLS_PARSER`'s value."""
 
 # ----------------------------------------------------------------------------- OpenTelemetry names
 

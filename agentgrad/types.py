@@ -235,7 +235,10 @@ class Run(BaseModel):
     final: dict[str, float] = Field(default_factory=dict, description="Each figure's last value.")
     best: dict[str, float] = Field(default_factory=dict, description="The best validation figure and its step.")
     checkpoints: list[str] = Field(default_factory=list)
-    best_checkpoint: str | None = Field(None, description="The checkpoint of the best validation figure, when kept.")
+    best_checkpoint: str | None = Field(None, description="The kept checkpoint that validated best (the one to serve).")
+    best_checkpoint_validation: dict[str, float] = Field(
+        default_factory=dict, description="The best checkpoint's validation figure and the step it was saved at."
+    )
     error: str | None = None
 
 

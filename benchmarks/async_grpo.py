@@ -3,6 +3,7 @@ with a tool that takes 2 s per call (a wait on an external service).
 
     .venv/bin/python benchmarks/async_grpo.py [--steps 12] [--prompts 8] [--group 8] [--val 256] [--runs 2]
                                               [--tool-seconds 2] [--agents calc,slow] [--out results.jsonl]
+                                              [--val-every K] [--curves DIR]
 
 Each run is its own process (one model in memory at a time), in interleaved order (for each run: each
 agent: sync then async), so a busy machine slows both modes alike. A run trains SmolLM2 through runners
@@ -10,7 +11,10 @@ agent: sync then async), so a busy machine slows both modes alike. A run trains 
 the first step and after the last. It prints, per run: steps per hour (between the ends of the first
 and last steps, so model loading and validation are left out), final held-out accuracy, staleness
 (mean, max, groups dropped), the largest importance weight, and wall time; then one line per step
-(seconds since the run began, train accuracy), the curve of accuracy against wall time.
+(seconds since the run began, train accuracy). With `--val-every K` the held-out accuracy is also
+measured every K steps; each run's held-out accuracy against the wall-clock time since it began goes
+to `DIR/<agent>-<mode>-run<n>.csv` (step, wall_s, val_accuracy), and all runs' curves, sync and async
+side by side per agent, to one `DIR/async_grpo_curve.png`.
 
 Where asynchronous pays: a step's rollouts that wait on the world (the 2 s tool) run during the previous
 step's update. On the compute-bound demo, rollouts and update share the same CPU cores, so there is
@@ -53,11 +57,14 @@ def child(settings: dict[str, Any]) -> None:
     train, val = calc.make_splits(n_train=2000, n_val=settings["val"], seed=0)
     engine = Engine()
     marks: list[tuple[int, float, float]] = []  # (step, seconds since fit began, train accuracy)
+    held_out: list[tuple[int, float, float]] = []  # (step, seconds since fit began, held-out accuracy)
 
     class Timed(GRPO):
         async def log_metrics(self, step: int, values: Any) -> None:
             if "perf/step_seconds" in values:
                 marks.append((step, time.perf_counter() - began, values["train/accuracy"]))
+            if "val/accuracy" in values:
+                held_out.append((step, time.perf_counter() - began, values["val/accuracy"]))
             await super().log_metrics(step, values)
 
     asynchronous = settings["mode"] == "async"
@@ -66,7 +73,7 @@ def child(settings: dict[str, Any]) -> None:
         prompts_per_step=settings["prompts"],
         group_size=settings["group"],
         max_tokens=settings["max_tokens"],
-        val_every=0,
+        val_every=settings["val_every"],
         seed=settings["seed"],
         max_staleness=1 if asynchronous else None,
     )
@@ -93,10 +100,49 @@ def child(settings: dict[str, Any]) -> None:
                 "wall_s": wall,
                 "load": os.getloadavg()[0],
                 "curve": [(step, round(t, 1), acc) for step, t, acc in marks],
+                "held_out": [(step, round(t, 1), acc) for step, t, acc in held_out],
             }
         ),
         flush=True,
     )
+
+
+def write_curves(rows: list[dict[str, Any]], directory: Path) -> Path:
+    """Each run's held-out accuracy against wall time as a CSV, and all of them in one PNG (a panel per agent)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    figure, axes = plt.subplots(1, len(agents), figsize=(6 * len(agents), 4), squeeze=False)
+    for row in rows:
+        name = f"{row['agent']}-{row['mode']}-run{row['seed']}"
+        with (directory / f"{name}.csv").open("w") as file:
+            file.write("step,wall_s,val_accuracy\n")
+            file.writelines(f"{step},{t},{acc}\n" for step, t, acc in row["held_out"])
+        axis = axes[0][agents.index(row["agent"])]
+        axis.plot(
+            [t for _, t, _ in row["held_out"]],
+            [acc for _, _, acc in row["held_out"]],
+            marker="o",
+            linestyle="-" if row["mode"] == "sync" else "--",
+            color="tab:blue" if row["mode"] == "sync" else "tab:orange",
+            label=f"{row['mode']} (seed {row['seed']})",
+        )
+    for agent, axis in zip(agents, axes[0]):
+        wait = f", {rows[0]['tool_seconds']:g} s tool" if agent == "slow" else ""
+        axis.set_title(f"{agent}{wait}: {rows[0]['prompts']}x{rows[0]['group']} per step, {rows[0]['val']} held out")
+        axis.set_xlabel("wall time since the run began (s)")
+        axis.set_ylabel("held-out accuracy (greedy)")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    png = directory / "async_grpo_curve.png"
+    figure.savefig(png, dpi=100)
+    plt.close(figure)
+    return png
 
 
 def main() -> None:
@@ -110,6 +156,8 @@ def main() -> None:
     parser.add_argument("--tool-seconds", type=float, default=2.0)
     parser.add_argument("--agents", default="calc,slow", help="calc: the demo's agent; slow: with the 2 s tool")
     parser.add_argument("--out", type=Path, help="also append each run's JSON line here")
+    parser.add_argument("--val-every", type=int, default=0, help="held-out accuracy every K steps (0: first and last)")
+    parser.add_argument("--curves", type=Path, default=Path("async-grpo-curves"), help="where the CSVs and PNG go")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -129,6 +177,7 @@ def main() -> None:
                     "max_tokens": args.max_tokens,
                     "val": args.val,
                     "tool_seconds": args.tool_seconds,
+                    "val_every": args.val_every,
                 }
                 done = subprocess.run(
                     [sys.executable, __file__, "--child", json.dumps(settings)],
@@ -150,6 +199,9 @@ def main() -> None:
                     flush=True,
                 )
                 print("      curve (step, s, train acc): " + " ".join(f"{s}:{t}:{a:.2f}" for s, t, a in row["curve"]))
+                print(
+                    "      held out (step, s, acc):    " + " ".join(f"{s}:{t}:{a:.3f}" for s, t, a in row["held_out"])
+                )
                 if args.out:
                     with args.out.open("a") as file:
                         file.write(json.dumps(row) + "\n")
@@ -163,8 +215,11 @@ def main() -> None:
                 f"{statistics.fmean(r['staleness_mean'] for r in mine):10.2f} "
                 f"{statistics.fmean(r['wall_s'] for r in mine):7.0f}"
             )
-        sync, asyn = ([r["steps_per_hour"] for r in rows if r["agent"] == agent and r["mode"] == m] for m in ("sync", "async"))
+        sync, asyn = (
+            [r["steps_per_hour"] for r in rows if r["agent"] == agent and r["mode"] == m] for m in ("sync", "async")
+        )
         print(f"{agent:5} async/sync steps per hour: {statistics.fmean(asyn) / statistics.fmean(sync):.2f}x")
+    print(f"\nheld-out accuracy against wall time: {write_curves(rows, args.curves)} (and one CSV per run beside it)")
 
 
 if __name__ == "__main__":

@@ -56,3 +56,15 @@ def engine() -> Iterator[Any]:
     engine = Engine(sampling_dtype="float32", device="cpu")
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def engine_gateway(engine: Any) -> Iterator[tuple[str, MemoryStore, Gateway]]:
+    """The engine served on loopback behind a gateway (model "policy"): (gateway root URL, store, gateway)."""
+    from agentgrad.engine.server import create_engine_app
+
+    store = MemoryStore()
+    with ServerThread(create_engine_app(engine)) as server:
+        gateway = Gateway(store, {"policy": Backend(server.url + "/v1", model=engine.name, system="agentgrad")})
+        with ServerThread(gateway) as front:
+            yield front.url, store, gateway

@@ -24,6 +24,7 @@ from agentgrad.algorithms.grpo import GRPOConfig, grpo_update, tis_weights
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.config import PolicyConfig
+from agentgrad.policy.local import still_running
 from agentgrad.store import MemoryStore, SqliteStore, Store
 from agentgrad.types import RolloutConfig, Span
 
@@ -215,6 +216,8 @@ def test_the_async_settings_are_checked() -> None:
             check_async_settings(bad, "drop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stale_groups"):
         GRPOConfig(max_staleness=1, stale_groups="reuse")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="attempt_wait_s must be >= 0 seconds"):
+        PolicyConfig(attempt_wait_s=-1.0)
 
 
 def test_a_rollout_whose_calls_straddle_an_update_counts_as_mixed_and_as_old_as_its_first_call() -> None:
@@ -231,3 +234,23 @@ def test_a_rollout_whose_calls_straddle_an_update_counts_as_mixed_and_as_old_as_
     rollouts = [asyncio.run(store.get_rollout(asyncio.run(two_calls()))), asyncio.run(store.get_rollout(call(store, 5)))]
     fresh = asyncio.run(fresh_groups(store, rollouts, [0, 0], current_version=6, max_staleness=1))
     assert fresh.mixed == 1 and fresh.staleness == [2] and fresh.dropped == 1 and fresh.rollouts == []
+    within = asyncio.run(fresh_groups(store, rollouts, [0, 0], current_version=5, max_staleness=1))
+    assert within.dropped == 0 and within.staleness == [1]  # the group is within the bound and trains ...
+    assert within.rollouts == rollouts[1:] and within.groups == [0] and within.mixed == 1  # ... less the mixed attempt
+    assert within.metrics()["async/mixed_version_rollouts"] == 1
+
+
+def test_still_running_names_the_attempts_that_did_not_end_and_returns_once_they_do() -> None:
+    store = MemoryStore()
+    done = call(store, 0)
+
+    async def scenario() -> None:
+        began = await store.start_rollout({"q": 1}, mode="train")
+        assert await still_running(store, [began.rollout_id, done], timeout_s=0) == [began.rollout_id]
+        waiting = asyncio.ensure_future(still_running(store, [began.rollout_id, done], timeout_s=60))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await store.update_attempt(began.rollout_id, began.attempt.attempt_id, status="succeeded", reward=1.0)
+        assert await asyncio.wait_for(waiting, 10) == []  # woken by the rollout's end, well before 60 s
+
+    asyncio.run(scenario())

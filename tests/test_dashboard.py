@@ -106,6 +106,7 @@ async def fill_runs(store: SqliteStore) -> None:
             end_time=1796170600.0 + 700 * i, config={"learning_rate": 1e-5 * (1 + 2 * i)}, final={"val/accuracy": curve(9)},
             best={"val/accuracy": max(curve(s) for s in range(10)), "step": 9 if i == 0 else 6},
             checkpoints=[f"/ckpt/{name}/step-{9 if i == 0 else 6}"], best_checkpoint=f"/ckpt/{name}/step-{9 if i == 0 else 6}",
+            best_checkpoint_validation={"val/accuracy": max(curve(s) for s in range(10)), "step": 9 if i == 0 else 6},
         ))
         await store.add_metrics([Metric(name="val/accuracy", step=s, value=curve(s), run_id=run_id) for s in range(10)])
 
@@ -151,7 +152,8 @@ SPAN = keys("span_id", "parent_id", "sequence_id", "name", "start_time", "end_ti
 SNAPSHOT = keys("resources_id", "version", "create_time", "metadata", "resources")
 WORKER = keys("worker_id", "status", "last_heartbeat_time", "active_attempts", "info")
 METRIC = keys("name", "step", "value")
-RUN = keys("run_id", "name", "algorithm", "status", "start_time", "end_time", "best", "best_checkpoint")
+RUN = keys("run_id", "name", "algorithm", "status", "start_time", "end_time", "best", "best_checkpoint", "checkpoints",
+           "best_checkpoint_validation")
 
 
 def run_metrics(points: Any) -> None:
@@ -292,7 +294,8 @@ def test_a_browser_compares_the_runs_curves_on_one_chart(served, tmp_path: Path)
     runs = rendered(url + "/#runs", tmp_path)
     for run_id, (name, _) in RUNS.items():
         assert run_id in runs and f"{name} ({run_id})" in runs  # in the table and in the chart's legend
-    assert "/ckpt/grpo-lr3e-5/step-6" in runs and "val/accuracy 0.680 @ step 6" in runs
+    assert "/ckpt/grpo-lr3e-5/step-6 (val/accuracy 0.680 @ step 6)" in runs  # the best checkpoint, and its figure
+    assert "val/accuracy 0.680 @ step 6" in runs
     chart = runs[runs.index('aria-label="val/accuracy by run"'):]
     assert chart.count('class="run-line"') == 2  # one chart, a line per run
     shot = screenshot(url + "/#runs", tmp_path)

@@ -25,7 +25,7 @@ from agentgrad.semconv import is_llm_call
 from agentgrad.store import SqliteStore, Store
 from agentgrad.rollout.venvs import ROOT
 from examples.frameworks.run import FRAMEWORKS, run
-from examples.frameworks.tasks import TASKS, calculate
+from examples.frameworks.tasks import EXAMPLE_QUESTION, EXAMPLE_RESULT, TASKS, calculate, make_tasks
 from tests.conftest import Served
 
 AGENT_FILES = {"openai": "openai_agent.py", "langchain": "langchain_agent.py", "langgraph": "langgraph_agent.py",
@@ -73,6 +73,24 @@ async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
         history = json.loads(calls[-1].attributes["gen_ai.input.messages"])
         answer = str(rollout.input["answer"])
         assert any(m["role"] == "tool" and answer in str(m["content"]) for m in history), history  # it ran the tool
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+async def test_a_task_marked_without_the_worked_example_reaches_the_model_without_it(
+    framework: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make_tasks(worked_example=False)`: each agent asks the question alone (does a model call unforced?)."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    tasks = make_tasks(1, worked_example=False)
+    llm = ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True, sampling_parameters={"temperature": 0.0})
+    results = await run_framework(framework, served.store, llm, tasks, tmp_path, served.url + "/v1", workers=1)
+    await served.gateway.flush()
+    assert results["train"].succeeded == 1, (tmp_path / f"runner-{framework}.log").read_text()
+    (rollout,) = await served.store.query_rollouts()
+    calls = [s for s in await served.store.query_spans(rollout.rollout_id) if is_llm_call(s)]
+    first = calls[0].attributes["gen_ai.input.messages"]
+    assert EXAMPLE_QUESTION not in first and EXAMPLE_RESULT not in first and tasks[0]["question"] in first
+    assert rollout.reward == 1.0  # the fake still calls the tool, and the agent still runs it
 
 
 # ----------------------------------------------------------------------------- the real engine

@@ -4,16 +4,14 @@ its token ids, and turned into trajectories; to the fake upstream and to the rea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
 from agentgrad.adapters import to_chats, to_trajectories
-from agentgrad.gateway import Backend, Gateway
+from agentgrad.gateway import Gateway
 from agentgrad.semconv import is_llm_call
-from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import Span
 from tests.conftest import Served
@@ -102,17 +100,6 @@ async def test_function_calls_and_their_outputs_are_recorded_as_tool_calls_and_t
 
 
 # ----------------------------------------------------------------------------- the real engine
-
-
-@pytest.fixture(scope="module")
-def engine_gateway(engine: Any) -> Iterator[tuple[str, MemoryStore, Gateway]]:
-    from agentgrad.engine.server import create_engine_app
-
-    store = MemoryStore()
-    with ServerThread(create_engine_app(engine)) as server:
-        gateway = Gateway(store, {"policy": Backend(server.url + "/v1", model=engine.name, system="agentgrad")})
-        with ServerThread(gateway) as front:
-            yield front.url, store, gateway
 
 
 @pytest.mark.model

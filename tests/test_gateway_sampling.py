@@ -67,3 +67,34 @@ def test_each_api_gets_its_own_output_cap_and_a_bad_plan_is_refused() -> None:
         SamplingPlan(PLAN, source="mine")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="can set temperature, top_p, max_tokens"):
         SamplingPlan({"train": {"seed": 1}})
+
+
+async def test_a_seeded_rollouts_calls_each_get_the_next_seed_and_a_val_or_unseeded_rollout_none(
+    served: Served, upstream: Upstream
+) -> None:
+    served.gateway.set_sampling(SamplingPlan(PLAN))
+    rollout = await served.store.start_rollout("task", mode="train", metadata={semconv.SAMPLING_SEED: 1000})
+    route = f"{served.url}/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}/v1"
+    for _ in range(3):
+        client(route).chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], seed=7)
+    assert [r["seed"] for r in upstream.fake.requests[-3:]] == [1000, 1001, 1002]  # the trainer's, not the agent's 7
+    spans = await llm_spans_of(served, rollout.rollout_id)
+    assert sorted(s.attributes["gen_ai.request.seed"] for s in spans) == [1000, 1001, 1002]
+    assert {s.attributes[semconv.AGENT_REQUEST_PARAMS["seed"]] for s in spans} == {7}
+
+    await call_in(served, "train")  # no seed in its metadata: sampled unseeded
+    assert "seed" not in upstream.fake.requests[-1]
+    served.gateway.set_sampling(SamplingPlan(PLAN, source="agent"))
+    agents = await served.store.start_rollout("task", mode="train", metadata={semconv.SAMPLING_SEED: 5})
+    client(f"{served.url}/rollouts/{agents.rollout_id}/attempts/{agents.attempt.attempt_id}/v1").chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "hi"}], seed=7)
+    assert upstream.fake.requests[-1]["seed"] == 7  # sampling="agent": the agent's own seed wins
+
+
+def test_the_seed_goes_only_to_the_apis_that_take_one() -> None:
+    responses: dict[str, object] = {"model": "m", "input": "x"}
+    apply_sampling(semconv.RESPONSES_API, responses, {"temperature": 1.0}, "trainer", seed=3)
+    assert "seed" not in responses
+    completion: dict[str, object] = {"model": "m", "prompt": "x"}
+    apply_sampling(semconv.COMPLETIONS_API, completion, {"temperature": 1.0}, "trainer", seed=3)
+    assert completion["seed"] == 3

@@ -64,3 +64,32 @@ def test_an_exclusive_swap_that_cannot_drain_gives_up_and_leaves_the_pool_open()
             pass
     replicas.release(stuck)
     assert asyncio.run(replicas.acquire(None)).version == 0
+
+
+async def settle() -> None:
+    """Let every task ready on this loop run until it waits again (a few turns of the loop)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_attempts_held_holds_new_rollouts_first_calls_and_lets_those_begun_on_these_weights_call_on() -> None:
+    replicas = pool(1)
+    replicas.release(await replicas.acquire("began"))  # a rollout's first call, on version 0
+    with replicas.attempts_held() as started:
+        assert started == ["began"]  # the attempts a publish must wait for
+        later = await asyncio.wait_for(replicas.acquire("began"), 10)  # its next call is not held
+        assert later.version == 0
+        replicas.release(later)
+        unnamed = await asyncio.wait_for(replicas.acquire(None), 10)  # a call of no rollout: no attempt to split
+        replicas.release(unnamed)
+        new = asyncio.ensure_future(replicas.acquire("new"))
+        await settle()
+        assert replicas.held_calls == 1 and not new.done()
+        with replicas.exclusive():
+            replicas.version = 1
+        await settle()
+        assert replicas.held_calls == 1 and not new.done()  # woken by the swap, still held: the publish goes on
+    lease = await asyncio.wait_for(new, 10)
+    assert lease.version == 1
+    with replicas.attempts_held() as started:
+        assert started == ["new"]  # the swap forgot who called on version 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -15,8 +16,10 @@ import pytest
 import agentgrad as ag
 from agentgrad.algorithms.base import Algorithm, RunContext
 from agentgrad.algorithms.baseline import Baseline
-from agentgrad.train.runs import git_state
-from agentgrad.types import RunStatus
+from agentgrad.algorithms.grpo import GRPOResult
+from agentgrad.policy.checkpoints import TRAINER_STATE, BestCheckpoint, prune_checkpoints
+from agentgrad.train.runs import end_record, git_state
+from agentgrad.types import Metric, Run, RunStatus
 from tests.tracking.test_trackers import TASKS, Climb, half_agent
 
 
@@ -127,3 +130,55 @@ def test_runs_show_puts_each_roles_figures_side_by_side(tmp_path: Path) -> None:
     rows = {line.split()[1]: line.split()[2:] for line in table.splitlines() if "solver" in line or "verifier" in line}
     assert rows["solver"][:3] == ["│", "0.25", "│"] and "0.125" in rows["solver"]
     assert rows["verifier"][:3] == ["│", "0.75", "│"] and "4" in rows["verifier"]
+
+
+def checkpoint_folders(root: Path, *steps: int) -> list[Path]:
+    """Complete `step-N` folders (a trainer state in each) as GRPO writes them."""
+    folders = []
+    for step in steps:
+        (root / f"step-{step}").mkdir(parents=True)
+        (root / f"step-{step}" / TRAINER_STATE).write_bytes(b"state")
+        folders.append(root / f"step-{step}")
+    return folders
+
+
+def test_the_best_checkpoint_is_the_best_validated_one_and_pruning_spares_it(tmp_path: Path) -> None:
+    one, two, three, four = checkpoint_folders(tmp_path, 1, 2, 3, 4)
+    best = BestCheckpoint()
+    assert best.consider(one, 1, 0.25) and best.consider(two, 2, 0.75)
+    assert not best.consider(three, 3, 0.75) and not best.consider(four, 4, None)  # a tie stays earlier; unvalidated
+    assert (best.path, best.figures()) == (str(two), {"val/accuracy": 0.75, "step": 2.0})
+    assert prune_checkpoints(tmp_path, 1, spare=best.path) == [one, three]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2", "step-4"]
+    assert BestCheckpoint.restored(best.state()) == best  # a resumed run knows it
+    shutil.rmtree(two)
+    assert BestCheckpoint.restored(best.state()).path is None  # ... unless it was deleted
+
+
+def test_the_run_record_names_the_results_best_checkpoint_or_the_one_noted_before_a_failure() -> None:
+    run = Run(run_id="run-1", name="r", algorithm="GRPO")
+    metrics = [Metric(name="val/accuracy", step=s, value=v, run_id="run-1") for s, v in [(0, 0.5), (1, 0.9), (2, 0.4)]]
+    best = BestCheckpoint(path="/c/step-1", step=1, value=0.9)
+    result = GRPOResult(steps=2, initial=None, final=None, checkpoint="/c/step-2", best_checkpoint=best,
+                        checkpoints=["/c/step-1", "/c/step-2"])
+    ended = end_record(run, RunStatus.SUCCEEDED, metrics, result, None)
+    assert ended.best_checkpoint == "/c/step-1" and ended.checkpoints == ["/c/step-1", "/c/step-2"]
+    assert ended.best_checkpoint_validation == {"val/accuracy": 0.9, "step": 1.0} and ended.best["step"] == 1
+    unvalidated = GRPOResult(steps=2, initial=None, final=None, checkpoint="/c/step-2", checkpoints=["/c/step-2"])
+    assert end_record(run, RunStatus.SUCCEEDED, metrics, unvalidated, None).best_checkpoint is None
+    noted = run.model_copy(update={"best_checkpoint": "/c/step-1", "best_checkpoint_validation": best.figures()})
+    failed = end_record(noted, RunStatus.FAILED, metrics, None, "RuntimeError: boom")
+    assert failed.best_checkpoint == "/c/step-1" and failed.checkpoints == ["/c/step-1"]
+
+
+def test_runs_show_and_compare_name_the_best_checkpoint_and_its_figure(tmp_path: Path) -> None:
+    store = ag.SqliteStore(tmp_path / "store.db")
+    asyncio.run(store.put_run(Run(run_id="run-a", name="a", algorithm="GRPO", status=RunStatus.SUCCEEDED,
+                                  checkpoints=["/c/step-1", "/c/step-3"], best_checkpoint="/c/step-1",
+                                  best_checkpoint_validation={"val/accuracy": 0.75, "step": 1})))
+    asyncio.run(store.put_run(Run(run_id="run-b", name="b", algorithm="SFT", checkpoints=["/d/step-2"])))
+    shown = agentgrad_cli("runs", "show", "a", "--store", str(tmp_path / "store.db"))
+    assert "checkpoint: /c/step-1 (best on validation)" in shown.stdout
+    assert "best checkpoint: /c/step-1 (val/accuracy 0.75 at step 1)" in shown.stdout, shown.stdout
+    compared = agentgrad_cli("runs", "compare", "a", "b", "--store", str(tmp_path / "store.db"))
+    assert "/c/step-1 (val/accuracy 0.75 at step 1)" in compared.stdout and "none validated" in compared.stdout

@@ -97,6 +97,11 @@ def test_sft_keeps_rewarded_rollouts_and_fine_tunes_on_them(tmp_path: Path, own_
     assert own_engine.version == version + 1
     assert result.initial is not None and result.final is not None and result.checkpoint is not None
     assert (Path(result.checkpoint) / "trainer_state.pt").exists()
+    # its one checkpoint, validated after the last round, is the run's best checkpoint
+    assert result.best_checkpoint is not None and result.best_checkpoint.path == result.checkpoint
+    (run,) = asyncio.run(store.query_runs())
+    assert run.best_checkpoint == result.checkpoint and run.best_checkpoint_validation == {
+        "val/accuracy": result.final.success_rate, "step": 1.0}
 
 
 @ag.rollout

@@ -212,6 +212,12 @@ def test_a_chat_call_with_tools_and_auto_choice_is_served_and_its_calls_parsed_w
             assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in theirs] == [
                 (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in ours.tool_calls], text
     print(f"{called}/32 replies called the calculator")
+    # the spans say vLLM's pythonic parser read the calls, and that agentgrad's parser reads their text alike
+    httpx.post(f"{policy.gateway_url}/v1/agentgrad/flush", timeout=60)
+    spans = [s for s in asyncio.run(policy.store.query_spans(None)) if semconv.is_llm_call(s)]
+    parsers = [s.attributes.get(semconv.TOOL_CALLS_PARSER) for s in spans]
+    assert len(spans) == 2 and {p for p in parsers if p} == ({"vllm:pythonic"} if called else set()), parsers
+    assert not [s.attributes.get(semconv.TOOL_CALLS_OTHER_PARSE) for s in spans if semconv.TOOL_CALLS_PARSER_DISAGREES in s.attributes]
 
 
 def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(tmp_path: Path,

@@ -6,7 +6,8 @@ tasks) `lookahead` steps ahead of the one training, so runners never wait for an
 of steps s+1..s+k run while step s trains. A group's version is the oldest weights version among its
 calls (every call's span names the version that sampled it); `fresh_groups` drops, and counts, the
 groups more than `max_staleness` updates behind the weights about to be trained (or keeps them, for
-the importance weights to correct). A checkpoint keeps the queued steps (`state()`), so a resumed run
+the importance weights to correct), and the attempts whose calls straddle a weights swap (the policy's
+publish waits for attempts mid-flight, so only those it gave up on). A checkpoint keeps the queued steps (`state()`), so a resumed run
 trains the groups already sampled instead of sampling them again, and none twice.
 """
 
@@ -19,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 from agentgrad import semconv as sc
 from agentgrad.algorithms.base import Algorithm
-from agentgrad.algorithms.sampling import TaskSampler
+from agentgrad.algorithms.sampling import TaskSampler, rollout_seed
 from agentgrad.store import Store
 from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
 
@@ -90,8 +91,10 @@ class RolloutPipeline:
         queued: Mapping[str, Mapping[str, list[Any]]] | None = None,
         max_staleness: int | None = None,
         stale_groups: StaleGroups = "drop",
+        sampling_seed: int | None = None,
     ) -> None:
         self.algorithm, self.train_data, self.sampler = algorithm, train_data, sampler
+        self.sampling_seed = sampling_seed  # each rollout's calls sample from `rollout_seed` (None: unseeded)
         self.prompts_per_step, self.group_size, self.lookahead = prompts_per_step, group_size, lookahead
         self.max_staleness, self.stale_groups = max_staleness, stale_groups
         self.last_step, self.resources_id, self.config = last_step, resources_id, config
@@ -127,6 +130,7 @@ class RolloutPipeline:
             queued=queued,
             max_staleness=cfg.max_staleness,
             stale_groups=cfg.stale_groups,
+            sampling_seed=cfg.seed,
         )
 
     async def collect(self, step: int, current_version: int = 0) -> StepRollouts:
@@ -158,9 +162,16 @@ class RolloutPipeline:
             mode="train",
             resources_id=self.resources_id,
             config=self.config,
-            metadata=[{"step": step, "group": i // self.group_size} for i in range(len(requests))],
+            metadata=[self._metadata(step, i) for i in range(len(requests))],
         )
         self.queued[step] = {"ids": ids, "tasks": task_indices}
+
+    def _metadata(self, step: int, index: int) -> dict[str, Any]:
+        """The metadata of the `index`-th rollout queued for `step`: its step and group, and its sampling seed."""
+        metadata: dict[str, Any] = {"step": step, "group": index // self.group_size}
+        if self.sampling_seed is not None:
+            metadata[sc.SAMPLING_SEED] = rollout_seed(self.sampling_seed, step, index)
+        return metadata
 
     async def _adopt(self) -> None:
         """Re-queue, from their tasks, the adopted steps whose rollouts this store does not have."""
@@ -182,7 +193,7 @@ class Freshness:
     max_staleness: int
     staleness: list[int] = field(default_factory=list)  # updates behind, per group with a recorded version
     dropped: int = 0  # groups over the bound, left out
-    mixed: int = 0  # rollouts whose calls carry more than one version (an update was published between them)
+    mixed: int = 0  # rollouts left out: their calls carry more than one version (published between them)
 
     def metrics(self) -> dict[str, float]:
         """`async/...`: the staleness distribution (groups per lag, up to the bound and over it), mean, max, dropped."""
@@ -212,28 +223,31 @@ async def fresh_groups(
     max_staleness: int,
     stale_groups: StaleGroups = "drop",
 ) -> Freshness:
-    """The groups within `max_staleness` updates of `current_version` (all of them under `stale_groups="keep"`).
+    """The groups within `max_staleness` updates of `current_version` (all of them under `stale_groups="keep"`),
+    less the rollouts whose calls carry two versions or more (a swap the publish could not wait out landed
+    between them): every trained attempt was sampled by one version, and the mixed ones are counted.
 
     A group's staleness is `current_version` minus the oldest version among its successful rollouts' calls;
     a group with no recorded version counts as fresh. Failed rollouts pass through (the step counts them).
     """
     oldest: dict[int, int] = {}
-    mixed = 0
+    mixed: set[str] = set()
     for rollout, group in zip(rollouts, groups):
         if rollout.status is not RolloutStatus.SUCCEEDED:
             continue
         versions = await call_versions(store, rollout)
-        mixed += len(set(versions)) > 1
+        if len(set(versions)) > 1:
+            mixed.add(rollout.rollout_id)
         if versions:
             oldest[group] = min(oldest.get(group, versions[0]), *versions)
     staleness = {g: max(current_version - v, 0) for g, v in oldest.items()}
     stale = {g for g, lag in staleness.items() if lag > max_staleness} if stale_groups == "drop" else set()
-    kept = [(r, g) for r, g in zip(rollouts, groups) if g not in stale]
+    kept = [(r, g) for r, g in zip(rollouts, groups) if g not in stale and r.rollout_id not in mixed]
     return Freshness(
         [r for r, _ in kept],
         [g for _, g in kept],
         max_staleness,
         [lag for g, lag in sorted(staleness.items())],
         dropped=len(stale),
-        mixed=mixed,
+        mixed=len(mixed),
     )

@@ -8,7 +8,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from rich.console import Console
 
@@ -263,6 +263,24 @@ class Algorithm(Generic[R]):
         )
         if self.ctx is not None and self.ctx.trackers:
             await asyncio.to_thread(self.ctx.trackers.log_metrics, step, dict(values))
+
+    async def note_best_checkpoint(self, best: BestOnValidation) -> None:
+        """Name the checkpoint that validated best so far in the run's record, so a run that stops or fails later
+        still says which one to serve (the trainer's final record says it too)."""
+        run_id = self.ctx.run_id if self.ctx is not None else None
+        if run_id is None or best.path is None:
+            return
+        run = await self.store.get_run(run_id)
+        update = {"best_checkpoint": best.path, "best_checkpoint_validation": best.figures()}
+        await self.store.put_run(run.model_copy(update=update))
+
+
+class BestOnValidation(Protocol):
+    """The checkpoint that validated best (`policy.checkpoints.BestCheckpoint`), as a run record reads it."""
+
+    path: str | None
+
+    def figures(self) -> dict[str, float]: ...
 
 
 C = TypeVar("C")

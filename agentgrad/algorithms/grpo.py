@@ -45,6 +45,8 @@ from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
 from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
 from agentgrad.policy.checkpoints import (
+    BestCheckpoint,
+    complete_checkpoints,
     latest_checkpoint,
     load_sharded_checkpoint,
     prune_checkpoints,
@@ -70,7 +72,7 @@ class GRPOConfig:
     steps: int = 20  # policy updates
     prompts_per_step: int = 8  # tasks sampled per step
     group_size: int = 8  # rollouts per task; advantages are normalized within each task's group
-    seed: int = 0  # task order (reproducible; a resumed run continues it)
+    seed: int = 0  # task order and each training call's sampling seed (reproducible; a resumed run continues it)
     max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
     report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
@@ -427,6 +429,8 @@ class GRPOResult:
     final: Evaluation | None
     checkpoint: str | None
     history: list[dict[str, float]] = field(default_factory=list)
+    best_checkpoint: BestCheckpoint | None = None  # the kept checkpoint that validated best
+    checkpoints: list[str] = field(default_factory=list)  # every checkpoint kept, oldest first
 
 
 @dataclass
@@ -523,6 +527,7 @@ class GRPO(Algorithm["GRPOResult"]):
             state = update.load(found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
+        best = BestCheckpoint.restored(state.get("best_checkpoint"))  # kept from pruning; serve it
         pipeline = RolloutPipeline.of(self, cfg, train_data, start, train_id, rollout_config, state.get("queued"))
 
         async def validate(step: int) -> Evaluation | None:
@@ -638,10 +643,12 @@ class GRPO(Algorithm["GRPOResult"]):
                 )
 
                 # ---- validate and checkpoint
+                score = None  # this step's validation accuracy, the score of a checkpoint saved at it
                 if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
                     final = await validate(step)
                     if final is not None:
                         description += f" | val acc {final.success_rate:.3f}"
+                        score = final.success_rate
                     if guard is not None and final is not None:
                         stop = await after_validation(self, guard, step, final.success_rate, update)
                 progress.update(bar, advance=1, description=description)
@@ -649,16 +656,34 @@ class GRPO(Algorithm["GRPOResult"]):
                 if checkpoint_dir and (
                     (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps
                 ):
+                    saved = checkpoint_dir / f"step-{step}"
+                    improved = best.consider(saved, step, score)
                     update.save(
-                        checkpoint_dir / f"step-{step}",
-                        {"step": step, "history": history, "config": asdict(cfg), "queued": pipeline.state()},
+                        saved,
+                        {
+                            "step": step,
+                            "history": history,
+                            "config": asdict(cfg),
+                            "queued": pipeline.state(),
+                            "best_checkpoint": best.state(),
+                        },
                     )
-                    prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
+                    prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints, spare=best.path)
+                    if improved:
+                        await self.note_best_checkpoint(best)
                 if stop:
                     break
+        if guard is not None and guard.best_path is not None and guard.best_step is not None:
+            best.consider(guard.best_path, guard.best_step, guard.best)  # rollback's copy of the best weights
         last = latest_checkpoint(checkpoint_dir)
         return GRPOResult(
-            steps=cfg.steps, initial=initial, final=final, checkpoint=str(last) if last else None, history=history
+            steps=cfg.steps,
+            initial=initial,
+            final=final,
+            checkpoint=str(last) if last else None,
+            history=history,
+            best_checkpoint=best if best.path else None,
+            checkpoints=[str(p) for p in complete_checkpoints(checkpoint_dir)],
         )
 
     async def _batch(self, rollouts: list[Rollout], groups: list[int]) -> StepBatch:

@@ -1,8 +1,19 @@
-"""Which training tasks each step (GRPO) or round (SFT) runs."""
+"""Which training tasks each step (GRPO) or round (SFT) runs, and the seed each of its rollouts samples with."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+
+SEED_BITS = 48
+"""Rollout seeds stay below 2**48: exact as JSON numbers anywhere (JavaScript too), with room for a call offset."""
+
+
+def rollout_seed(seed: int, step: int, index: int) -> int:
+    """The sampling seed of the `index`-th rollout queued for `step` of a run seeded `seed`: a hash of the three, so
+    the members of a group sample differently and a rerun with the same seed samples the same tokens."""
+    digest = hashlib.sha256(f"{seed}/{step}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS)
 
 
 class TaskSampler:

@@ -34,6 +34,7 @@ from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
+from agentgrad.policy.checkpoints import BestCheckpoint
 from agentgrad.policy.config import PolicyConfig, make_policy
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.semconv import is_llm_call
@@ -48,7 +49,7 @@ class SFTConfig:
     rounds: int = 3  # collect → keep the rewarded → fine-tune → validate
     tasks_per_round: int = 64  # training tasks sampled per round
     samples_per_task: int = 4  # rollouts of each task per round, at `temperature`
-    seed: int = 0  # task order and batch shuffling
+    seed: int = 0  # task order, batch shuffling and each collection call's sampling seed
     report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of the collection rollouts; validation is greedy
@@ -96,6 +97,8 @@ class SFTResult:
     final: Evaluation | None
     checkpoint: str | None
     history: list[dict[str, float]] = field(default_factory=list)
+    best_checkpoint: BestCheckpoint | None = None  # the checkpoint, when validated (SFT saves one, at the end)
+    checkpoints: list[str] = field(default_factory=list)
 
 
 class SFT(Algorithm["SFTResult"]):
@@ -157,6 +160,7 @@ class SFT(Algorithm["SFTResult"]):
             config=rollout_config,
             max_staleness=cfg.max_staleness,
             stale_groups=cfg.stale_groups,
+            sampling_seed=cfg.seed,
         )
         shuffle = random.Random(cfg.seed)
         history: list[dict[str, float]] = []
@@ -214,16 +218,15 @@ class SFT(Algorithm["SFTResult"]):
             )
             final = await validate(round_)
             history.append({"round": round_, **metrics, **({"val/accuracy": final.success_rate} if final else {})})
-        checkpoint = None
+        checkpoint, best = None, BestCheckpoint()
         if cfg.checkpoint_dir:
-            checkpoint = str(
-                policy.save(
-                    Path(cfg.checkpoint_dir) / f"step-{cfg.rounds}",
-                    optimizer,
-                    {"step": cfg.rounds, "history": history, "config": asdict(cfg)},
-                )
-            )
-        return SFTResult(cfg.rounds, initial, final, checkpoint, history)
+            saved = Path(cfg.checkpoint_dir) / f"step-{cfg.rounds}"
+            best.consider(saved, cfg.rounds, final.success_rate if final is not None else None)
+            state = {"step": cfg.rounds, "history": history, "config": asdict(cfg), "best_checkpoint": best.state()}
+            checkpoint = str(policy.save(saved, optimizer, state))
+            await self.note_best_checkpoint(best)
+        checkpoints = [checkpoint] if checkpoint else []
+        return SFTResult(cfg.rounds, initial, final, checkpoint, history, best if best.path else None, checkpoints)
 
     def _fine_tune(
         self, policy: LocalPolicy, optimizer: torch.optim.Optimizer, data: list[Trajectory], shuffle: random.Random

@@ -58,6 +58,15 @@ def figure(values: dict[str, float], name: str) -> str:
     return f"{values[name]:.4g}" if name in values else "-"
 
 
+def best_checkpoint(run: Run) -> str:
+    """Which checkpoint validated best, with its figure and step; or why there is none."""
+    if run.best_checkpoint is None:
+        return "none validated" if run.checkpoints else "-"
+    scored = run.best_checkpoint_validation
+    at = next((f" ({k} {v:.4g} at step {scored.get('step', 0):.0f})" for k, v in scored.items() if k != "step"), "")
+    return run.best_checkpoint + at
+
+
 async def print_runs(console: Console, store: Store) -> None:
     """A line per run: id, name, algorithm, status, start, duration, main final figures, best."""
     runs = await store.query_runs()
@@ -117,6 +126,8 @@ async def print_run(console: Console, store: Store, key: str) -> None:
     for checkpoint in run.checkpoints:
         mark = " (best on validation)" if checkpoint == run.best_checkpoint else ""
         console.print(f"checkpoint: {escape(checkpoint)}{mark}", highlight=False)
+    if run.checkpoints:
+        console.print(f"best checkpoint: {escape(best_checkpoint(run))}", highlight=False)
     config = Table(title="Configuration")
     config.add_column("setting", no_wrap=True)
     config.add_column("value")
@@ -146,6 +157,7 @@ async def compare_runs(console: Console, store: Store, keys: Sequence[str]) -> N
         figures.add_row(f"final {name}", *(figure(r.final, name) for r in runs))
     for name in sorted(set().union(*(r.best for r in runs))):
         figures.add_row(f"best {name}", *(figure(r.best, name) for r in runs))
+    figures.add_row("best checkpoint", *(escape(best_checkpoint(r)) for r in runs))
     figures.add_row("status", *(r.status.value for r in runs))
     figures.add_row("took", *(took(r) for r in runs))
     console.print(figures)

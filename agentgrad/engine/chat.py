@@ -26,7 +26,7 @@ from agentgrad.engine.constraints import json_object_grammar, json_schema_gramma
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.wire import adapter_for, generate, headers, stream, token_logprobs, usage
-from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
+from agentgrad.semconv import ALLOWED_TOKENS_FIELD, ENGINE_PARSER_PREFIX, TOOL_CALL_PARSER_FIELD, weights_fingerprint
 
 
 @dataclass
@@ -58,6 +58,17 @@ class Plan:
                 ),
             )
         return parsed, finish
+
+
+def reply_fields(reply: toolfmt.ParsedReply) -> dict[str, str]:
+    """The answer's fields about its calls: which parser read them (`engine:hermes`, `engine:pythonic`; the gateway
+    records it, `semconv.TOOL_CALLS_PARSER`), or why a call-shaped reply stayed text (`tool_call_parse_error`)."""
+    fields = {}
+    if reply.tool_calls and reply.parser:
+        fields[TOOL_CALL_PARSER_FIELD] = ENGINE_PARSER_PREFIX + reply.parser
+    if reply.error:
+        fields["tool_call_parse_error"] = reply.error
+    return fields
 
 
 def plan(
@@ -184,8 +195,7 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
             if parsed.logprobs
             else None,
         }
-        if reply.error:
-            choice["tool_call_parse_error"] = reply.error
+        choice.update(reply_fields(reply))
         if parsed.return_token_ids:
             choice["token_ids"] = c.token_ids
             if c.allowed_tokens is not None:
@@ -274,8 +284,7 @@ def _stream(
         last: dict[str, Any] = {"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}
         if parsed.return_token_ids and c.allowed_tokens is not None:  # the whole choice's, once
             last[ALLOWED_TOKENS_FIELD] = c.allowed_tokens
-        if reply.error:
-            last["tool_call_parse_error"] = reply.error
+        last.update(reply_fields(reply))
         out.append(chunk([last]))
         return out
 

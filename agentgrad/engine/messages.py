@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agentgrad.engine.api import RequestError, _Strict, read_json, validate
-from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_checked
+from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields, submit_checked
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.tools import format_for
@@ -165,8 +165,8 @@ def chat_tool_choice(choice: dict[str, Any] | None) -> tuple[Any, bool | None]:
     raise RequestError(f"tool_choice.type must be auto, any, tool or none, not {kind!r}", "tool_choice.type")
 
 
-def content_blocks(the_plan: Plan, completion: Completion) -> tuple[list[dict[str, Any]], str, str | None]:
-    """The reply as content blocks (text, tool_use), its stop reason, and a tool call's parse error."""
+def content_blocks(the_plan: Plan, completion: Completion) -> tuple[list[dict[str, Any]], str, dict[str, str]]:
+    """The reply as content blocks (text, tool_use), its stop reason, and the fields about its calls (`reply_fields`)."""
     reply, finish = the_plan.reply(completion)
     blocks: list[dict[str, Any]] = []
     if reply.content:
@@ -179,7 +179,7 @@ def content_blocks(the_plan: Plan, completion: Completion) -> tuple[list[dict[st
         blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": arguments})
     if not blocks and not reply.tool_calls:
         blocks.append({"type": "text", "text": reply.content or ""})
-    return blocks, finish, reply.error
+    return blocks, finish, reply_fields(reply)
 
 
 def _stop(engine: Engine, params: SamplingParams, completion: Completion, finish: str) -> tuple[str, str | None]:
@@ -260,12 +260,11 @@ async def _messages(engine: Engine, names: list[str], request: Request) -> Respo
     if generation is None:
         return Response(status_code=499)  # the client went away
     c = generation.completions[0]
-    blocks, finish, parse_error = content_blocks(the_plan, c)
+    blocks, finish, call_fields = content_blocks(the_plan, c)
     answer = _body(parsed, message_id, blocks, _stop(engine, params, c, finish))
     answer["usage"] = {"input_tokens": len(generation.prompt_token_ids), "output_tokens": len(c.token_ids)}
     answer.update(_token_fields(parsed, generation))
-    if parse_error:
-        answer["tool_call_parse_error"] = parse_error
+    answer.update(call_fields)
     return JSONResponse(answer, headers=headers(generation.version, generation.adapter))
 
 
@@ -307,7 +306,7 @@ def _stream(
                     yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})
             generation = item
             c = generation.completions[0]
-            blocks, finish, parse_error = content_blocks(the_plan, c)
+            blocks, finish, call_fields = content_blocks(the_plan, c)
             if text_open and blocks[0]["type"] != "text":  # text streamed before calls that then parsed: keep it
                 blocks.insert(0, {"type": "text", "text": held.text[: held.sent]})
             for index, block in enumerate(blocks):
@@ -330,8 +329,7 @@ def _stream(
                 "usage": {"output_tokens": len(c.token_ids)},
                 **_token_fields(parsed, generation),
             }
-            if parse_error:
-                final["tool_call_parse_error"] = parse_error
+            final.update(call_fields)
             yield event("message_delta", **final)
             yield event("message_stop")
         finally:

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agentgrad.engine.api import RequestError, _Strict, read_json, text_of, validate
-from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, submit_checked
+from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields, submit_checked
 from agentgrad.engine.engine import Completion, Engine, Generation
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 from agentgrad.engine.tools import format_for
@@ -128,8 +128,8 @@ def chat_messages(parsed: ResponsesRequest) -> list[dict[str, Any]]:
 
 def output_items(
     engine: Engine, the_plan: Plan, completion: Completion, logprobs: bool
-) -> tuple[list[dict[str, Any]], str | None]:
-    """The output items (a message, function calls) and the parse error, if a call did not parse."""
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The output items (a message, function calls) and the body's fields about the calls (`reply_fields`)."""
     reply, _ = the_plan.reply(completion)
     items: list[dict[str, Any]] = []
     if reply.content is not None or not reply.tool_calls:
@@ -156,7 +156,7 @@ def output_items(
                 "status": "completed",
             }
         )
-    return items, reply.error
+    return items, reply_fields(reply)
 
 
 def _logprobs(engine: Engine, c: Completion) -> list[dict[str, Any]]:
@@ -264,10 +264,9 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
         raise RequestError(str(exc)) from None
     if generation is None:
         return Response(status_code=499)  # the client went away
-    items, parse_error = output_items(engine, the_plan, generation.completions[0], logprobs)
+    items, call_fields = output_items(engine, the_plan, generation.completions[0], logprobs)
     body = _body(parsed, response_id, created, "completed", items, generation, generation.version)
-    if parse_error:
-        body["tool_call_parse_error"] = parse_error
+    body.update(call_fields)
     return JSONResponse(body, headers=headers(generation.version, generation.adapter))
 
 
@@ -340,7 +339,7 @@ def _stream(
                         logprobs=[],
                     )
             generation = item
-            items, parse_error = output_items(engine, the_plan, generation.completions[0], logprobs)
+            items, call_fields = output_items(engine, the_plan, generation.completions[0], logprobs)
             if message_open or items[0]["type"] == "message":
                 message = items[0] if items[0]["type"] == "message" else None
                 text = message["content"][0]["text"] if message else held.text[: held.sent]
@@ -416,8 +415,7 @@ def _stream(
                 )
                 yield event("response.output_item.done", output_index=index, item=call)
             body = _body(parsed, response_id, created, "completed", items, generation, generation.version)
-            if parse_error:
-                body["tool_call_parse_error"] = parse_error
+            body.update(call_fields)
             yield event(
                 "response.incomplete" if body["status"] == "incomplete" else "response.completed", response=body
             )

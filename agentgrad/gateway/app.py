@@ -182,23 +182,37 @@ class Gateway:
         self._recording = 0
         self._recorded = asyncio.Event()
         self.sampling: SamplingPlan | None = None
-        self._modes: dict[str, str | None] = {}  # rollout id -> its mode, for the sampling plan
+        self._modes: dict[str, tuple[str | None, int | None]] = {}  # rollout id -> its mode and sampling seed
+        self._calls: dict[str, int] = {}  # attempt id -> model calls so far: the next call's offset from the seed
 
     def set_sampling(self, plan: SamplingPlan | None) -> None:
         """Apply `plan` (the trainer's sampling per rollout mode) to every later call made inside a rollout."""
         self.sampling = plan
 
-    async def _mode_of(self, rollout_id: str) -> str | None:
-        """The mode of a rollout (`train`, `val`, ...), read from the store once per rollout; None if unknown."""
+    async def _mode_of(self, rollout_id: str) -> tuple[str | None, int | None]:
+        """The mode of a rollout (`train`, `val`, ...) and its sampling seed (`semconv.SAMPLING_SEED`), read from
+        the store once per rollout; (None, None) if unknown."""
         if rollout_id not in self._modes:
             if len(self._modes) >= MODE_CACHE_SIZE:
                 self._modes.clear()
+                self._calls.clear()
             try:
-                self._modes[rollout_id] = (await self.store.get_rollout(rollout_id)).mode
+                rollout = await self.store.get_rollout(rollout_id)
             except Exception as exc:  # an unknown rollout (a hand-made route), or the store unreachable for now
                 log.debug("no mode for rollout %s: %s", rollout_id, exc)
-                return None
+                return None, None
+            seed = rollout.metadata.get(sc.SAMPLING_SEED)
+            self._modes[rollout_id] = (rollout.mode, seed if isinstance(seed, int) else None)
         return self._modes[rollout_id]
+
+    def _call_seed(self, seed: int | None, attempt_id: str | None) -> int | None:
+        """The seed of an attempt's next model call: the rollout's seed plus the calls the attempt made before it
+        (calls an agent makes concurrently take their offsets in the order they arrive)."""
+        if seed is None or attempt_id is None:
+            return None
+        index = self._calls.get(attempt_id, 0)
+        self._calls[attempt_id] = index + 1
+        return seed + index
 
     @property
     def models(self) -> list[str]:
@@ -351,9 +365,10 @@ class Gateway:
             call.relayed_headers = messages.relayed_headers(headers)
         plan = self.sampling
         if plan is not None and rollout_id is not None and _NOT_TRAINED_KEY not in headers:  # a judge keeps its own
-            settings = plan.by_mode.get(await self._mode_of(rollout_id) or "")
+            mode, seed = await self._mode_of(rollout_id)
+            settings = plan.by_mode.get(mode or "")
             if settings:
-                call.sampling = apply_sampling(api, request, settings, plan.source)
+                call.sampling = apply_sampling(api, request, settings, plan.source, self._call_seed(seed, attempt_id))
         if _NOT_TRAINED_KEY in headers:  # a judge's call: recorded, never trained on
             call.sampling[sc.NOT_TRAINED] = headers[_NOT_TRAINED_KEY].decode("utf-8", "replace") or "yes"
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the
@@ -516,7 +531,7 @@ class Gateway:
             message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
             error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
             return await self._fail(send, call, error)
-        answered = response_attributes(call.api, answer, version)  # before stripping
+        answered = response_attributes(call.api, answer, version, call)  # before stripping
         if added:
             added.strip(answer)
             payload = orjson.dumps(answer)
@@ -570,7 +585,7 @@ class Gateway:
                 error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
             event = messages.error_event(error) if call.api == MESSAGES_API else b"data: " + error.body() + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
-        answered = response_attributes(call.api, assembler.result(), version)
+        answered = response_attributes(call.api, assembler.result(), version, call)
         self._recording += 1
         try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})

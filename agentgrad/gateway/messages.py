@@ -198,6 +198,8 @@ class MessagesStream:
             for field in TOKEN_FIELDS:
                 if isinstance(event.get(field), list):
                     self.message[field] = event[field]
+            if isinstance(event.get(sc.TOOL_CALL_PARSER_FIELD), str):  # the engine's, on its last delta
+                self.message[sc.TOOL_CALL_PARSER_FIELD] = event[sc.TOOL_CALL_PARSER_FIELD]
 
     def result(self) -> dict[str, Any]:
         return {**self.message, "content": [self.blocks[i] for i in sorted(self.blocks)]}

@@ -21,6 +21,7 @@ import orjson
 import agentgrad.gateway.messages as messages
 import agentgrad.gateway.responses as responses
 from agentgrad import semconv as sc
+from agentgrad.gateway.tool_parsers import parser_attributes
 from agentgrad.redact import redact_known
 from agentgrad.semconv import CHAT, CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.store import NotFoundError, Store
@@ -98,8 +99,11 @@ USAGE_KEYS = {
 """The names each API gives its input and output token counts in `usage`."""
 
 
-def response_attributes(api: str, response: dict[str, Any], version_header: str | None) -> dict[str, Any]:
-    """What the upstream answered, in the layout `agentgrad.semconv` describes."""
+def response_attributes(
+    api: str, response: dict[str, Any], version_header: str | None, call: Call | None = None
+) -> dict[str, Any]:
+    """What the upstream answered, in the layout `agentgrad.semconv` describes; with the `call` it answers, which
+    parser read its tool calls (`tool_parsers`)."""
     attributes: dict[str, Any] = {}
     if response.get("id") is not None:
         attributes[sc.GEN_AI_RESPONSE_ID] = response["id"]
@@ -121,6 +125,10 @@ def response_attributes(api: str, response: dict[str, Any], version_header: str 
         attributes.update(messages.output_attributes(response))
     else:
         attributes.update(_choice_attributes(OPERATIONS[api], response))
+    if call is not None:
+        backend = call.upstream.backend if call.upstream is not None else None
+        system, parser = (backend.system, backend.tool_parser) if backend is not None else ("openai", None)
+        attributes.update(parser_attributes(api, call.request, response, system, parser))
     return attributes
 
 
@@ -185,8 +193,9 @@ class StreamAssembler:
             for key in ("token_ids", sc.ALLOWED_TOKENS_FIELD):
                 if delta_choice.get(key) is not None:
                     choice.setdefault(key, []).extend(delta_choice[key])
-            if delta_choice.get("prompt_token_ids") is not None:
-                choice["prompt_token_ids"] = delta_choice["prompt_token_ids"]
+            for key in ("prompt_token_ids", sc.TOOL_CALL_PARSER_FIELD):
+                if delta_choice.get(key) is not None:
+                    choice[key] = delta_choice[key]
             self._add_logprobs(choice, delta_choice.get("logprobs"))
             if self.operation == CHAT:
                 self._add_delta(choice["message"], delta_choice.get("delta") or {})

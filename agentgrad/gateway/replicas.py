@@ -8,6 +8,9 @@ new rollouts go to the replica with the fewest calls in flight.
 `pool.exclusive()` (from a thread that is not the gateway's) holds new calls, waits for the
 calls in flight to finish, and lets the caller swap the weights before it reopens: every
 call runs on one version from its first token to its last, and its span names that version.
+`pool.attempts_held()` goes further, for attempts of several calls: it holds the first call of every
+rollout that has not called yet and names those that have (on the weights served now), so a trainer can
+wait for those to end before it swaps, and no attempt's calls straddle two versions.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from agentgrad.gateway.upstreams import Backend, Upstream
 
 MAX_STICKY_ROLLOUTS = 100_000
 """Rollouts remembered for stickiness; the oldest are forgotten first."""
+
+ATTEMPT_WAIT_SECONDS = 60.0
+"""How long a weights swap under asynchronous training waits, by default, for the attempts begun on the old
+weights to end (`attempts_held`); the policies (`LocalPolicy`, `PolicyConfig.attempt_wait_s`) take it."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class ReplicaPool:
         self.version = version
         self.in_flight = [0] * len(backends)
         self._sticky: OrderedDict[str, int] = OrderedDict()
+        self._started: OrderedDict[str, None] = OrderedDict()  # rollouts with a call on the weights served now
+        self._attempts_held = False
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._open.set()
@@ -56,15 +65,25 @@ class ReplicaPool:
         """False while a weight swap holds new calls."""
         return self._open.is_set()
 
+    @property
+    def held_calls(self) -> int:
+        """Calls waiting for a weight swap or for `attempts_held` to end."""
+        with self._lock:
+            return len(self._waiting)
+
     # ------------------------------------------------------------------ gateway side (its event loop)
 
     async def acquire(self, rollout_id: str | None) -> Lease:
         """A replica for this call (the rollout's own, or the least loaded), once the pool is open."""
         while True:
             with self._lock:
-                if self._open.is_set():
+                if self._open.is_set() and not self._held(rollout_id):
                     replica = self._choose(rollout_id)
                     self.in_flight[replica] += 1
+                    if rollout_id is not None:
+                        self._started[rollout_id] = None
+                        if len(self._started) > MAX_STICKY_ROLLOUTS:
+                            self._started.popitem(last=False)
                     return Lease(self.upstreams[replica], self.version, replica)
                 future = asyncio.get_running_loop().create_future()
                 self._waiting.append((asyncio.get_running_loop(), future))
@@ -75,6 +94,10 @@ class ReplicaPool:
             self.in_flight[lease.replica] -= 1
             if not any(self.in_flight):
                 self._drained.notify_all()
+
+    def _held(self, rollout_id: str | None) -> bool:
+        """Whether this call is a rollout's first on the weights served now while `attempts_held` holds those."""
+        return self._attempts_held and rollout_id is not None and rollout_id not in self._started
 
     def _choose(self, rollout_id: str | None) -> int:
         if rollout_id is not None and rollout_id in self._sticky:
@@ -93,6 +116,20 @@ class ReplicaPool:
     # ------------------------------------------------------------------ trainer side (any other thread)
 
     @contextmanager
+    def attempts_held(self) -> Iterator[list[str]]:
+        """Hold every rollout's first call from now on; yield the rollouts that already called on the weights
+        served now (their later calls still pass), for the caller to wait for their attempts to end."""
+        with self._lock:
+            self._attempts_held = True
+            started = list(self._started)
+        try:
+            yield started
+        finally:
+            with self._lock:
+                self._attempts_held = False
+                self._wake_waiting()
+
+    @contextmanager
     def exclusive(self, timeout_s: float = 600.0) -> Iterator[None]:
         """Hold new calls and wait for those in flight; set `self.version` inside, before it reopens."""
         deadline = time.monotonic() + timeout_s
@@ -109,10 +146,14 @@ class ReplicaPool:
             yield
         finally:
             with self._lock:
+                self._started.clear()  # new weights: no rollout has called on them yet
                 self._reopen()
 
     def _reopen(self) -> None:
         self._open.set()
+        self._wake_waiting()
+
+    def _wake_waiting(self) -> None:
         waiting, self._waiting = self._waiting, []
         for loop, future in waiting:
             loop.call_soon_threadsafe(_wake, future)

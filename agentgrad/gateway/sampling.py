@@ -27,6 +27,8 @@ _MAX_TOKENS_KEYS = {
     sc.RESPONSES_API: ("max_output_tokens",),
 }
 """Where each API takes its output cap; chat completions take either name (the one the agent set; else `max_tokens`)."""
+SEEDED_APIS = (sc.CHAT_COMPLETIONS_API, sc.COMPLETIONS_API)
+"""The APIs whose requests take a `seed` (OpenAI's Responses and Anthropic's Messages take none)."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,17 @@ class SamplingPlan:
 
 
 def apply_sampling(
-    api: str, request: dict[str, Any], settings: Mapping[str, float | int], source: SamplingSource
+    api: str,
+    request: dict[str, Any],
+    settings: Mapping[str, float | int],
+    source: SamplingSource,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """Rewrite `request` (in place) with `settings`; returns the span attributes saying what the agent asked for."""
+    """Rewrite `request` (in place) with `settings`, and `seed` where its API takes one (the call's seed from its
+    rollout, `semconv.SAMPLING_SEED`); returns the span attributes saying what the agent asked for."""
     attributes: dict[str, Any] = {sc.SAMPLING_SOURCE: source}
+    if seed is not None and api in SEEDED_APIS:
+        settings = {**settings, "seed": seed}
     for name, value in settings.items():
         keys = _MAX_TOKENS_KEYS.get(api, ("max_tokens",)) if name == "max_tokens" else (name,)
         key = next((k for k in keys if request.get(k) is not None), keys[0])

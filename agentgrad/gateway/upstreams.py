@@ -101,6 +101,9 @@ class Backend:
     """Requests and tokens per minute, queued then refused past a bound (`routing.Limiter`); None: no limit."""
     cache: bool = False
     """Answer repeated non-streamed requests from the gateway's cache: for judges and critics, never the policy."""
+    tool_parser: str | None = None
+    """The tool-call parser a vLLM upstream runs (its `--tool-call-parser`): spans of calls it parsed say
+    `vllm:<parser>` (`semconv.TOOL_CALLS_PARSER`); None: `upstream`."""
 
     @property
     def asks_token_ids(self) -> bool:
@@ -112,7 +115,8 @@ class Backend:
 
 
 def parse_backend(spec: str) -> tuple[str, Backend]:
-    """`NAME=URL[,key_env=VAR][,model=M][,system=S][,token_ids=BOOL][,logprobs=BOOL]` (the CLI's `--backend`)."""
+    """`NAME=URL[,key_env=VAR][,model=M][,system=S][,token_ids=BOOL][,logprobs=BOOL][,tool_parser=P]` (the CLI's
+    `--backend`)."""
     name, sep, rest = spec.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"--backend {spec!r}: expected NAME=URL[,key_env=VAR,...]")
@@ -124,10 +128,12 @@ def parse_backend(spec: str) -> tuple[str, Backend]:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"--backend {name}: {key} is true or false, not {value!r}")
             setattr(backend, key, value.lower() in ("true", "1"))
-        elif key in ("key_env", "model", "system"):
+        elif key in ("key_env", "model", "system", "tool_parser"):
             setattr(backend, "api_key_env" if key == "key_env" else key, value)
         else:
-            raise ValueError(f"--backend {name}: unknown option {key!r} (key_env, model, system, token_ids, logprobs)")
+            raise ValueError(
+                f"--backend {name}: unknown option {key!r} (key_env, model, system, token_ids, logprobs, tool_parser)"
+            )
     return name, backend
 
 

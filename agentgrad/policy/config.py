@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
+
 if TYPE_CHECKING:
     from agentgrad.engine import Engine
     from agentgrad.policy.local import LocalPolicy
@@ -33,6 +35,9 @@ class PolicyConfig:
     vllm_transport: str = (
         "auto"  # engine="vllm": weight sync by "file", "lora", "nccl", or "auto" (see policy.transports)
     )
+    # ---- asynchronous training: a publish waits up to attempt_wait_s for the attempts begun on the old weights to
+    # end (new attempts' first calls held meanwhile); those still running then are dropped from training, counted
+    attempt_wait_s: float = ATTEMPT_WAIT_SECONDS
     # ---- what is trained
     lora_rank: int = 0  # > 0: train low-rank adapters instead of all weights
     lora_alpha: int = 16  # LoRA scaling numerator (the adapters' update is scaled by alpha / rank)
@@ -60,6 +65,10 @@ class PolicyConfig:
             raise ValueError(f"vllm_transport must be auto, file, lora or nccl, got {self.vllm_transport!r}")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be >= 0 (0 trains all weights), got {self.lora_rank}")
+        if not self.attempt_wait_s >= 0:
+            raise ValueError(
+                f"attempt_wait_s must be >= 0 seconds (0: swap the weights between calls only), got {self.attempt_wait_s}"
+            )
         if self.tis_cap is not None and not self.tis_cap >= 1.0:
             raise ValueError(
                 f"tis_cap must be at least 1 (it caps p_trainer/p_sampler; typical: 2), or None, got {self.tis_cap}"
@@ -92,6 +101,7 @@ def make_policy(
             lora_rank=policy.lora_rank,
             lora_alpha=policy.lora_alpha,
             gateway_port=gateway_port,
+            attempt_wait_s=policy.attempt_wait_s,
         )
     from agentgrad.policy.local import LocalPolicy
 
@@ -103,4 +113,5 @@ def make_policy(
         lora_alpha=policy.lora_alpha,
         gateway_port=gateway_port,
         adapters=roles,
+        attempt_wait_s=policy.attempt_wait_s,
     )

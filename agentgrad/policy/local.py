@@ -7,10 +7,12 @@ save and restore checkpoints (weights, optimizer, progress) that resume a run.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgrad.engine import Engine
+from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.serving import ServerThread
 from agentgrad.store import Store
-from agentgrad.types import LLM
+from agentgrad.store.base import WAIT_POLL_SECONDS
+from agentgrad.types import LLM, RolloutStatus
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -55,10 +59,16 @@ class LocalPolicy:
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
         adapters: Mapping[str, str] | None = None,
+        attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
     ) -> None:
         """`adapters` (role name -> agent-name pattern, with `lora_rank > 0`): one LoRA adapter per role on the
         one base, each agent's calls served by its role's (`agentgrad.engine.adapters`)."""
+        if not attempt_wait_s >= 0:
+            raise ValueError(f"attempt_wait_s must be >= 0 seconds (0: swap between calls only), got {attempt_wait_s}")
         self.store = store
+        self.attempt_wait_s = attempt_wait_s
+        self.between_attempts = False  # publish waits for attempts mid-flight (asynchronous training)
+        self.straddling: list[str] = []  # rollouts still mid-flight when the last publish stopped waiting
         self.gateway_port = gateway_port
         self.engine = engine or Engine(model)
         self.lora_rank = lora_rank
@@ -92,6 +102,7 @@ class LocalPolicy:
     def train_beside_serving(self) -> None:
         """Train a copy of the weights from now on, so generation never waits for an update (asynchronous
         training); `publish()` copies it into the engine between calls. Costs one more copy of the weights."""
+        self.between_attempts = True
         if self._trainer is None:
             with self.engine.training() as model:
                 self._trainer = copy.deepcopy(model)
@@ -111,13 +122,39 @@ class LocalPolicy:
             self._trainer.eval()
 
     def publish(self) -> int:
-        """Serve the trained weights from the next call on; calls in flight finish on the version they began with."""
+        """Serve the trained weights from the next call on; calls in flight finish on the version they began with
+        (training beside serving: attempts mid-flight finish on it too, within `attempt_wait_s`)."""
         if self.calls is None:
             return self._publish()
-        with self.calls.exclusive():
+        with self.attempts_ended(self.calls), self.calls.exclusive():
             version = self._publish()
             self.calls.version = version
         return version
+
+    @contextmanager
+    def attempts_ended(self, pool: ReplicaPool) -> Iterator[None]:
+        """Under `between_attempts`: hold new attempts' first calls and wait, up to `attempt_wait_s`, for the
+        attempts that called on the served weights to end, so the swap inside lands between attempts.
+
+        Those still running when the wait gives up are left in `straddling`: their later calls get the new
+        weights, and training drops them (`fresh_groups` counts them). Called from a thread with an event
+        loop running (a resume inside the algorithm's loop), it cannot block on the store and swaps between
+        calls only.
+        """
+        if not self.between_attempts or _loop_running():
+            if self.between_attempts:
+                log.debug("publish from a thread running an event loop: the weights swap between calls only")
+            yield
+            return
+        with pool.attempts_held() as started:
+            self.straddling = asyncio.run(still_running(self.store, started, self.attempt_wait_s)) if started else []
+            if self.straddling:
+                log.warning(
+                    "%d attempt(s) still running after %g s will straddle the weights swap; training drops them",
+                    len(self.straddling),
+                    self.attempt_wait_s,
+                )
+            yield
 
     def _publish(self) -> int:
         if self._trainer is not None:
@@ -232,5 +269,40 @@ class LocalPolicy:
                     )
         saved = torch.load(directory / TRAINER_STATE, weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])
+        self.resume_version(directory)
         self.publish()
         return saved["state"]
+
+    def resume_version(self, directory: Path) -> None:
+        """Have the next publish name the restored weights by the version they had when `directory` was saved,
+        so the spans of the rollouts sampled before the restart (queued groups a resumed run trains) keep a
+        true staleness. Only a fresh engine (a new process) is renumbered: an engine that already served
+        those numbers for other weights keeps counting up (its prefix cache is keyed by version)."""
+        manifest = directory / "agentgrad.json"
+        saved = json.loads(manifest.read_text()).get("engine_version") if manifest.exists() else None
+        if isinstance(saved, int) and self.engine.version < saved:
+            self.engine.version = saved - 1
+
+
+async def still_running(store: Store, rollout_ids: Sequence[str], timeout_s: float) -> list[str]:
+    """Wait up to `timeout_s` for the given rollouts' current attempts to end (the rollout no longer `running`:
+    finished, or requeuing for another attempt); the ones still running then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rollouts = await store.query_rollouts(rollout_ids=rollout_ids)
+        running = [r.rollout_id for r in rollouts if r.status is RolloutStatus.RUNNING]
+        left = deadline - time.monotonic()
+        if not running or left <= 0:
+            return running
+        try:  # wakes as soon as one finishes in this process; looks again after WAIT_POLL_SECONDS otherwise
+            await asyncio.wait_for(store.wait_for_rollouts(running), min(WAIT_POLL_SECONDS, left))
+        except TimeoutError:
+            pass
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -20,11 +20,17 @@ import torch
 
 from agentgrad.engine import Engine
 from agentgrad.engine.model import resolve_model
-from agentgrad.gateway.replicas import ReplicaPool
+from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS, ReplicaPool
 from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, report_capabilities, start_servers
+from agentgrad.policy.vllm_server import (
+    VLLMServer,
+    attach_servers,
+    report_capabilities,
+    start_servers,
+    tool_parser_of,
+)
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -51,6 +57,7 @@ class VLLMPolicy(LocalPolicy):
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
+        attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
     ) -> None:
         if replicas < 1 and not urls:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
@@ -64,6 +71,7 @@ class VLLMPolicy(LocalPolicy):
             lora_alpha=lora_alpha,
             lora_targets=lora_targets,
             gateway_port=gateway_port,
+            attempt_wait_s=attempt_wait_s,
         )
         self.model_path = resolve_model(model)
         self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
@@ -99,11 +107,13 @@ class VLLMPolicy(LocalPolicy):
                     f"{self.transport.name!r} needs; {self.capabilities}"
                 )
             served = LORA_NAME if self.lora_rank > 0 else None
+            parser = tool_parser_of(str(self.model_path), () if self.urls else self.vllm_args)
             backends = [
                 Backend(
                     url=s.api_url,
                     system="vllm",
                     model=served or self.engine.name,
+                    tool_parser=parser,
                     first_byte_timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
                     timeout_s=TRAINED_ENGINE_TIMEOUT_SECONDS,
                 )
@@ -131,7 +141,7 @@ class VLLMPolicy(LocalPolicy):
             raise RuntimeError("start the vLLM policy before syncing its weights")
         began = time.perf_counter()
         version = self.engine.version
-        with self.pool.exclusive():
+        with self.attempts_ended(self.pool), self.pool.exclusive():
             for server in self.servers:
                 self._post(server, "/pause", params={"mode": "wait"})
             try:
@@ -147,7 +157,9 @@ class VLLMPolicy(LocalPolicy):
         return self.last_sync_seconds
 
     def train_beside_serving(self) -> None:
-        """Nothing to copy: the vLLM servers sample while the trainer's weights update."""
+        """Nothing to copy: the vLLM servers sample while the trainer's weights update; syncs wait for the
+        attempts mid-flight (`attempts_ended`)."""
+        self.between_attempts = True
 
     def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         state = super().load(directory, optimizer)

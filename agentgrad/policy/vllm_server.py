@@ -105,6 +105,21 @@ def tool_flags(model: str) -> list[str]:
     return []
 
 
+def tool_parser_of(model: str, extra_args: Sequence[str] = ()) -> str | None:
+    """The `--tool-call-parser` a server for `model` runs: the user's own in `extra_args`, else ours (`tool_flags`;
+    for a server the user started, the one the docs tell them to pass). The gateway names it on the spans."""
+    args = list(extra_args)
+    for i, arg in enumerate(args):
+        if arg == "--tool-call-parser" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--tool-call-parser="):
+            return arg.split("=", 1)[1]
+    if any(arg.split("=")[0] in TOOL_FLAGS for arg in args):
+        return None  # the user set tool calling up without a parser
+    flags = tool_flags(model)
+    return flags[flags.index("--tool-call-parser") + 1] if "--tool-call-parser" in flags else None
+
+
 def default_vllm_python() -> Path:
     """`$AGENTGRAD_VLLM_PYTHON`, else `.venv-vllm/bin/python` of the source checkout (made by `make vllm`)."""
     if os.environ.get(VLLM_PYTHON_ENV):

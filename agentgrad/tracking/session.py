@@ -19,8 +19,8 @@ from agentgrad.redact import REDACTED, redact
 from agentgrad.tracking.base import RunInfo, RunTrackers
 from agentgrad.tracking.curve import draw_learning_curve
 
-SECRET_NAME = re.compile(r"(api_?key|token|secret|password)", re.IGNORECASE)
-"""Configuration fields whose values never reach a tracker."""
+SECRET_NAME = re.compile(r"(api_?key|secret|password|(^|_)token$)", re.IGNORECASE)
+"""Configuration fields whose values never reach a tracker (`token`, `hf_token`: yes; `max_tokens`: no)."""
 
 
 def report_to_of(algorithm: Any) -> tuple[str, ...]:
@@ -82,10 +82,16 @@ def result_checkpoint(result: Any) -> str | None:
 
 
 def finish_run(
-    trackers: RunTrackers, name: str, artifacts_dir: Path, status: str, checkpoint: str | None = None
+    trackers: RunTrackers,
+    name: str,
+    artifacts_dir: Path,
+    status: str,
+    checkpoint: str | None = None,
+    best_checkpoint: str | None = None,
 ) -> list[Path]:
-    """Log the learning curve and `<name>-result.json` (summary, checkpoint) as artifacts, then close the trackers
-    with `status`; returns the artifacts written. An artifact that fails is reported by the tracker's own error."""
+    """Log the learning curve and `<name>-result.json` (summary, last and best checkpoint) as artifacts, then close
+    the trackers with `status`; returns the artifacts written. An artifact that fails is reported by the tracker's
+    own error."""
     written: list[Path] = []
     try:
         if status == "succeeded":
@@ -95,7 +101,15 @@ def finish_run(
             result = artifacts_dir / f"{name}-result.json"
             result.parent.mkdir(parents=True, exist_ok=True)
             result.write_text(
-                json.dumps({"run": name, "summary": trackers.summary(), "checkpoint": checkpoint}, indent=2)
+                json.dumps(
+                    {
+                        "run": name,
+                        "summary": trackers.summary(),
+                        "checkpoint": checkpoint,
+                        "best_checkpoint": best_checkpoint,
+                    },
+                    indent=2,
+                )
             )
             written.append(result)
             for path in written:

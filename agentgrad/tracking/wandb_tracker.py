@@ -56,6 +56,12 @@ class WandbTracker:
         self.run.summary.update(dict(summary))
         self.run.finish(exit_code=STATUSES.get(status, 0))
         self.run = None
+        wandb = import_tracker_library("wandb", "wandb", self.name)
+        if wandb.setup().most_recent_active_run is None:  # `wandb.run` is None here even when one is open
+            # finish() returns before W&B's service has written the run file (an offline run read right
+            # after fit could hold only its header); stopping the service writes it. Skipped while the
+            # user has a run of their own open: stopping the service would finish theirs too.
+            wandb.teardown()
 
     def _require_run(self) -> Any:
         if self.run is None:

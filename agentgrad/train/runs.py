@@ -90,22 +90,34 @@ STEP_FOLDER = re.compile(r"step-(\d+)$")
 
 
 def end_record(run: Run, status: RunStatus, metrics: list[Metric], result: Any, error: str | None) -> Run:
-    """The record of `run` ended with `status`: final and best figures from its metrics, its checkpoint; the
-    checkpoint is the best one when it was saved at the best figure's step."""
+    """The record of `run` ended with `status`: final and best figures from its metrics, its checkpoints and the one
+    that validated best (the result's `best_checkpoint`, GRPO's and SFT's; for a result without one, the checkpoint
+    saved at the best figure's step; for a run that failed, the best its algorithm noted in `run` on the way)."""
     summary = summarize(_history(metrics))
     final = {k.removeprefix("final/"): v for k, v in summary.items() if k.startswith("final/")}
     best = {k.removeprefix("best/"): v for k, v in summary.items() if k.startswith("best/")}
     checkpoint = result_checkpoint(result)
-    match = STEP_FOLDER.search(checkpoint or "")
-    at_best = match is not None and "step" in best and int(match.group(1)) == int(best["step"])
+    kept = [str(p) for p in getattr(result, "checkpoints", None) or []] or ([checkpoint] if checkpoint else [])
+    best_checkpoint, validation = run.best_checkpoint, run.best_checkpoint_validation
+    if hasattr(result, "best_checkpoint"):
+        chosen = result.best_checkpoint
+        best_checkpoint = chosen.path if chosen is not None else None
+        validation = chosen.figures() if chosen is not None else {}
+    elif result is not None:
+        match = STEP_FOLDER.search(checkpoint or "")
+        at_best = match is not None and "step" in best and int(match.group(1)) == int(best["step"])
+        best_checkpoint, validation = (checkpoint, best) if at_best else (None, {})
+    if best_checkpoint and best_checkpoint not in kept:
+        kept.append(best_checkpoint)
     return run.model_copy(
         update={
             "status": status,
             "end_time": now(),
             "final": final,
             "best": best,
-            "checkpoints": [checkpoint] if checkpoint else [],
-            "best_checkpoint": checkpoint if at_best else None,
+            "checkpoints": kept,
+            "best_checkpoint": best_checkpoint,
+            "best_checkpoint_validation": validation,
             "error": error,
         }
     )

@@ -241,11 +241,16 @@ class Trainer(Generic[R]):
             raise
         finally:
             metrics = await store.query_metrics(run_id=record.run_id)
-            await store.put_run(end_record(record, status, metrics, result, error))
+            noted = await store.get_run(record.run_id)  # with the best checkpoint the algorithm noted on the way
+            ended = end_record(noted, status, metrics, result, error)
+            await store.put_run(ended)
             if trackers:
                 here = getattr(store, "path", None)
                 artifacts = Path(here).parent if here else Path(".agentgrad")
-                await asyncio.to_thread(finish_run, trackers, name, artifacts, status.value, result_checkpoint(result))
+                checkpoint = result_checkpoint(result)
+                await asyncio.to_thread(
+                    finish_run, trackers, name, artifacts, status.value, checkpoint, ended.best_checkpoint
+                )
 
     async def _run(
         self,

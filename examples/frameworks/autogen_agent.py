@@ -32,12 +32,13 @@ def example() -> list[Any]:
             AssistantMessage(content=tasks.EXAMPLE_ANSWER, source="calculator")]
 
 
-async def solve(question: str, *, model: str, base_url: str, api_key: str, **settings: Any) -> str:
+async def solve(question: str, *, model: str, base_url: str, api_key: str, worked_example: bool = True,
+                **settings: Any) -> str:
     client = OpenAIChatCompletionClient(model=model, base_url=base_url, api_key=api_key, model_info=MODEL_INFO,
                                         **settings)
     agent = AssistantAgent("calculator", model_client=client, tools=[tasks.calculate],
                            system_message=tasks.INSTRUCTIONS, reflect_on_tool_use=True,
-                           model_context=UnboundedChatCompletionContext(initial_messages=example()))
+                           model_context=UnboundedChatCompletionContext(initial_messages=example() if worked_example else []))
     try:
         result = await agent.run(task=question)
     finally:

@@ -31,8 +31,9 @@ EXAMPLE: list[Any] = [  # a worked exchange as earlier turns (few-shot), the req
 ]
 
 
-def solve(question: str, *, model: str, base_url: str, api_key: str, **settings: Any) -> str:
+def solve(question: str, *, model: str, base_url: str, api_key: str, worked_example: bool = True,
+          **settings: Any) -> str:
     llm = LLM(model=f"openai/{model}", base_url=base_url, api_key=api_key, **settings)
     calculator = Agent(role="Calculator", goal="Answer arithmetic questions exactly, using the calculate tool.",
                        backstory=tasks.INSTRUCTIONS, tools=[calculate], llm=llm, max_iter=3, verbose=False)
-    return str(calculator.kickoff([*EXAMPLE, {"role": "user", "content": question}]).raw)
+    return str(calculator.kickoff([*(EXAMPLE if worked_example else []), {"role": "user", "content": question}]).raw)

@@ -24,9 +24,11 @@ EXAMPLE: list[BaseMessage] = [  # a worked exchange as earlier turns: LangChain'
 ]
 
 
-def solve(question: str, *, model: str, base_url: str | None = None, api_key: str | None = None, **settings: Any) -> str:
+def solve(question: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
+          worked_example: bool = True, **settings: Any) -> str:
     llm = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings).bind_tools([calculate])
-    messages: list[BaseMessage] = [SystemMessage(tasks.INSTRUCTIONS), *EXAMPLE, HumanMessage(question)]
+    example = EXAMPLE if worked_example else []
+    messages: list[BaseMessage] = [SystemMessage(tasks.INSTRUCTIONS), *example, HumanMessage(question)]
     for _ in range(MAX_TURNS):
         reply = llm.invoke(messages)
         if not reply.tool_calls:

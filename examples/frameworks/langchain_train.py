@@ -6,11 +6,11 @@ from typing import Any
 
 import agentgrad as ag
 from examples.frameworks import langchain_agent
-from examples.frameworks.tasks import reward
+from examples.frameworks.tasks import reward, wants_example
 
 
 @ag.rollout
 def rollout(task: dict[str, Any], llm: ag.LLM) -> float:
     answer = langchain_agent.solve(task["question"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
-                                   **llm.sampling_parameters)
+                                   worked_example=wants_example(task), **llm.sampling_parameters)
     return reward(answer, task)

@@ -17,8 +17,10 @@ from examples.frameworks.langchain_agent import EXAMPLE  # the worked exchange a
 calculate = tool(tasks.calculate)
 
 
-def solve(question: str, *, model: str, base_url: str | None = None, api_key: str | None = None, **settings: Any) -> str:
+def solve(question: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
+          worked_example: bool = True, **settings: Any) -> str:
     agent = create_react_agent(ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings), [calculate],
                                prompt=tasks.INSTRUCTIONS)
-    state = agent.invoke({"messages": [*EXAMPLE, {"role": "user", "content": question}]}, {"recursion_limit": 8})
+    example = EXAMPLE if worked_example else []
+    state = agent.invoke({"messages": [*example, {"role": "user", "content": question}]}, {"recursion_limit": 8})
     return str(state["messages"][-1].content)

@@ -27,10 +27,11 @@ EXAMPLE: list[Any] = [  # a worked exchange as earlier turns (few-shot)
 ]
 
 
-def solve(question: str, model: str = "gpt-4o-mini", **settings: Any) -> str:
+def solve(question: str, model: str = "gpt-4o-mini", worked_example: bool = True, **settings: Any) -> str:
     """Ask; run every tool call the model makes and send the results back; stop at a plain reply."""
     client = OpenAI()
-    messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, *EXAMPLE, {"role": "user", "content": question}]
+    example = EXAMPLE if worked_example else []
+    messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, *example, {"role": "user", "content": question}]
     for _ in range(MAX_TURNS):
         response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, **settings)
         message = response.choices[0].message

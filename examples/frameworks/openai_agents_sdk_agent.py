@@ -28,6 +28,8 @@ def build_agent(model: str, settings: ModelSettings | None = None) -> Agent:
                  model_settings=settings or ModelSettings())
 
 
-async def solve(question: str, model: str = "gpt-4o-mini", settings: ModelSettings | None = None) -> str:
-    result = await Runner.run(build_agent(model, settings), [*EXAMPLE, {"role": "user", "content": question}], max_turns=4)
+async def solve(question: str, model: str = "gpt-4o-mini", settings: ModelSettings | None = None,
+                worked_example: bool = True) -> str:
+    example = EXAMPLE if worked_example else []
+    result = await Runner.run(build_agent(model, settings), [*example, {"role": "user", "content": question}], max_turns=4)
     return str(result.final_output)

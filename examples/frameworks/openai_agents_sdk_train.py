@@ -14,7 +14,7 @@ from openai import AsyncOpenAI
 
 import agentgrad as ag
 from examples.frameworks import openai_agents_sdk_agent
-from examples.frameworks.tasks import reward
+from examples.frameworks.tasks import reward, wants_example
 
 RESPONSES_API = True
 _clients: dict[str, AsyncOpenAI] = {}
@@ -36,4 +36,6 @@ def configure(llm: ag.LLM) -> None:
 async def rollout(task: dict[str, Any], llm: ag.LLM) -> float:
     configure(llm)
     settings = ModelSettings(**{k: v for k, v in llm.sampling_parameters.items() if k in ("temperature", "max_tokens")})
-    return reward(await openai_agents_sdk_agent.solve(task["question"], model=llm.model, settings=settings), task)
+    answer = await openai_agents_sdk_agent.solve(task["question"], model=llm.model, settings=settings,
+                                                 worked_example=wants_example(task))
+    return reward(answer, task)

@@ -55,11 +55,22 @@ calls. SmolLM2-135M copies the last exchange it was shown: with this one it call
 with instructions alone it never does, in any tool-call format (`benchmarks/tool_format_probe.py`)."""
 
 
-def make_tasks(n: int = 8, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` three-digit addition problems, the same for the same seed."""
+def make_tasks(n: int = 8, seed: int = 0, worked_example: bool = True, operator: str = "+") -> list[dict[str, Any]]:
+    """`n` three-digit additions (`operator` "*": multiplications, which a small model cannot do in its head), the
+    same for the same seed; `worked_example=False` marks each task to be asked without the worked exchange
+    (instructions and the question alone: does the model call by itself?)."""
+    if operator not in ("+", "*"):
+        raise ValueError(f"operator is '+' or '*', not {operator!r}")
     rng = random.Random(seed)
     pairs = [(rng.randint(100, 999), rng.randint(100, 999)) for _ in range(n)]
-    return [{"question": f"What is {a} + {b}?", "answer": a + b} for a, b in pairs]
+    extra = {} if worked_example else {"worked_example": False}
+    return [{"question": f"What is {a} {operator} {b}?", "answer": a + b if operator == "+" else a * b, **extra}
+            for a, b in pairs]
+
+
+def wants_example(task: dict[str, Any]) -> bool:
+    """Whether the agent puts the worked exchange before this task's question (yes unless the task says not)."""
+    return bool(task.get("worked_example", True))
 
 
 TASKS = make_tasks()

@@ -107,3 +107,26 @@ def test_rows_of_a_group_reuse_one_finished_rollout_and_a_weight_update_invalida
         assert engine.stats["prefix_cache_tokens"] == before
     finally:
         engine.prefix_cache = kept
+
+
+@pytest.mark.model
+def test_a_hit_shorter_than_the_minimum_joins_the_other_prompts_and_changes_no_token(engine: Engine) -> None:
+    """A forward of its own costs more than a short hit saves (`PREFIX_HIT_MIN_TOKENS`): the prompt is
+    prefilled with the others, from its first token, and samples what it samples with the cache off."""
+    from agentgrad.engine.engine import PREFIX_HIT_MIN_TOKENS
+
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": "What is 12 + 30?"}])
+    greedy = SamplingParams(max_tokens=6, temperature=0)
+    kept = engine.prefix_cache
+    try:
+        engine.prefix_cache = PrefixCache(0)
+        short = prompt[: PREFIX_HIT_MIN_TOKENS - 1] + engine.tokenizer("Name a colour.", add_special_tokens=False)["input_ids"]
+        expected = engine.generate([short], greedy)[0].completions[0].token_ids
+        engine.prefix_cache = PrefixCache()
+        engine.generate([prompt], greedy)  # finished: its tokens are in the cache
+        assert len(engine.prefix_cache) == 1
+        before = dict(engine.stats)
+        assert engine.generate([short], greedy)[0].completions[0].token_ids == expected
+        assert engine.stats["prefix_cache_tokens"] == before["prefix_cache_tokens"]  # shares 31 tokens: not taken
+    finally:
+        engine.prefix_cache = kept

@@ -66,6 +66,7 @@ def test_a_required_call_is_written_with_qwens_tool_call_tokens_and_parsed(engin
     ids, text = written(engine, choice)
     assert ids[0] == OPEN_ID and ids[-2:] == [CLOSE_ID, IM_END]
     assert text == calls_text([(call.function.name, call.function.arguments)])  # <tool_call>\n{...}\n</tool_call>
+    assert extra(choice)["tool_call_parser"] == "engine:hermes"  # the gateway records it (semconv.TOOL_CALLS_PARSER)
 
 
 def test_a_named_tool_streamed_and_not_gives_the_same_call_and_the_same_token_ids(engine: Engine, api: openai.OpenAI) -> None:
@@ -85,6 +86,8 @@ def test_a_named_tool_streamed_and_not_gives_the_same_call_and_the_same_token_id
     ids, text = written(engine, plain.choices[0])
     assert streamed == ids and ids[0] == OPEN_ID and ids[-2:] == [CLOSE_ID, IM_END]
     assert text == calls_text([("get_weather", call.function.arguments)])
+    parsers = [extra(c.choices[0]).get("tool_call_parser") for c in chunks if c.choices]
+    assert [p for p in parsers if p] == ["engine:hermes"] == [extra(plain.choices[0])["tool_call_parser"]]
 
 
 def test_a_call_history_re_renders_to_the_text_the_model_wrote_and_auto_keeps_a_json_call_as_text(
@@ -108,6 +111,7 @@ def test_a_call_history_re_renders_to_the_text_the_model_wrote_and_auto_keeps_a_
     choice = second.choices[0]
     assert not choice.message.tool_calls and choice.finish_reason == "stop"
     assert "run_sql" in (choice.message.content or "") and "as a JSON object" in extra(choice)["tool_call_parse_error"]
+    assert "tool_call_parser" not in extra(choice)  # no call was parsed
 
 
 def test_a_grammar_the_tokens_cannot_follow_fails_its_request_alone(engine: Engine, api: openai.OpenAI) -> None:

@@ -157,6 +157,24 @@ def test_wandb_offline_writes_a_run_file_with_the_metrics_by_step_config_and_sum
     assert run_record.run.display_name == "climb-wb" and "algorithm:Climb" in run_record.run.tags
 
 
+def test_wandb_leaves_a_run_the_user_opened_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wandb
+
+    for variable in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    users_run = wandb.init(project="mine", mode="offline", dir=str(tmp_path / "mine"), reinit="create_new")
+    try:
+        tracker = WandbTracker(mode="offline", dir=tmp_path / "wb")
+        ag.Trainer(Climb(steps=2), store=ag.MemoryStore(), report_to=[tracker]).fit(half_agent, TASKS)
+        # the tracker finished its own run and did not stop W&B's service under the user's (logging would raise)
+        assert wandb.setup().most_recent_active_run is users_run
+        users_run.log({"still": 1.0})
+    finally:
+        users_run.finish()
+        wandb.teardown()
+
+
 def test_an_algorithms_own_report_to_names_its_trackers_and_the_trainers_configure_them(tmp_path: Path) -> None:
     tracker = TensorBoardTracker(log_dir=tmp_path / "tb")
     ag.Trainer(Climb(steps=2, report_to=["tensorboard"]), store="memory", report_to=[tracker], run_name="r").fit(
@@ -201,9 +219,12 @@ def test_secrets_in_an_algorithms_config_never_reach_a_tracker(tmp_path: Path) -
         def __init__(self) -> None:
             super().__init__(steps=1)
             self.api_key = "sk-live-0123456789abcdef"
+            self.hf_token = "hf_0123456789abcdef"
+            self.max_tokens = 48
 
     config = algorithm_config(Keyed())
     assert config["api_key"] == "[redacted]" and config["steps"] == 1
+    assert config["hf_token"] == "[redacted]" and config["max_tokens"] == 48  # a token count is no secret
 
 
 def test_the_training_commands_take_report_to_and_refuse_an_unknown_tracker(capsys: pytest.CaptureFixture[str]) -> None:

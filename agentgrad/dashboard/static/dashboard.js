@@ -591,6 +591,12 @@ async function refreshRuns() {
     const entry = Object.entries(run.best).find(([k]) => k !== "step");
     return entry ? `${entry[0]} ${fmtNumber(entry[1])} @ step ${fmtNumber(run.best.step)}` : "–";
   };
+  const bestCheckpoint = (run) => {
+    if (!run.best_checkpoint) return run.checkpoints.length ? "none validated" : "–";
+    const entry = Object.entries(run.best_checkpoint_validation || {}).find(([k]) => k !== "step");
+    const at = entry ? ` (${entry[0]} ${fmtNumber(entry[1])} @ step ${fmtNumber(run.best_checkpoint_validation.step)})` : "";
+    return run.best_checkpoint + at;
+  };
   replace($("view-runs"), runs.length ? [
     h("table", { class: "grid" },
       h("thead", {}, h("tr", {}, ["", "run", "name", "algorithm", "status", "started", "took", "best", "best checkpoint"]
@@ -605,7 +611,7 @@ async function refreshRuns() {
         h("td", {}, clock(run.start_time)),
         h("td", {}, duration(run.start_time, run.end_time)),
         h("td", {}, best(run)),
-        h("td", { class: "mono" }, run.best_checkpoint || "–"))))),
+        h("td", { class: "mono" }, bestCheckpoint(run)))))),
     h("h2", {}, "Compared: ", h("select", { id: "run-metric", onchange(event) { runsView.metric = event.target.value; refresh(); } },
       names.map((n) => h("option", { value: n, selected: n === runsView.metric }, n)))),
     compareChart(runsView.metric, series),
