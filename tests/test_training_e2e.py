@@ -66,7 +66,10 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == first_run_rollouts + 2 * 4
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4"]
+    # pruning keeps the latest and spares the best validated: step-3 (a tie stays earlier) unless step 4 beat it
+    best = resumed.best_checkpoint
+    assert best is not None and best.path in (str(checkpoints / "step-3"), str(checkpoints / "step-4"))
+    assert sorted(p.name for p in checkpoints.iterdir()) == sorted({"step-4", Path(best.path).name})
     assert asyncio.run(metric_steps("train/loss"))[-1] == 4
 
 

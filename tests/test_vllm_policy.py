@@ -161,7 +161,10 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
     resumed = ag.Trainer(GRPO(steps=2, **config), n_runners=1, runner_concurrency=8,
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2]  # step 1 restored from the checkpoint, step 2 run
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-2"]
+    # pruning keeps the latest and spares the best validated: step-1 (a tie stays earlier) unless step 2 beat it
+    best = resumed.best_checkpoint
+    assert best is not None and best.path in (str(checkpoints / "step-1"), str(checkpoints / "step-2"))
+    assert sorted(p.name for p in checkpoints.iterdir()) == sorted({"step-2", Path(best.path).name})
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == 2 * 2 * 4
 
 
