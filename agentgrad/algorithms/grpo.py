@@ -605,11 +605,10 @@ class GRPO(Algorithm["GRPOResult"]):
 
                 # ---- optimize: clipped policy gradient over the response tokens
                 update_began = time.perf_counter()
+                work: Any = batch.scored
                 if isinstance(update, RoleUpdate):  # each role's adapter on its own batch
-                    by_role = {role: b.scored for role, b in batch.roles.items()}
-                    stats = await asyncio.to_thread(update.step, by_role) if batch.scored else {}
-                else:
-                    stats = await asyncio.to_thread(update.step, batch.scored) if batch.scored else {}
+                    work = {role: b.scored for role, b in batch.roles.items()}
+                stats = await asyncio.to_thread(update.step, work) if batch.scored else {}
                 update_seconds = time.perf_counter() - update_began
                 sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
 
@@ -726,24 +725,26 @@ class GRPO(Algorithm["GRPOResult"]):
             for g, values in by_group.items()
             if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
         }
-        pairs: list[tuple[Trajectory, Advantage]] = [
-            (trajectory, advantage)
-            for advantage, (_, group, trajectories) in zip(advantages, scored)
-            if group in useful
-            for trajectory in trajectories
-        ]
-        if cfg.credit == "per_turn":  # each call its own return-to-go's advantage (algorithms/credit.py)
+        roles: dict[str, RoleBatch] = {}
+        pairs: list[tuple[Trajectory, Advantage]]
+        if cfg.roles:  # one batch per role, with the role's own rewards and advantages (algorithms/roles.py)
+            with_spans = [(r, g, spans) for (r, g, _), spans in zip(scored, spans_of)]
+            roles = role_batches(with_spans, cfg.roles, cfg, group_advantages)
+            pairs = [pair for role_batch in roles.values() for pair in role_batch.scored]
+        elif cfg.credit == "per_turn":  # each call its own return-to-go's advantage (algorithms/credit.py)
             members = [(spans, r.reward or 0.0, t, g) for (r, g, t), spans in zip(scored, spans_of)]
             pairs = [
                 p
                 for g in useful
                 for p in per_turn_pairs([m[:3] for m in members if m[3] == g], cfg.gamma, cfg.agent_match)
             ]
-        roles: dict[str, RoleBatch] = {}
-        if cfg.roles:  # one batch per role, with the role's own rewards and advantages (algorithms/roles.py)
-            with_spans = [(r, g, spans) for (r, g, _), spans in zip(scored, spans_of)]
-            roles = role_batches(with_spans, cfg.roles, cfg, group_advantages)
-            pairs = [pair for role_batch in roles.values() for pair in role_batch.scored]
+        else:
+            pairs = [
+                (trajectory, advantage)
+                for advantage, (_, group, trajectories) in zip(advantages, scored)
+                if group in useful
+                for trajectory in trajectories
+            ]
         return StepBatch(
             pairs,
             rewards,

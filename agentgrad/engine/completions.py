@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentgrad.engine.api import CompletionRequest, RequestError, read_json, validate
 from agentgrad.engine.engine import Engine
-from agentgrad.engine.wire import adapter_for, generate, headers
+from agentgrad.engine.wire import generate, headers
 from agentgrad.semconv import weights_fingerprint
 
 
@@ -90,4 +90,5 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
-    return JSONResponse(body, headers=headers(version, adapter_for(engine, request)))
+    adapter = next(g.adapter for g in generations if g is not None)  # one request, one adapter
+    return JSONResponse(body, headers=headers(version, adapter))

@@ -439,7 +439,7 @@ class Engine:
         for request in requests:
             if self.prefix_cache.max_bytes:
                 request.cached = self.prefix_cache.longest(self.version, tuple(request.prompt_ids), request.adapter)
-            if request.cached[0] >= max(1, PREFIX_HIT_MIN_TOKENS):
+            if request.cached[0] >= PREFIX_HIT_MIN_TOKENS:
                 self.stats["prefix_cache_tokens"] += request.cached[0]
                 batches.append(self._prefill_together([request]))
             else:
@@ -544,8 +544,10 @@ class Engine:
 
     def _decode(self, batch: Batch) -> Batch:
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        adapters = [row.request.adapter for row in batch.rows]  # each row its own adapter, in one forward pass
-        self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
+        adapters: list[str | None] = []
+        if self.adapters is not None:  # each row its own adapter, in one forward pass
+            adapters = [row.request.adapter for row in batch.rows]
+            self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
         out = self._sampler(
             input_ids=batch.last[:, None],
             attention_mask=batch.mask,

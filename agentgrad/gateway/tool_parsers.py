@@ -87,12 +87,13 @@ def _other_readings(request: dict[str, Any], choices: list[dict[str, Any]]) -> l
             continue
         ours = parse_reply(text, tools)
         theirs = (choice.get("message") or {}).get("tool_calls") or []
-        if call_signature(ours.tool_calls) != call_signature(theirs):
+        signature = call_signature(ours.tool_calls)
+        if signature != call_signature(theirs):
             others.append(
                 {
                     "choice": choice.get("index", index),
                     "parser": sc.ENGINE_PARSER_PREFIX + ours.parser if ours.parser else None,
-                    "tool_calls": [{"name": n, "arguments": a} for n, a in call_signature(ours.tool_calls)],
+                    "tool_calls": [{"name": n, "arguments": a} for n, a in signature],
                     "error": ours.error,
                 }
             )
