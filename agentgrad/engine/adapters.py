@@ -64,7 +64,7 @@ def check_adapter_names(names: Sequence[str]) -> None:
     if not names:
         raise ValueError("give at least one adapter (role) name")
     for name in names:
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name == PEFT_BASE:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
             raise ValueError(f"adapter (role) name {name!r}: use letters, digits, '_', '.' or '-'")
         if name == BASE_ADAPTER:
             raise ValueError(f"{BASE_ADAPTER!r} names the base model; give the adapter (role) another name")

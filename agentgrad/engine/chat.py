@@ -175,12 +175,7 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if parsed.stream:
         return _stream(engine, parsed, the_plan, ids, params, completion_id, adapter_for(engine, request))
-    try:
-        generation = await generate(engine, request, ids, params)
-    except ValueError as exc:
-        raise RequestError(str(exc)) from None
-    if generation is None:
-        return Response(status_code=499)  # the client went away; nobody reads this
+    generation = await generate(engine, request, ids, params)
     choices = []
     for index, c in enumerate(generation.completions):
         reply, finish = the_plan.reply(c)

@@ -41,14 +41,11 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
                     if ids
                     else "prompt: an empty prompt"
                 )
-        generations = await asyncio.gather(*(generate(engine, request, ids, params) for ids in prompts))
     except ValueError as exc:
         raise RequestError(str(exc), "prompt") from None
-    if any(g is None for g in generations):
-        return Response(status_code=499)  # the client went away
+    generations = await asyncio.gather(*(generate(engine, request, ids, params, "prompt") for ids in prompts))
     choices = []
     for p, generation in enumerate(generations):
-        assert generation is not None
         for i, c in enumerate(generation.completions):
             choice: dict[str, Any] = {
                 "index": p * params.n + i,

@@ -253,12 +253,7 @@ async def _messages(engine: Engine, names: list[str], request: Request) -> Respo
     message_id = f"msg_{uuid.uuid4().hex}"
     if parsed.stream:
         return _stream(engine, parsed, the_plan, ids, params, message_id, adapter_for(engine, request))
-    try:
-        generation = await generate(engine, request, ids, params)
-    except ValueError as exc:
-        raise RequestError(str(exc)) from None
-    if generation is None:
-        return Response(status_code=499)  # the client went away
+    generation = await generate(engine, request, ids, params)
     c = generation.completions[0]
     blocks, finish, call_fields = content_blocks(the_plan, c)
     answer = _body(parsed, message_id, blocks, _stop(engine, params, c, finish))

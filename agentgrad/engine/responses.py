@@ -258,12 +258,7 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
         return _stream(
             engine, parsed, the_plan, ids, params, response_id, created, logprobs, adapter_for(engine, request)
         )
-    try:
-        generation = await generate(engine, request, ids, params)
-    except ValueError as exc:
-        raise RequestError(str(exc)) from None
-    if generation is None:
-        return Response(status_code=499)  # the client went away
+    generation = await generate(engine, request, ids, params)
     items, call_fields = output_items(engine, the_plan, generation.completions[0], logprobs)
     body = _body(parsed, response_id, created, "completed", items, generation, generation.version)
     body.update(call_fields)

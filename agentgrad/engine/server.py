@@ -25,7 +25,7 @@ from agentgrad.engine.completions import completions
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.messages import messages
 from agentgrad.engine.responses import responses
-from agentgrad.engine.wire import VERSION_HEADER
+from agentgrad.engine.wire import VERSION_HEADER, ClientGone
 
 __all__ = ["VERSION_HEADER", "create_engine_app"]
 
@@ -48,6 +48,8 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
                 return await handler(engine, names, request)
             except RequestError as exc:
                 return exc.response()
+            except ClientGone:
+                return Response(status_code=499)
             except Exception:  # a bug here must not look like the client's fault, nor take the server down
                 log.exception("engine request failed")
                 return error(500, "the engine failed on this request; see the engine's log", "server_error")

@@ -9,6 +9,7 @@ from urllib.parse import unquote
 
 from starlette.requests import Request
 
+from agentgrad.engine.api import RequestError
 from agentgrad.engine.engine import Engine, Generation
 from agentgrad.engine.params import SamplingParams
 from agentgrad.semconv import ADAPTER_HEADER, AGENT_HEADER, VERSION_HEADER
@@ -58,21 +59,29 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready; the server answers 499, which nobody reads."""
+
+
 async def generate(
-    engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams
-) -> Generation | None:
-    """Generate, or stop generating and return None as soon as the client disconnects."""
-    future = engine.submit(prompt_ids, params, adapter=adapter_for(engine, request))
-    done = asyncio.ensure_future(asyncio.wrap_future(future))
-    gone = asyncio.ensure_future(_disconnected(request))
-    racing: list[asyncio.Future[Any]] = [done, gone]
-    await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-    if done.done():
-        gone.cancel()
-        return done.result()
+    engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams, param: str | None = None
+) -> Generation:
+    """Generate; a request the engine refuses is a `RequestError` (about `param`), and the generation stops with
+    `ClientGone` as soon as the client disconnects."""
+    try:
+        future = engine.submit(prompt_ids, params, adapter=adapter_for(engine, request))
+        done = asyncio.ensure_future(asyncio.wrap_future(future))
+        gone = asyncio.ensure_future(_disconnected(request))
+        racing: list[asyncio.Future[Any]] = [done, gone]
+        await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+        if done.done():
+            gone.cancel()
+            return done.result()
+    except ValueError as exc:
+        raise RequestError(str(exc), param) from None
     engine.cancel(future)
     done.cancel()
-    return None
+    raise ClientGone
 
 
 def stream(
