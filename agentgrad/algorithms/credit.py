@@ -18,7 +18,7 @@ turn index (the others ended earlier) keeps its return as the advantage, baselin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Literal
 
 from agentgrad import semconv as sc
@@ -27,6 +27,15 @@ from agentgrad.types import Span
 
 Credit = Literal["final", "per_turn"]
 Advantage = float | list[float]  # one per trajectory (final), or one per response token (per_turn)
+
+
+def useful_groups(rewards: Sequence[float], groups: Sequence[Hashable], skip_uniform: bool) -> set[Hashable]:
+    """The task groups a GRPO step learns from: two members or more and, with `skip_uniform`, rewards that differ
+    (a group whose members all scored alike has advantage 0 everywhere)."""
+    by_group: dict[Hashable, list[float]] = {}
+    for reward, group in zip(rewards, groups):
+        by_group.setdefault(group, []).append(reward)
+    return {g for g, values in by_group.items() if len(values) > 1 and (max(values) > min(values) or not skip_uniform)}
 
 
 def turn_rewards(spans: Sequence[Span], agent_match: str | None = None) -> list[float]:

@@ -36,7 +36,7 @@ from agentgrad.algorithms.base import (
     no_model_calls_error,
     with_overrides,
 )
-from agentgrad.algorithms.credit import Advantage, Credit, per_turn_pairs
+from agentgrad.algorithms.credit import Advantage, Credit, per_turn_pairs, useful_groups
 from agentgrad.algorithms.roles import RoleBatch, RoleUpdate, check_roles, role_batches, role_metrics
 from agentgrad.algorithms.rollback import RollbackAction, RollbackGuard, after_validation
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
@@ -717,14 +717,7 @@ class GRPO(Algorithm["GRPOResult"]):
         compared = [g for g, size in sizes.items() if size > 1]
         rewards = [r.reward or 0.0 for r, _, _ in scored]
         advantages = group_advantages(rewards, [g for _, g, _ in scored], cfg.normalize_std)
-        by_group: dict[int, list[float]] = {}
-        for reward, (_, group, _) in zip(rewards, scored):
-            by_group.setdefault(group, []).append(reward)
-        useful = {
-            g
-            for g, values in by_group.items()
-            if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
-        }
+        useful = useful_groups(rewards, [g for _, g, _ in scored], cfg.skip_uniform_groups)
         roles: dict[str, RoleBatch] = {}
         pairs: list[tuple[Trajectory, Advantage]]
         if cfg.roles:  # one batch per role, with the role's own rewards and advantages (algorithms/roles.py)

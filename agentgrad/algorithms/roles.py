@@ -29,7 +29,7 @@ import torch
 
 from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory, to_trajectories
-from agentgrad.algorithms.credit import Advantage
+from agentgrad.algorithms.credit import Advantage, useful_groups
 from agentgrad.engine.adapters import Adapters, adapter_parameters
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.policy.local import LocalPolicy
@@ -104,14 +104,7 @@ def role_batches(
                 taking.append((spans, reward, trajectories, group))
         rewards = [reward for _, reward, _, _ in taking]
         groups = [group for _, _, _, group in taking]
-        by_group: dict[Hashable, list[float]] = {}
-        for reward, group in zip(rewards, groups):
-            by_group.setdefault(group, []).append(reward)
-        useful = {
-            g
-            for g, values in by_group.items()
-            if len(values) > 1 and (max(values) > min(values) or not cfg.skip_uniform_groups)
-        }
+        useful = useful_groups(rewards, groups, cfg.skip_uniform_groups)
         scored: Pairs = [
             (trajectory, advantage)
             for advantage, (_, _, trajectories, group) in zip(advantages(rewards, groups, cfg.normalize_std), taking)
