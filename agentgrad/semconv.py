@@ -277,6 +277,12 @@ def reward(span: _HasAttributes) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def reward_dimension(span: _HasAttributes, dimension: str) -> float | None:
+    """The value of one named dimension of a multi-dimensional reward (`emit_reward({...}, primary=)`), or None."""
+    value = span.attributes.get(f"{REWARD}.{dimension}")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def reward_agent(span: _HasAttributes) -> str | None:
     """The agent (role) a reward span is for, when the agent named one; None: the rollout's reward."""
     name = span.attributes.get(REWARD_AGENT)

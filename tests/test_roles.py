@@ -138,8 +138,10 @@ def test_roles_need_lora_a_local_engine_and_no_agent_match() -> None:
     assert (grpo.config.roles, grpo.config.policy.lora_rank) == (ROLES, 8)
 
 
-def reward_span(value: float, agent: str | None, sequence: int) -> Span:
-    attributes: dict[str, Any] = {sc.REWARD: value}
+def reward_span(value: float, agent: str | None, sequence: int, dimensions: dict[str, float] | None = None) -> Span:
+    """A reward span as `emit_reward(value, agent=agent)` writes it, or `emit_reward(dimensions, primary=...)`."""
+    attributes: dict[str, Any] = {f"{sc.REWARD}.{key}": v for key, v in (dimensions or {}).items()}
+    attributes[sc.REWARD] = value
     if agent:
         attributes[sc.REWARD_AGENT] = agent
     return Span(
@@ -151,3 +153,17 @@ def test_a_roles_reward_is_the_last_one_emitted_for_it_else_the_rollouts() -> No
     spans = [reward_span(0.2, "verifier", 1), reward_span(0.7, None, 2), reward_span(0.9, "verifier", 3)]
     assert role_reward(spans, "verifier", ROLES["verifier"], 0.5) == 0.9
     assert role_reward(spans, "solver", ROLES["solver"], 0.5) == 0.5
+
+
+def test_a_reward_with_dimensions_named_after_roles_gives_each_role_its_own() -> None:
+    both = {"solver": 1.0, "verifier": 0.0}  # emit_reward(both, primary="solver"): the rollout's reward is 1.0
+    spans = [reward_span(0.3, None, 1, {"solver": 0.3, "verifier": 0.6}), reward_span(1.0, None, 2, both)]
+    assert role_reward(spans, "solver", ROLES["solver"], 1.0) == 1.0
+    assert role_reward(spans, "verifier", ROLES["verifier"], 1.0) == 0.0  # its dimension, not the primary
+    assert role_reward(spans, "planner", "^planner$", 0.5) == 0.5  # no dimension of its name: the rollout's
+
+
+def test_a_roles_own_reward_wins_over_a_dimension_named_after_it() -> None:
+    spans = [reward_span(0.8, "verifier", 1), reward_span(1.0, None, 2, {"solver": 1.0, "verifier": 0.0})]
+    assert role_reward(spans, "verifier", ROLES["verifier"], 1.0) == 0.8
+    assert role_reward(spans, "solver", ROLES["solver"], 0.0) == 1.0

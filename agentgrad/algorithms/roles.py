@@ -7,7 +7,8 @@ rollouts into one batch per role and updates each adapter with its own optimizer
 
 - a role's batch is exactly its agents' calls (`to_trajectories(agent_match=pattern)`);
 - a role's reward in a rollout is the last reward emitted for it (`ag.emit_reward(value, agent=role)`),
-  else the rollout's reward; rollouts in which the role made no call leave its batch and its baseline;
+  else the last reward's dimension named after the role (`ag.emit_reward({"solver": 1.0, "verifier": 0.0},
+  primary="solver")`), else the rollout's reward; rollouts in which the role made no call leave its batch and its baseline;
 - advantages are computed per role within each task's group (`group_advantages`; `credit="final"` only:
   per-turn credit would need a rule for a role's own rewards beside the rollout's, not written yet);
 - checkpoints hold one subfolder per role (the adapter, a PEFT folder, and its optimizer state), and
@@ -61,21 +62,22 @@ def check_roles(roles: Mapping[str, str], cfg: Any) -> None:
 
 
 def role_reward(spans: Sequence[Span], role: str, pattern: str, fallback: float) -> float:
-    """The last reward emitted for this role (`emit_reward(agent=...)` naming it or an agent its pattern matches),
-    else `fallback` (the rollout's reward)."""
-    own = sorted(
-        (
-            s
-            for s in spans
-            if s.name == sc.REWARD_SPAN
-            and sc.reward(s) is not None
-            and (agent := sc.reward_agent(s)) is not None
-            and (agent == role or re.search(pattern, agent))
-        ),
+    """This role's reward in a rollout: the last one emitted for it (`emit_reward(value, agent=...)` naming the role
+    or an agent its pattern matches), else the rollout's last reward's dimension named after the role
+    (`emit_reward({"solver": 1.0, "verifier": 0.0}, primary="solver")`), else `fallback` (the rollout's reward)."""
+    rewards = sorted(
+        (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
         key=lambda s: (s.end_time or s.start_time, s.sequence_id),
     )
-    value = sc.reward(own[-1]) if own else None
-    return fallback if value is None else value
+    own = [
+        s for s in rewards if (agent := sc.reward_agent(s)) is not None and (agent == role or re.search(pattern, agent))
+    ]
+    if own:
+        return sc.reward(own[-1]) or 0.0
+    dimensions = [
+        value for s in rewards if sc.reward_agent(s) is None and (value := sc.reward_dimension(s, role)) is not None
+    ]
+    return dimensions[-1] if dimensions else fallback
 
 
 @dataclass
