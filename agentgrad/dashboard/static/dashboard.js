@@ -11,6 +11,7 @@ const TOKEN_KEY = "agentgrad.token";
 const ROLLOUT_STATUSES = ["queuing", "running", "requeuing", "succeeded", "failed", "cancelled"];
 const METRIC_GROUPS = ["train", "val", "perf", "apo"]; // shown first, in this order; others follow by name
 const LLM_OPERATIONS = ["chat", "text_completion"];
+const BASE_ADAPTER = "base"; // agentgrad.adapter.name of a call the base model served (semconv.BASE_ADAPTER)
 const HIDDEN_ATTRIBUTES = ["agentgrad.rollout_id", "agentgrad.attempt_id"]; // the page already says which
 const LONG_ARRAY = 16; // arrays longer than this (token ids, logprobs) are shown as a count
 
@@ -173,7 +174,9 @@ async function refreshHeader() {
 
 // ---------------------------------------------------------------- training curves
 
-const curves = { names: "", charts: new Map() }; // name → {signature, element}
+const curves = { names: "", charts: new Map(), roles: null }; // name → {signature, element}; roles: the roles' chart
+const ROLE_REWARD = /^train\/([^/]+)\/reward_mean$/;
+const ROLE_REWARD_CHART = "train/{role}/reward_mean";
 
 function groupOf(name) {
   return name.includes("/") ? name.slice(0, name.indexOf("/")) : "other";
@@ -192,10 +195,12 @@ async function refreshCurves() {
     series.get(p.name).push(p);
   }
   const names = [...series.keys()].sort((a, b) => groupRank(groupOf(a)) - groupRank(groupOf(b)) || a.localeCompare(b));
+  const roles = roleCurves(series);
   const view = $("view-curves");
   if (names.join("\n") !== curves.names) { // new curves: lay the groups out again
     curves.names = names.join("\n");
     curves.charts.clear();
+    curves.roles = { signature: "", element: h("div") };
     const groups = new Map();
     for (const name of names) {
       const group = groupOf(name);
@@ -206,8 +211,15 @@ async function refreshCurves() {
     }
     replace(view,
       names.length ? "" : h("p", { class: "empty" }, "No metrics yet. Algorithms write training curves here as they run."),
+      roles.length ? [h("h2", {}, "roles"), curves.roles.element] : null,
       [...groups].map(([group, charts]) => [h("h2", {}, group === "other" ? "other" : `${group}/`), charts]),
     );
+  }
+  const rolesSignature = JSON.stringify(roles.map((s) => [s.label, s.points.length, s.points[s.points.length - 1].value]));
+  if (roles.length && curves.roles.signature !== rolesSignature) {
+    const element = compareChart(ROLE_REWARD_CHART, roles, "role");
+    curves.roles.element.replaceWith(element);
+    Object.assign(curves.roles, { signature: rolesSignature, element });
   }
   for (const name of names) { // redraw only the curves that moved
     const points = series.get(name);
@@ -219,6 +231,19 @@ async function refreshCurves() {
     chart.element.replaceWith(element);
     Object.assign(chart, { signature, element });
   }
+}
+
+/** Each role's `train/<role>/reward_mean` (GRPO with `roles=`), a series per role in name order. */
+function roleCurves(series) {
+  const roles = [...series.keys()].map((name) => ROLE_REWARD.exec(name)).filter(Boolean).map((m) => m[1]).sort();
+  return roles.map((role) => ({ label: role, color: roleColor(role), points: series.get(`train/${role}/reward_mean`) }));
+}
+
+/** An agent's (role's) colour, from its name: the same on the roles' curves and on its calls in any rollout. */
+function roleColor(name) {
+  let hash = 7;
+  for (const c of name) hash = (hash * 31 + c.charCodeAt(0)) >>> 0;
+  return RUN_COLORS[hash % RUN_COLORS.length];
 }
 
 /** A small SVG line chart of one metric; hovering shows the nearest point's step and value. */
@@ -382,9 +407,40 @@ function renderRollout(r, attempts, selected, spans) {
       )))),
     selected ? [
       h("h3", {}, `Spans of attempt ${selected.sequence} (${spans.length})`),
+      agentsLegend(spans),
       spans.length ? spanTree(spans) : h("p", { class: "empty" }, "No spans recorded."),
     ] : h("p", { class: "empty" }, "No attempt yet: the rollout is waiting in the queue."),
   );
+}
+
+/** The agents (roles) whose model calls this attempt holds: calls, the adapters that served them, weights versions. */
+function agentsLegend(spans) {
+  const agents = new Map();
+  for (const s of spans) {
+    const a = s.attributes;
+    if (!LLM_OPERATIONS.includes(a["gen_ai.operation.name"]) || !a["agentgrad.agent.name"]) continue;
+    const seen = agents.get(a["agentgrad.agent.name"]) || { calls: 0, adapters: new Set(), versions: new Set() };
+    seen.calls += 1;
+    if (a["agentgrad.adapter.name"]) seen.adapters.add(a["agentgrad.adapter.name"]);
+    if (a["agentgrad.llm.weights_version"] !== undefined) seen.versions.add(a["agentgrad.llm.weights_version"]);
+    agents.set(a["agentgrad.agent.name"], seen);
+  }
+  if (!agents.size) return null;
+  return h("ul", { class: "legend agents" }, [...agents].map(([agent, seen]) => h("li", {},
+    h("span", { class: "swatch", style: `background:${roleColor(agent)}` }), h("b", {}, agent),
+    h("span", { class: "muted" }, ` ${seen.calls} call${seen.calls === 1 ? "" : "s"}`,
+      seen.adapters.size ? `, adapter ${[...seen.adapters].join(", ")}` : "",
+      seen.versions.size ? `, weights v${[...seen.versions].join(", v")}` : ""))));
+}
+
+/** A model call's label: its agent (role) in that agent's colour, the adapter that served it and the weights version. */
+function roleTag(a) {
+  const agent = a["agentgrad.agent.name"], adapter = a["agentgrad.adapter.name"], version = a["agentgrad.llm.weights_version"];
+  if (!agent && !adapter) return null;
+  const parts = [agent || "unnamed agent",
+    adapter === undefined ? null : adapter === BASE_ADAPTER ? "base model (no adapter)" : `adapter ${adapter}`,
+    version === undefined ? null : `v${version}`].filter(Boolean);
+  return h("span", { class: "role-tag", style: `border-color:${roleColor(agent || adapter)}` }, parts.join(" · "));
 }
 
 /** Spans nested by parent id, siblings by sequence id; a span whose parent is not here is a root. */
@@ -416,10 +472,13 @@ function renderSpan(span, t0) {
   const exception = exceptionOf(span);
   const kind = exception || span.status.code === "ERROR" ? "error" : isReward ? "reward" : isLlm ? "llm" : "";
   const shown = Object.keys(a).filter((k) => !HIDDEN_ATTRIBUTES.includes(k) && !k.startsWith("exception.") &&
-    !(isReward && k.startsWith("agentgrad.reward")) && !(isLlm && (k.startsWith("gen_ai.") || k.startsWith("agentgrad.llm.") || k === "agentgrad.agent.name")));
-  return h("div", { class: `span ${kind}` },
+    !(isReward && k.startsWith("agentgrad.reward")) && !(isLlm && (k.startsWith("gen_ai.") || k.startsWith("agentgrad.llm.") || k === "agentgrad.agent.name" ||
+      k === "agentgrad.adapter.name")));
+  const agent = isLlm && kind === "llm" ? a["agentgrad.agent.name"] : undefined;
+  return h("div", { class: `span ${kind}`, style: agent ? `border-left-color:${roleColor(agent)}` : undefined },
     h("div", { class: "span-head" },
       h("b", {}, span.name), h("span", { class: "muted mono" }, ` #${span.sequence_id}`),
+      isLlm ? roleTag(a) : null,
       h("span", { class: "muted" }, `+${fmtSeconds(span.start_time - t0)}`),
       h("span", {}, span.end_time ? fmtSeconds(span.end_time - span.start_time) : "open"),
       span.status.code === "ERROR" ? h("span", { class: "badge s-failed" }, "ERROR") : null,
@@ -444,7 +503,9 @@ function attributeValue(value) {
 
 function renderReward(a) {
   const dimensions = Object.keys(a).filter((k) => k.startsWith("agentgrad.reward.") && k !== "agentgrad.reward.primary");
+  const agent = a["agentgrad.reward_agent"];
   return h("div", { class: "reward-value" }, "reward ", h("b", {}, fmtNumber(a["agentgrad.reward"])),
+    agent ? h("span", { class: "role-tag", style: `border-color:${roleColor(agent)}` }, `for ${agent}`) : null,
     a["agentgrad.reward.primary"] ? h("span", { class: "muted" }, ` (primary: ${a["agentgrad.reward.primary"]})`) : null,
     dimensions.map((k) => h("span", { class: "chip" }, `${k.slice("agentgrad.reward.".length)} ${fmtNumber(a[k])}`)));
 }
@@ -464,6 +525,7 @@ function renderLlmCall(a) {
     ["model", a["gen_ai.response.model"] || a["gen_ai.request.model"]],
     ["weights version", a["agentgrad.llm.weights_version"]],
     ["agent", a["agentgrad.agent.name"]],
+    ["adapter", a["agentgrad.adapter.name"]],
     ["input tokens", a["gen_ai.usage.input_tokens"]],
     ["output tokens", a["gen_ai.usage.output_tokens"]],
     ["latency", a["agentgrad.llm.latency_ms"] === undefined ? undefined : `${fmtNumber(a["agentgrad.llm.latency_ms"])} ms`],
@@ -618,11 +680,11 @@ async function refreshRuns() {
   ] : h("p", { class: "empty" }, "No runs yet. Every Trainer.fit records one here."));
 }
 
-/** One SVG chart of a metric for several runs: a coloured line each, a legend below. */
-function compareChart(name, series) {
+/** One SVG chart of a metric for several runs (or roles: `noun`): a coloured line each, a legend below. */
+function compareChart(name, series, noun = "run") {
   const W = 720, H = 300, L = 52, R = 12, T = 12, B = 24;
   const all = series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.value));
-  if (!all.length) return h("p", { class: "empty" }, "No checked run has this metric.");
+  if (!all.length) return h("p", { class: "empty" }, `No checked ${noun} has this metric.`);
   let [x0, x1] = [Math.min(...all.map((p) => p.step)), Math.max(...all.map((p) => p.step))];
   let [y0, y1] = [Math.min(...all.map((p) => p.value)), Math.max(...all.map((p) => p.value))];
   if (x0 === x1) { x0 -= 1; x1 += 1; }
@@ -642,8 +704,8 @@ function compareChart(name, series) {
       drawn.map((p) => svg("circle", { cx: x(p.step), cy: y(p.value), r: 2.5, fill: s.color }))];
   });
   return h("figure", { class: "chart compare" },
-    h("figcaption", {}, h("span", { class: "mono" }, name), h("span", { class: "muted" }, ` ${series.length} runs`)),
-    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": `${name} by run` }, grid, xTicks, lines),
+    h("figcaption", {}, h("span", { class: "mono" }, name), h("span", { class: "muted" }, ` ${series.length} ${noun}s`)),
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": `${name} by ${noun}` }, grid, xTicks, lines),
     h("ul", { class: "legend" }, series.map((s) => h("li", {}, h("span", { class: "swatch", style: `background:${s.color}` }), s.label,
       h("span", { class: "muted" }, ` last ${fmtNumber(s.points[s.points.length - 1].value)}`)))));
 }
