@@ -1,0 +1,149 @@
+"""A solver and a verifier on three-digit additions: an ordinary two-agent program with the `openai` client.
+
+The solver answers (`Answer: <number>`), writing `calculate: <expression>` when it wants the calculator
+(the text protocol of `examples/calc_agent.py`, `tool` task). The verifier sees the problem and the
+solver's answer, may use the same calculator, and says `Verdict: correct` or `Verdict: wrong`; a wrong
+verdict sends the answer back to the solver once. `solve` and `verify` know nothing of training: each
+gets an OpenAI client whose base URL names its agent (`llm.for_agent("solver")`, a gateway route), which is
+how `GRPOConfig(roles=...)` trains one LoRA adapter per role.
+
+The grader (`grade`) rewards the solver 1 for a correct final answer and the verifier 1 for a correct
+verdict on the solver's first answer, as one reward with a dimension per role
+(`emit_reward({"solver": ..., "verifier": ...}, primary="solver")`): under `roles=` each role trains on its
+own dimension, and one shared policy trains on the primary alone.
+
+Two kinds of task: `solve` runs both agents; `check` hands the verifier a fixed proposed answer (right
+for half the tasks, off by a typical slip for the other half), so its accuracy is measured on a known
+mix whatever the solver does.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from openai import OpenAI
+
+import agentgrad as ag
+from examples.calc_agent import CALCULATE, build_messages, calculate, client_for, make_tasks, parse_answer
+
+SOLVER, VERIFIER = "solver", "verifier"
+ROLES = {SOLVER: f"^{SOLVER}$", VERIFIER: f"^{VERIFIER}$"}
+"""`GRPOConfig(roles=ROLES)`: each role trains the calls of the agent of its name."""
+MAX_TURNS = 3  # model calls per answer or verdict: a calculator round, its result, the reply
+VERIFIER_PROMPT = (
+    "Check the proposed answer to the problem. Reply 'Verdict: correct' or 'Verdict: wrong'. "
+    "If you need to, you can write 'calculate: <expression>' to use a calculator."
+)
+VERIFIER_EXAMPLES: list[dict[str, Any]] = [
+    {"role": "user", "content": "Problem: What is 23 + 14?\nProposed answer: 37"},
+    {"role": "assistant", "content": "Verdict: correct"},
+    {"role": "user", "content": "Problem: What is 123 + 456?\nProposed answer: 589"},
+    {"role": "assistant", "content": "calculate: 123 + 456"},
+    {"role": "user", "content": "Result: 579"},
+    {"role": "assistant", "content": "Verdict: wrong"},
+    {"role": "user", "content": "Problem: What is 208 + 315?\nProposed answer: 523"},
+    {"role": "assistant", "content": "calculate: 208 + 315"},
+    {"role": "user", "content": "Result: 523"},
+    {"role": "assistant", "content": "Verdict: correct"},
+]
+"""Three worked checks, the last two with the calculator: the model copies the last demonstration, so it calls the
+calculator from the start, and what it has to learn is to compare the result with the proposed answer."""
+SEND_BACK = "A checker says this answer is wrong. Work it out again and give the final 'Answer: <number>'."
+VERDICT = re.compile(r"Verdict:\s*(correct|incorrect|wrong)", re.IGNORECASE)
+SLIPS = (-100, -10, -1, 1, 10, 100)
+"""How a wrong proposed answer differs from the sum: a digit off by one, the small model's typical error."""
+
+
+def ask(client: OpenAI, model: str, messages: list[dict[str, Any]], sampling: dict[str, Any]) -> str:
+    """Run one answer to its end: each `calculate:` line gets its result back, up to `MAX_TURNS` calls."""
+    reply = ""
+    for turn in range(MAX_TURNS):
+        response = client.chat.completions.create(model=model, messages=messages, **sampling)
+        reply = response.choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": reply})
+        tool = CALCULATE.search(reply)
+        if tool is None or parse_answer(reply) is not None or VERDICT.search(reply) or turn == MAX_TURNS - 1:
+            break
+        messages.append({"role": "user", "content": f"Result: {calculate(tool.group(1))}"})
+    return reply
+
+
+def solve(client: OpenAI, model: str, messages: list[dict[str, Any]], sampling: dict[str, Any]) -> int | None:
+    """The solver: its answer to the last question of `messages` (which grows by its turns)."""
+    return parse_answer(ask(client, model, messages, sampling))
+
+
+def verify(client: OpenAI, model: str, question: str, proposed: int | None, sampling: dict[str, Any]) -> bool | None:
+    """The verifier: True (correct), False (wrong), or None when it gave no verdict."""
+    shown = "none" if proposed is None else str(proposed)
+    messages = [
+        {"role": "system", "content": VERIFIER_PROMPT},
+        *VERIFIER_EXAMPLES,
+        {"role": "user", "content": f"Problem: {question}\nProposed answer: {shown}"},
+    ]
+    verdict = VERDICT.search(ask(client, model, messages, sampling))
+    return None if verdict is None else verdict.group(1).lower() == "correct"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened in one run of the program, for the grader."""
+
+    first: int | None  # the solver's first answer (the proposed one in a check task)
+    verdict: bool | None  # the verifier's on it
+    final: int | None  # the solver's answer after a send-back (the first when accepted); None in a check task
+
+
+def run_program(
+    task: dict[str, Any], solver: OpenAI, verifier: OpenAI, model: str, sampling: dict[str, Any]
+) -> Outcome:
+    """The two-agent program: solve, verify, and on a wrong verdict solve once more."""
+    if task["kind"] == "check":
+        return Outcome(task["proposed"], verify(verifier, model, task["question"], task["proposed"], sampling), None)
+    messages = build_messages(task["question"], "tool")
+    first = solve(solver, model, messages, sampling)
+    verdict = verify(verifier, model, task["question"], first, sampling)
+    if verdict is not False:
+        return Outcome(first, verdict, first)
+    messages.append({"role": "user", "content": SEND_BACK})
+    return Outcome(first, verdict, solve(solver, model, messages, sampling))
+
+
+def grade(task: dict[str, Any], outcome: Outcome) -> dict[str, float]:
+    """The task's grader: per role, 1 for a correct final answer (solver) or a correct verdict (verifier)."""
+    grades = {VERIFIER: float(outcome.verdict is not None and outcome.verdict == (outcome.first == task["answer"]))}
+    if task["kind"] == "solve":
+        grades[SOLVER] = float(outcome.final == task["answer"])
+    return grades
+
+
+@ag.rollout
+def solver_and_verifier(task: dict[str, Any], llm: ag.LLM) -> None:
+    """One rollout: the program, then its grades as one reward with a dimension per role."""
+    solver, verifier = client_for(llm.for_agent(SOLVER)), client_for(llm.for_agent(VERIFIER))
+    grades = grade(task, run_program(task, solver, verifier, llm.model, dict(llm.sampling_parameters)))
+    ag.emit_reward(grades, primary=SOLVER if SOLVER in grades else VERIFIER)
+
+
+def make_splits(
+    n_train: int = 400, n_val: int = 64, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Disjoint train and held-out tasks, half `solve` and half `check` in each (`n_val` of each kind held out);
+    half the check tasks propose the right sum, the others a slip (`SLIPS`)."""
+    rng = random.Random(seed)
+    val = make_tasks(2 * n_val, seed + 1, digits=3, demo="tool")
+    train = make_tasks(n_train, seed, digits=3, demo="tool", exclude={(t["a"], t["b"]) for t in val})
+
+    def mixed(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        half = len(tasks) // 2
+        checks = [
+            {**t, "kind": "check", "proposed": t["answer"] + (0 if i % 2 == 0 else rng.choice(SLIPS))}
+            for i, t in enumerate(tasks[half:])
+        ]
+        solves = [{**t, "kind": "solve"} for t in tasks[:half]]
+        return [task for pair in zip(solves, checks) for task in pair]  # interleaved: every batch holds both kinds
+
+    return mixed(train), mixed(val)
