@@ -3,7 +3,7 @@
 The solver answers (`Answer: <number>`), writing `calculate: <expression>` when it wants the calculator
 (the text protocol of `examples/calc_agent.py`, `tool` task). The verifier sees the problem and the
 solver's answer, may use the same calculator, and says `Verdict: correct` or `Verdict: wrong`; a wrong
-verdict sends the answer back to the solver once. `solve` and `verify` know nothing of training: each
+verdict sends the answer back to the solver once (its new answer, if it gives one, is final). `solve` and `verify` know nothing of training: each
 gets an OpenAI client whose base URL names its agent (`llm.for_agent("solver")`, a gateway route), which is
 how `GRPOConfig(roles=...)` trains one LoRA adapter per role.
 
@@ -94,7 +94,7 @@ class Outcome:
 
     first: int | None  # the solver's first answer (the proposed one in a check task)
     verdict: bool | None  # the verifier's on it
-    final: int | None  # the solver's answer after a send-back (the first when accepted); None in a check task
+    final: int | None  # the solver's answer after a send-back (else the first); None in a check task
 
 
 def run_program(
@@ -109,7 +109,8 @@ def run_program(
     if verdict is not False:
         return Outcome(first, verdict, first)
     messages.append({"role": "user", "content": SEND_BACK})
-    return Outcome(first, verdict, solve(solver, model, messages, sampling))
+    second = solve(solver, model, messages, sampling)
+    return Outcome(first, verdict, first if second is None else second)  # no new answer: the first one stands
 
 
 def grade(task: dict[str, Any], outcome: Outcome) -> dict[str, float]:
