@@ -1,6 +1,6 @@
 """Train the solver and the verifier of `examples/roles/agents.py` two ways and compare them on held-out tasks.
 
-    python -m examples.roles.train            # ~25 min on a loaded 2-core machine; --help for the sizes
+    python -m examples.roles.train     # ~20 min per configuration on a loaded 2-core machine; --help: sizes
 
 1. `roles`: `GRPOConfig(roles=ROLES, lora_rank=8)`, one LoRA adapter per role on one frozen base, each role
    trained on its own calls with its own reward dimension;
@@ -125,11 +125,18 @@ def train_one(args: argparse.Namespace, policy: str) -> RunResult:
     return RunResult(policy, accuracy[min(accuracy)], accuracy[max(accuracy)], wall, peak)
 
 
-def run_in_child(args: argparse.Namespace, argv: Sequence[str], policy: str) -> RunResult:
-    """`train_one` in a fresh process: each configuration loads its own base, and its peak memory is its own."""
+def run_in_child(args: argparse.Namespace, argv: Sequence[str], policy: str) -> RunResult | None:
+    """`train_one` in a fresh process: each configuration loads its own base, and its peak memory is its own.
+    None when the process failed (killed for memory, say): the other configuration still reports."""
     out = Path(args.run_dir) / f"{policy}.json"
     out.unlink(missing_ok=True)
-    subprocess.run([sys.executable, "-m", "examples.roles.train", *argv, "--policy", policy], check=True, cwd=CHECKOUT)
+    child = subprocess.run([sys.executable, "-m", "examples.roles.train", *argv, "--policy", policy], cwd=CHECKOUT)
+    if child.returncode != 0:
+        console.print(
+            f"the {policy} run failed (exit status {child.returncode}; -9: killed, often for memory); rerun it alone "
+            f"with --policy {policy} and the same options"
+        )
+        return None
     return RunResult(**json.loads(out.read_text()))
 
 
@@ -141,7 +148,8 @@ def report(results: Sequence[RunResult], args: argparse.Namespace) -> Table:
         table.add_column(column, justify="right")
     for role in ROLES:
         row = [by_policy[p].after.get(role) if p in by_policy else None for p in POLICIES]
-        table.add_row(role, f"{results[0].before[role]:.3f}", *("-" if v is None else f"{v:.3f}" for v in row))
+        before = next((f"{r.before[role]:.3f}" for r in results), "-")
+        table.add_row(role, before, *("-" if v is None else f"{v:.3f}" for v in row))
     table.add_row(
         "wall time (min)", "", *(f"{by_policy[p].wall_seconds / 60:.1f}" if p in by_policy else "-" for p in POLICIES)
     )
@@ -160,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         result = train_one(args, args.policy)
         (Path(args.run_dir) / f"{args.policy}.json").write_text(json.dumps(asdict(result)))
         return
-    results = [run_in_child(args, argv, policy) for policy in POLICIES]
+    results = [result for policy in POLICIES if (result := run_in_child(args, argv, policy)) is not None]
     console.print(report(results, args))
+    if len(results) < len(POLICIES):
+        raise SystemExit(1)
     console.print(f"stores: {', '.join(str(Path(args.run_dir) / f'{p}.db') for p in POLICIES)}")
 
 
