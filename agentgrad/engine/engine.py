@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from agentgrad.engine.adapters import Adapters, forward_arguments
+from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.detokenize import TextState, extend
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
@@ -148,6 +149,7 @@ class Engine:
             sampling_dtype = getattr(torch, sampling_dtype)
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
         self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
+        use_engine_attention(self._sampler)
         self.max_batch_size = max_batch_size
         configured = getattr(self.model.config, "max_position_embeddings", 4096)
         self.max_model_len: int = max_model_len if max_model_len else configured
@@ -197,6 +199,7 @@ class Engine:
             self.model = model
             self.model.eval()
             self._sampler = model
+            use_engine_attention(model)
             self.sampling_dtype = next(model.parameters()).dtype
             self._prefixes.clear()
             self.version += 1
