@@ -4,6 +4,9 @@ copying them, computing what transformers' SDPA path computes, and leaving train
 from __future__ import annotations
 
 import copy
+import pickle
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -161,3 +164,25 @@ def test_greedy_tokens_and_logprobs_are_the_same_with_either_attention(engine: E
     for a, b in zip(ours, theirs, strict=True):
         assert a.completions[0].token_ids == b.completions[0].token_ids
         assert a.completions[0].logprobs == pytest.approx(b.completions[0].logprobs, abs=1e-4)
+
+
+def test_a_model_config_naming_the_engine_attention_builds_in_a_fresh_process() -> None:
+    """A training rank is built from the engine model's config (`distributed.group.FromConfig`), which names
+    the engine's attention when the engine samples with its training weights (fp32, LoRA)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentgrad.distributed.group import FromConfig
+    from agentgrad.engine.attention import use_engine_attention
+
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2
+    )
+    model = LlamaForCausalLM(config)
+    use_engine_attention(model)
+    assert model.config._attn_implementation == ENGINE_ATTENTION
+    build = "import pickle, sys; model = pickle.load(sys.stdin.buffer)(); print(model.config._attn_implementation)"
+    built = subprocess.run(
+        [sys.executable, "-c", build], input=pickle.dumps(FromConfig(model.config)), capture_output=True, timeout=300
+    )
+    assert built.returncode == 0, built.stderr.decode()[-2000:]
+    assert built.stdout.decode().split() == [ENGINE_ATTENTION]
