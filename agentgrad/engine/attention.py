@@ -2,12 +2,12 @@
 
 transformers' SDPA path hands grouped-query attention (fewer key/value heads than query heads: SmolLM2 has
 9 and 3, Qwen2.5-0.5B 14 and 2) to the kernel natively only without a mask. With one, as in every padded
-batch the engine runs, it either copies each layer's keys and values once per query head (`repeat_kv`), or,
-for one query token, folds the query heads of a group into a query length (`pack_gqa`). On CPU the kernel
-takes the mask and the grouped heads together (`enable_gqa=True`): bit-identical to the copy, and 25-30 %
-less time than the folded query in a decode step whose caches are not in the processor's cache
-(`docs/benchmarks.md`, issue 22). Anything else (a GPU, a model without grouped heads, no mask, autograd)
-goes to transformers' own function, so training computes exactly what it did.
+batch the engine runs, it copies each layer's keys and values once per query head (`repeat_kv`), or, for one
+query token, folds the query heads of a group into a query length (`pack_gqa`). On CPU the kernel takes the
+mask and the grouped heads together (`enable_gqa=True`): bit-identical to the copy, and 27-30 % less time a
+layer than the folded query at 64 rows (measured with caches too large to stay in the processor's cache, as
+in a step: `docs/benchmarks.md`, issue 22). Anything else (a GPU, a model without grouped heads, no mask,
+autograd) goes to transformers' own function, so training computes exactly what it did.
 """
 
 from __future__ import annotations
