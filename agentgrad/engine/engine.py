@@ -37,6 +37,7 @@ from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_le
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache
+from agentgrad.engine.prepack import pack_linears
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.threads import ThreadChooser
 
@@ -191,6 +192,7 @@ class Engine:
         sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
         sampler.eval()
         sampler.requires_grad_(False)
+        pack_linears(sampler)
         return sampler
 
     def replace_model(self, model: torch.nn.Module) -> None:
@@ -220,6 +222,7 @@ class Engine:
             if self._sampler is not self.model:
                 for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
                     serving.copy_(trained)
+                pack_linears(self._sampler)
             self.version += 1
         return self.version
 
