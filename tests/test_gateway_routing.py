@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from agentgrad.gateway import Backend, Gateway
+from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.routing import Limiter, load_routes
 from agentgrad.gateway.upstreams import GatewayError, RateLimit
 from agentgrad.semconv import is_llm_call
@@ -78,6 +79,19 @@ requests_per_minute = 600
     assert second.attributes["gen_ai.request.model"] == "claude-haiku-4-5"
 
 
+TWO_ARMS = '[upstreams.a]\nurl = "http://x/v1"\nmodel = "step-1"\n[upstreams.b]\nurl = "http://x/v1"\nmodel = "step-3"\n'
+"""Two upstreams that serve no model of their own: the arms of an A/B split."""
+
+
+def test_a_split_in_the_routing_file_serves_its_model_between_its_two_upstreams(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text(TWO_ARMS + '[ab.policy]\narms = ["a", "b"]\nshare = { b = 0.25 }\nseed = 3\n')
+    (split,) = load_routes(routes).values()
+    assert isinstance(split, ABSplit) and split.arms == ["a", "b"] and split.share == {"a": 0.75, "b": 0.25}
+    assert split.seed == 3 and split.upstreams["b"].backend.model == "step-3"
+    assert Gateway(MemoryStore(), load_routes(routes)).models == ["policy"]
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\nrpm = 5', "unknown keys ['rpm']"),
     ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\napi_key = "sk-1"', "name its environment variable"),
@@ -86,6 +100,14 @@ requests_per_minute = 600
     ('[upstreams.a]\nurl = "http://x/v1"\nsystem = "vllm"\nmodels = ["m"]\ncache = true', "never come from a cache"),
     ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\nrequests_per_minute = 0', "requests_per_minute is a number"),
     ('[upstreams.a]\nurl = "http://x/v1"', "models is a list"),
+    (f"{TWO_ARMS}[ab.policy]\narms = [\"a\", \"c\"]", "arms name ['c'], which are not [upstreams.NAME] tables"),
+    ('[upstreams.a]\nurl = "http://x/v1"\n[ab.policy]\narms = ["a"]', "two arms"),
+    (f"{TWO_ARMS}[ab.policy]\narms = [\"a\", \"b\"]\nshare = {{ b = 0.7, a = 0.7 }}", "add up to 1"),
+    (f"{TWO_ARMS}[ab.policy]\narms = [\"a\", \"b\"]\nshares = {{ b = 0.5 }}", "unknown keys ['shares']"),
+    (f"{TWO_ARMS}[ab.\"p-*\"]\narms = [\"a\", \"b\"]", "not a pattern"),
+    (f"{TWO_ARMS}[upstreams.c]\nurl = \"http://z/v1\"\n[ab.policy]\narms = [\"a\", \"b\"]", "upstreams.c.models"),
+    (f"{TWO_ARMS}[upstreams.c]\nurl = \"http://z/v1\"\nmodels = [\"policy\"]\n[ab.policy]\narms = [\"a\", \"b\"]",
+     "routed twice"),
 ])
 def test_a_bad_routing_file_is_refused_naming_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
     routes = tmp_path / "routes.toml"
