@@ -218,8 +218,8 @@ def test_the_gateway_command_serves_a_split_from_the_routing_file(tmp_path: Path
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             url = f"http://127.0.0.1:{port}"
-            wait_until(lambda: served_models(url), "the gateway command serving", timeout=60)
-            assert served_models(url) == ["policy"]
+            wait_until(lambda: served_models(url) or process.poll() is not None, "the gateway command", timeout=60)
+            assert served_models(url) == ["policy"], process.stderr.read() if process.poll() is not None else ""
             llm = ag.LLM(base_url=url + "/v1", model="policy", proxied=True)
             ag.Trainer(store=store, n_runners=2, resources={"llm": llm}).fit(
                 two_call_agent, [{"a": 20, "b": 22, "i": i} for i in range(30)])

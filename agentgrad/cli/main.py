@@ -53,7 +53,10 @@ def serve_engine_command(args: argparse.Namespace) -> None:
         except (ValueError, FileNotFoundError) as exc:
             raise UsageError(str(exc)) from None
     folders = adapter_folders(args.adapter)
-    engine = Engine(model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
+    if folders and args.dtype not in (None, "float32"):
+        raise UsageError("--adapter serves every version from the engine's float32 weights: drop --dtype")
+    dtype = "float32" if folders else args.dtype  # adapters run on the fp32 weights: no sampling copy to make
+    engine = Engine(model, device=args.device, sampling_dtype=dtype, max_batch_size=args.max_batch_size)
     if folders:
         from agentgrad.engine.adapters import load_adapters
 
