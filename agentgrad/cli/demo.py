@@ -226,6 +226,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, help="GRPO: rollouts per task (default: 8; 4 for sql)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        help="train LoRA adapters of this rank instead of all weights (default: 0, all weights); each checkpoint is "
+        "then an adapter, and two of them serve from one engine (engine serve --adapter NAME=PATH)",
+    )
+    parser.add_argument(
         "--strategy",
         choices=["threads", "ray"],
         default="threads",
@@ -267,7 +274,9 @@ def main(args: argparse.Namespace) -> None:
     engine = Engine(args.model, sampling_dtype="float32") if args.engine == "vllm" else Engine(args.model)
     from agentgrad.policy.config import PolicyConfig
 
-    policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
+    policy = PolicyConfig(
+        engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or (), lora_rank=args.lora_rank
+    )
     checkpoints = str(run.checkpoints)
     algorithm: ag.Algorithm[GRPOResult | SFTResult]
     if args.algorithm == "grpo":
