@@ -1,4 +1,4 @@
-"""The best checkpoint: a GRPO run names the checkpoint that validated best in its run record, keeps it from
+"""The best checkpoint: a GRPO or SFT run names the checkpoint that validated best in its run record, keeps it from
 `keep_checkpoints`' pruning, and a resumed run still knows it."""
 
 from __future__ import annotations
@@ -68,3 +68,30 @@ def test_a_run_records_its_best_checkpoint_keeps_it_from_pruning_and_a_resumed_r
         assert four.best == {"val/accuracy": 0.25, "step": 3.0}  # this run's own validations: steps 3 and 4
     finally:
         engine.close()
+
+
+def test_sft_checkpoints_every_round_and_keeps_the_best_validated_one_from_pruning(tmp_path: Path) -> None:
+    from agentgrad.algorithms.sft import SFT, SFTConfig
+
+    engine = Engine(sampling_dtype="float32", device="cpu")
+    train, _ = make_splits(n_train=20, n_val=2, seed=9)
+    checkpoints = tmp_path / "ckpt"
+    store = ag.SqliteStore(tmp_path / "store.db")
+    config = SFTConfig(rounds=3, tasks_per_round=2, samples_per_task=2, max_tokens=8, reward_threshold=0.0,
+                       success_threshold=0.5, checkpoint_dir=str(checkpoints), checkpoint_every=1, keep_checkpoints=1,
+                       policy=PolicyConfig(lora_rank=4))
+    try:
+        result = ag.Trainer(SFT(config, local_engine=engine), n_runners=1, runner_concurrency=4, store=store,
+                            run_name="sft").fit(scheduled, train, VAL)
+    finally:
+        engine.close()
+    # step-2 went (keep_checkpoints=1 keeps the newest), step-1 stayed: it validated best (0.75)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1", "step-3"]
+    assert result.best_checkpoint is not None and result.best_checkpoint.path == str(checkpoints / "step-1")
+    assert result.checkpoint == str(checkpoints / "step-3")
+    assert result.checkpoints == [str(checkpoints / "step-1"), str(checkpoints / "step-3")]
+    assert (checkpoints / "step-1" / "adapter_config.json").is_file()  # a LoRA run's checkpoint is an adapter
+    (run,) = asyncio.run(store.query_runs())
+    assert run.best_checkpoint == str(checkpoints / "step-1")
+    assert run.best_checkpoint_validation == {"val/accuracy": 0.75, "step": 1.0}
+    assert run.checkpoints == [str(checkpoints / "step-1"), str(checkpoints / "step-3")]

@@ -219,8 +219,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="GRPO: checkpoint every K steps, so a crash loses fewer than K (default: 1: none; the "
-        "newest 2 are kept, 1.6 GB each for the default model, ~7 s to write here)",
+        help="checkpoint every K GRPO steps or SFT rounds, so a crash loses fewer than K (default: 1); the "
+        "newest 2 and the best validated are kept, 1.6 GB each for the default model, ~7 s to write here",
     )
     parser.add_argument("--prompts-per-step", type=int, help="GRPO: tasks sampled per step (default: 8; 4 for sql)")
     parser.add_argument("--group-size", type=int, help="GRPO: rollouts per task (default: 8; 4 for sql)")
@@ -303,7 +303,13 @@ def main(args: argparse.Namespace) -> None:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
         algorithm = SFT(
-            SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
+            SFTConfig(
+                rounds=demo_steps(args),
+                checkpoint_dir=checkpoints,
+                checkpoint_every=args.checkpoint_every,
+                seed=args.seed,
+                policy=policy,
+            ),
             local_engine=engine,
         )
     if args.strategy == "ray":
