@@ -129,7 +129,9 @@ def load_adapters(engine: Any, folders: Mapping[str, str | Path]) -> Any:
     `engine`'s (an `Engine`'s) base, beside any it already holds; returns the `PeftModel`.
 
     A request selects one by its name (`Engine.submit(adapter=NAME)`; over HTTP, `model: NAME`). An adapter of
-    another base, or a checkpoint of full weights, is refused with a ValueError saying what to do instead.
+    another base, or a checkpoint of full weights, is refused with a ValueError saying what to do instead, before
+    anything changes; an adapter that passes those checks but whose shapes do not fit the base fails while loading
+    and leaves the engine half-changed: load into a new engine then.
     """
     from peft import PeftModel
 
