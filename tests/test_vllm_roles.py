@@ -21,6 +21,7 @@ import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.algorithms.grpo import GRPO
 from agentgrad.algorithms.roles import RoleUpdate
+from agentgrad.engine.adapters import adapter_parameters
 from agentgrad.engine.model import resolve_model
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.transports import LORA_NAME, LoRATransport
@@ -179,7 +180,7 @@ def test_an_agent_no_role_matches_and_a_call_with_no_agent_are_served_by_the_bas
         assert_sampled_by(policy, answer, sc.BASE_ADAPTER)
 
 
-def test_one_grpo_step_with_two_roles_on_vllm_changes_both_adapters_not_the_base_and_pushes_both(
+def test_one_grpo_step_with_two_roles_on_vllm_changes_both_adapters_not_the_base_pushes_both_and_resumes(
     tmp_path: Path, lora_server: VLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before: dict[str, dict[str, torch.Tensor]] = {}
@@ -193,11 +194,11 @@ def test_one_grpo_step_with_two_roles_on_vllm_changes_both_adapters_not_the_base
         for role in ROLES:
             before[role] = snapshot(self.policy.model, lambda n, role=role: f".{role}." in n)
 
-    pushes: list[tuple[int, list[str]]] = []
+    pushes: list[tuple[int, list[str], dict[str, list[torch.Tensor]]]] = []  # version, names, adapters' weights
     real_push = LoRATransport.push
 
     def spied_push(self: LoRATransport, model: torch.nn.Module, version: int) -> None:
-        pushes.append((version, list(self.served)))
+        pushes.append((version, list(self.served), adapter_weights(model)))
         real_push(self, model, version)
 
     monkeypatch.setattr(RoleUpdate, "__init__", spied_init)
@@ -224,9 +225,26 @@ def test_one_grpo_step_with_two_roles_on_vllm_changes_both_adapters_not_the_base
     assert all(torch.equal(after[name], value) for name, value in before["base"].items())
     for role in ROLES:
         assert any(not torch.equal(after[name], value) for name, value in before[role].items()), role
-    assert len(pushes) == 2 and all(served == list(ROLES) for _, served in pushes)  # at start, after the step
+    assert len(pushes) == 2 and all(served == list(ROLES) for _, served, _ in pushes)  # at start, after the step
     assert pushes[1][0] == pushes[0][0] + 1  # the step's new version
+    assert same_weights(pushes[1][2], adapter_weights(model))  # the step's adapters, not the ones before it
     assert {p.name for p in (tmp_path / "checkpoints" / "step-1").iterdir() if p.is_dir()} == set(ROLES)
+
+    # ---- a resumed run restores both roles from the checkpoint and pushes them to the server
+    resumed = ag.Trainer(GRPO(grpo.config), n_runners=1, runner_concurrency=4, store=MemoryStore()).fit(
+        solver_and_verifier, [{"a": 12, "b": 30}, {"a": 7, "b": 5}]
+    )
+    assert resumed.history[0]["train/verifier/reward_mean"] == history["train/verifier/reward_mean"]
+    assert len(pushes) == 4  # the fresh adapters as it starts, then the restored ones
+    assert same_weights(pushes[3][2], adapter_weights(model)) and not same_weights(pushes[2][2], pushes[3][2])
+
+
+def adapter_weights(model: Any) -> dict[str, list[torch.Tensor]]:
+    return {role: [p.detach().clone() for p in adapter_parameters(model, role)] for role in ROLES}
+
+
+def same_weights(a: dict[str, list[torch.Tensor]], b: dict[str, list[torch.Tensor]]) -> bool:
+    return all(torch.equal(x, y) for role in ROLES for x, y in zip(a[role], b[role], strict=True))
 
 
 def test_a_policy_with_one_adapter_and_no_roles_serves_every_agent_by_it(lora_server: VLLMServer) -> None:
