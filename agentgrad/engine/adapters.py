@@ -202,3 +202,15 @@ def adapter_parameters(model: Any, adapter: str) -> list[Any]:
     if not found:
         raise ValueError(f"the model has no adapter {adapter!r}")
     return found
+
+
+def save_adapter(model: Any, adapter: str, folder: Path) -> None:
+    """One adapter of a `PeftModel` as a PEFT folder (`adapter_model.safetensors`, `adapter_config.json`) that
+    `PeftModel.from_pretrained` and vLLM's `/v1/load_lora_adapter` both load: checkpoints and weight syncs."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = get_peft_model_state_dict(model, adapter_name=adapter)
+    save_file({k: v.detach().contiguous() for k, v in weights.items()}, str(folder / "adapter_model.safetensors"))
+    model.peft_config[adapter].save_pretrained(str(folder))

@@ -414,10 +414,11 @@ class Gateway:
         model, request = call.request["model"], call.request
         named = self._upstreams.get(model) or routing.matching(model, self._patterns)
         router = self._routers.get(model) or (self._default_router if named is None else None)
-        lease = await router.acquire(call.rollout_id) if router is not None else None  # a replica, held through a sync
+        lease = await router.acquire(call.rollout_id, call.agent) if router is not None else None  # held through a sync
         upstream = lease.upstream if lease is not None else (named or self._default)
         call.upstream = upstream
         call.arm = getattr(lease, "arm", None)  # an A/B split's (agentgrad.gateway.ab)
+        call.adapter = getattr(lease, "adapter", None)  # a pool of LoRA adapters': the agent's (vLLM names none)
         try:
             if upstream is None:
                 await self._fail(
@@ -491,7 +492,7 @@ class Gateway:
                     interrupted = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
                     return await self._fail(send, call, interrupted)
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
-                call.adapter = response.headers.get(sc.ADAPTER_HEADER)  # an engine serving several adapters
+                call.adapter = response.headers.get(sc.ADAPTER_HEADER) or call.adapter  # the built-in engine's
                 if streamed:
                     return await self._relay_stream(send, call, response, added, version, retries, deadline)
             finally:
