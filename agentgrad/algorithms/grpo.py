@@ -384,6 +384,8 @@ class ShardedUpdate:
 
     def __init__(self, group: TrainingGroup, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.group, self.policy, self.cfg = group, policy, cfg
+        if cfg.max_staleness is not None:  # asynchronous: new weights land in a copy, published between attempts
+            policy.train_beside_serving()
 
     def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         stats = self.group.call("run", sharded_grpo_step, batch, self.cfg, self.policy.engine.tokenizer.pad_token_id)
