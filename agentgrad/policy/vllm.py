@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class VLLMPolicy(LocalPolicy):
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if replicas < 1 and not urls:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
@@ -72,6 +73,7 @@ class VLLMPolicy(LocalPolicy):
             lora_targets=lora_targets,
             gateway_port=gateway_port,
             attempt_wait_s=attempt_wait_s,
+            clock=clock,
         )
         self.model_path = resolve_model(model)
         self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
