@@ -612,6 +612,7 @@ class GRPO(Algorithm["GRPOResult"]):
                     work = {role: b.scored for role, b in batch.roles.items()}
                 stats = await asyncio.to_thread(update.step, work) if batch.scored else {}
                 update_seconds = time.perf_counter() - update_began
+                await pipeline.published(step)  # async: the runners go on through validation and checkpointing
                 sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
 
                 # ---- log
