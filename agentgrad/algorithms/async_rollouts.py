@@ -4,8 +4,9 @@
 tasks) `lookahead` steps ahead of the one training, so runners never wait for an update: with
 `lookahead=0` it is the synchronous loop (queue a step, wait for it, train), with `k` the rollouts
 of steps s+1..s+k run while step s trains, and step s+k+1 is queued as soon as step s's weights are
-published (`published`), so the runners go on through validation and checkpointing. A group's version is the oldest weights version among its
-calls (every call's span names the version that sampled it); `fresh_groups` drops, and counts, the
+published (`published`), so the runners go on through validation and checkpointing. A group's
+version is the oldest weights version among its calls (every call's span names the version that
+sampled it); `fresh_groups` drops, and counts, the
 groups more than `max_staleness` updates behind the weights about to be trained (or keeps them, for
 the importance weights to correct), and the attempts whose calls straddle a weights swap (the policy's
 publish waits for attempts mid-flight, so only those it gave up on). A checkpoint keeps the queued steps (`state()`), so a resumed run
