@@ -4,11 +4,14 @@ and `agentgrad ab report` finds a known difference between them."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from openai import OpenAI
 from starlette.applications import Starlette
@@ -23,6 +26,7 @@ from agentgrad.gateway import Gateway
 from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.upstreams import Backend
 from agentgrad.serving import ServerThread
+from tests.helpers import free_port, wait_until
 
 
 def version(answer: str) -> Starlette:
@@ -30,11 +34,16 @@ def version(answer: str) -> Starlette:
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
-        return JSONResponse({
-            "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-        })
+        return JSONResponse(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
+        )
 
     return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 
@@ -53,7 +62,9 @@ def two_call_agent(task: dict, llm: ag.LLM) -> float:
 def test_each_rollout_sticks_to_one_arm_and_the_report_finds_the_better_version(tmp_path: Path) -> None:
     store = ag.SqliteStore(tmp_path / "ab.db")
     with ServerThread(version("41")) as old, ServerThread(version("42")) as new:
-        split = ABSplit("policy", {"a-old": Backend(old.url + "/v1"), "b-new": Backend(new.url + "/v1")}, share={"b-new": 0.5})
+        split = ABSplit(
+            "policy", {"a-old": Backend(old.url + "/v1"), "b-new": Backend(new.url + "/v1")}, share={"b-new": 0.5}
+        )
         with ServerThread(Gateway(store, routers={"policy": split})) as gateway:
             llm = ag.LLM(base_url=gateway.url + "/v1", model="policy", proxied=True)
             trainer = ag.Trainer(store=store, n_runners=2, resources={"llm": llm})
@@ -77,10 +88,17 @@ def test_each_rollout_sticks_to_one_arm_and_the_report_finds_the_better_version(
     assert (old_arm.name, old_arm.reward_mean, new_arm.name, new_arm.reward_mean) == ("a-old", 0.0, "b-new", 1.0)
     assert report.difference == 1.0 and report.mixed == 0 and report.p_value == 0.0
 
-    printed = subprocess.run([sys.executable, "-m", "agentgrad.cli", "ab", "report", "--store", str(tmp_path / "ab.db")],
-                             capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    printed = subprocess.run(
+        [sys.executable, "-m", "agentgrad.cli", "ab", "report", "--store", str(tmp_path / "ab.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
     assert printed.returncode == 0, printed.stdout + printed.stderr
-    assert "b-new" in printed.stdout and "100.0%" in printed.stdout and "reward b-new - a-old: +1.0000" in printed.stdout
+    assert (
+        "b-new" in printed.stdout and "100.0%" in printed.stdout and "reward b-new - a-old: +1.0000" in printed.stdout
+    )
 
 
 def test_the_interval_of_a_known_difference_covers_it_and_excludes_zero() -> None:
@@ -112,3 +130,168 @@ def test_a_split_checks_its_arms_and_shares_and_is_sticky_across_restarts() -> N
     assert all(again.arm_of(f"ro-{i}") == tenth.arm_of(f"ro-{i}") for i in range(200))
 
 
+@ag.rollout
+def asks_twice(task: dict, llm: ag.LLM) -> float:
+    """Asks the same question twice, greedy (both calls must reach the same arm); reward 1 when both answers are
+    the one `task["better"]` names."""
+    client = OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0, timeout=600)
+    question = [{"role": "user", "content": "Name a colour of the sky."}]
+    answers = [
+        client.chat.completions.create(model=llm.model, messages=question, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+        .choices[0]
+        .message.content
+        for _ in range(2)
+    ]
+    return 1.0 if answers == [task["better"]] * 2 else 0.0
+
+
+@pytest.mark.model
+def test_one_engine_serves_both_arms_as_adapters_and_the_report_finds_the_better_one(
+    two_versions: Any, tmp_path: Path
+) -> None:
+    from agentgrad.engine import SamplingParams
+    from agentgrad.engine.server import create_engine_app
+
+    engine = two_versions
+    ids = engine.chat_prompt_ids([{"role": "user", "content": "Name a colour of the sky."}])
+    greedy = SamplingParams(max_tokens=8, temperature=0.0)
+    text = {
+        a: engine.submit(ids, greedy, adapter=a).result(timeout=600).completions[0].text for a in ("step-1", "step-3")
+    }
+    assert text["step-1"] != text["step-3"], "the two versions must answer differently"
+
+    store = ag.SqliteStore(tmp_path / "ab.db")
+    with ServerThread(create_engine_app(engine)) as served:
+        arms = {
+            "a": Backend(served.url + "/v1", model="step-1", system="agentgrad"),
+            "b": Backend(served.url + "/v1", model="step-3", system="agentgrad"),
+        }
+        split = ABSplit("policy", arms)
+        with ServerThread(Gateway(store, routers={"policy": split})) as gateway:
+            llm = ag.LLM(base_url=gateway.url + "/v1", model="policy", proxied=True)
+            ag.Trainer(store=store, n_runners=2, resources={"llm": llm}).fit(
+                asks_twice, [{"better": text["step-3"], "i": i} for i in range(12)]
+            )
+
+    async def calls_by_rollout() -> dict[str, list[tuple[str, str]]]:
+        found = {}
+        for rollout in await store.query_rollouts():
+            spans = await store.query_spans(rollout.rollout_id)
+            found[rollout.rollout_id] = [
+                (s.attributes[sc.AB_ARM], s.attributes[sc.ADAPTER_NAME]) for s in spans if sc.is_llm_call(s)
+            ]
+        return found
+
+    calls = asyncio.run(calls_by_rollout())
+    assert len(calls) == 12 and all(len(c) == 2 and len(set(c)) == 1 for c in calls.values())  # sticky
+    adapter_of = {"a": "step-1", "b": "step-3"}
+    assert all(
+        arm == split.arm_of(rid) and adapter == adapter_of[arm] for rid, c in calls.items() for arm, adapter in c
+    )
+    assert {c[0][0] for c in calls.values()} == {"a", "b"}  # both arms saw traffic
+
+    report = asyncio.run(collect(store))
+    assert [(arm.name, arm.reward_mean) for arm in report.arms] == [("a", 0.0), ("b", 1.0)]
+    assert report.difference == 1.0
+
+
+def answers_by_model() -> Starlette:
+    """One upstream serving two versions by model name, as one engine serves two adapters: `step-3` answers 42,
+    any other model 41."""
+
+    async def chat(request: Request) -> JSONResponse:
+        model = (await request.json())["model"]
+        return JSONResponse(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "42" if model == "step-3" else "41"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
+        )
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+SPLIT_FILE = """
+[upstreams.old]
+url = "{url}/v1"
+model = "step-1"
+
+[upstreams.new]
+url = "{url}/v1"
+model = "step-3"
+
+[ab.policy]
+arms = ["old", "new"]
+share = {{ new = 0.5 }}
+seed = 7
+"""
+
+
+def test_the_gateway_command_serves_a_split_from_the_routing_file(tmp_path: Path) -> None:
+    store_path = tmp_path / "ab.db"
+    store = ag.SqliteStore(store_path)
+    port = free_port()
+    with ServerThread(answers_by_model()) as upstream:
+        (tmp_path / "routes.toml").write_text(SPLIT_FILE.format(url=upstream.url))
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentgrad.cli",
+                "gateway",
+                "--store",
+                str(store_path),
+                "--port",
+                str(port),
+                "--routes",
+                str(tmp_path / "routes.toml"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_until(lambda: served_models(url) or process.poll() is not None, "the gateway command", timeout=60)
+            assert served_models(url) == ["policy"], process.stderr.read() if process.poll() is not None else ""
+            llm = ag.LLM(base_url=url + "/v1", model="policy", proxied=True)
+            ag.Trainer(store=store, n_runners=2, resources={"llm": llm}).fit(
+                two_call_agent, [{"a": 20, "b": 22, "i": i} for i in range(30)]
+            )
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+
+    async def arms_by_rollout() -> dict[str, list[str]]:
+        return {
+            r.rollout_id: [
+                s.attributes[sc.AB_ARM] for s in await store.query_spans(r.rollout_id) if sc.AB_ARM in s.attributes
+            ]
+            for r in await store.query_rollouts()
+        }
+
+    arms = asyncio.run(arms_by_rollout())
+    same_split = ABSplit("policy", {"old": Backend("http://x/v1"), "new": Backend("http://x/v1")}, seed=7)
+    assert all(len(calls) == 2 and calls == [same_split.arm_of(rid)] * 2 for rid, calls in arms.items())
+    assert set(Counter(calls[0] for calls in arms.values())) == {"old", "new"}
+    report = asyncio.run(collect(store))
+    assert [(arm.name, arm.reward_mean) for arm in report.arms] == [("new", 1.0), ("old", 0.0)]
+
+
+def served_models(url: str) -> list[str] | None:
+    """The model ids a gateway lists, or None while it is not up yet."""
+    try:
+        return [m["id"] for m in httpx.get(url + "/v1/models", timeout=1).json()["data"]]
+    except httpx.TransportError:
+        return None

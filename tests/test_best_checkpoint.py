@@ -1,4 +1,4 @@
-"""The best checkpoint: a GRPO run names the checkpoint that validated best in its run record, keeps it from
+"""The best checkpoint: a GRPO or SFT run names the checkpoint that validated best in its run record, keeps it from
 `keep_checkpoints`' pruning, and a resumed run still knows it."""
 
 from __future__ import annotations
@@ -30,8 +30,14 @@ def scheduled(task: dict[str, Any], llm: ag.LLM, rollout: Rollout) -> float:
     if rollout.mode == "val":
         return 1.0 if task["i"] < VAL_PASSED[rollout.metadata["step"]] else 0.0
     client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
-    reply = client.chat.completions.create(model=llm.model, messages=build_messages(task["question"]),
-                                           **llm.sampling_parameters).choices[0].message.content or ""
+    reply = (
+        client.chat.completions.create(
+            model=llm.model, messages=build_messages(task["question"]), **llm.sampling_parameters
+        )
+        .choices[0]
+        .message.content
+        or ""
+    )
     answer = parse_answer(reply)
     return 0.0 if answer is None else 1.0 / (1.0 + abs(answer - task["answer"]))
 
@@ -41,11 +47,22 @@ def test_a_run_records_its_best_checkpoint_keeps_it_from_pruning_and_a_resumed_r
     train, _ = make_splits(n_train=20, n_val=2, seed=9)
     checkpoints = tmp_path / "ckpt"
     store = ag.SqliteStore(tmp_path / "store.db")
-    config = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_tokens=8, val_every=1, success_threshold=0.5,
-                        checkpoint_dir=str(checkpoints), checkpoint_every=1, keep_checkpoints=1, policy=PolicyConfig(lora_rank=4))
+    config = GRPOConfig(
+        steps=3,
+        prompts_per_step=2,
+        group_size=2,
+        max_tokens=8,
+        val_every=1,
+        success_threshold=0.5,
+        checkpoint_dir=str(checkpoints),
+        checkpoint_every=1,
+        keep_checkpoints=1,
+        policy=PolicyConfig(lora_rank=4),
+    )
     try:
-        result = ag.Trainer(GRPO(config, local_engine=engine), n_runners=1, runner_concurrency=4, store=store,
-                            run_name="three").fit(scheduled, train, VAL)
+        result = ag.Trainer(
+            GRPO(config, local_engine=engine), n_runners=1, runner_concurrency=4, store=store, run_name="three"
+        ).fit(scheduled, train, VAL)
         # step-2 went (keep_checkpoints=1 keeps the newest), step-1 stayed: it validated best
         assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1", "step-3"]
         assert result.best_checkpoint is not None and result.best_checkpoint.path == str(checkpoints / "step-1")
@@ -68,3 +85,40 @@ def test_a_run_records_its_best_checkpoint_keeps_it_from_pruning_and_a_resumed_r
         assert four.best == {"val/accuracy": 0.25, "step": 3.0}  # this run's own validations: steps 3 and 4
     finally:
         engine.close()
+
+
+def test_sft_checkpoints_every_round_and_keeps_the_best_validated_one_from_pruning(tmp_path: Path) -> None:
+    from agentgrad.algorithms.sft import SFT, SFTConfig
+
+    engine = Engine(sampling_dtype="float32", device="cpu")
+    train, _ = make_splits(n_train=20, n_val=2, seed=9)
+    checkpoints = tmp_path / "ckpt"
+    store = ag.SqliteStore(tmp_path / "store.db")
+    config = SFTConfig(
+        rounds=3,
+        tasks_per_round=2,
+        samples_per_task=2,
+        max_tokens=8,
+        reward_threshold=0.0,
+        success_threshold=0.5,
+        checkpoint_dir=str(checkpoints),
+        checkpoint_every=1,
+        keep_checkpoints=1,
+        policy=PolicyConfig(lora_rank=4),
+    )
+    try:
+        result = ag.Trainer(
+            SFT(config, local_engine=engine), n_runners=1, runner_concurrency=4, store=store, run_name="sft"
+        ).fit(scheduled, train, VAL)
+    finally:
+        engine.close()
+    # step-2 went (keep_checkpoints=1 keeps the newest), step-1 stayed: it validated best (0.75)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1", "step-3"]
+    assert result.best_checkpoint is not None and result.best_checkpoint.path == str(checkpoints / "step-1")
+    assert result.checkpoint == str(checkpoints / "step-3")
+    assert result.checkpoints == [str(checkpoints / "step-1"), str(checkpoints / "step-3")]
+    assert (checkpoints / "step-1" / "adapter_config.json").is_file()  # a LoRA run's checkpoint is an adapter
+    (run,) = asyncio.run(store.query_runs())
+    assert run.best_checkpoint == str(checkpoints / "step-1")
+    assert run.best_checkpoint_validation == {"val/accuracy": 0.75, "step": 1.0}
+    assert run.checkpoints == [str(checkpoints / "step-1"), str(checkpoints / "step-3")]

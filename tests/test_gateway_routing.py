@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from agentgrad.gateway import Backend, Gateway
+from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.routing import Limiter, load_routes
 from agentgrad.gateway.upstreams import GatewayError, RateLimit
 from agentgrad.semconv import is_llm_call
@@ -36,8 +37,11 @@ def spans(gateway: Gateway, store: MemoryStore) -> list[Span]:
 def upstreams(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str, str, FakeJudge]]:
     monkeypatch.setenv("FAKE_ANTHROPIC_KEY", KEY)
     judge = FakeJudge()
-    with ServerThread(FakeUpstream().app) as policy, ServerThread(FakeAnthropic().app) as claude, \
-            ServerThread(judge.app) as judges:
+    with (
+        ServerThread(FakeUpstream().app) as policy,
+        ServerThread(FakeAnthropic().app) as claude,
+        ServerThread(judge.app) as judges,
+    ):
         yield policy.url + "/v1", claude.url + "/v1", judges.url + "/v1", judge
 
 
@@ -65,12 +69,15 @@ requests_per_minute = 600
     gateway = Gateway(store, load_routes(routes))
     with ServerThread(gateway) as server:
         chat = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
-            model="policy", messages=HELLO)  # type: ignore[arg-type]
+            model="policy", messages=HELLO
+        )  # type: ignore[arg-type]
         message = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0).messages.create(
-            model="claude-haiku-4-5", max_tokens=16, messages=HELLO)  # type: ignore[arg-type]
+            model="claude-haiku-4-5", max_tokens=16, messages=HELLO
+        )  # type: ignore[arg-type]
         with pytest.raises(openai.NotFoundError):
             openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
-                model="gpt-4o", messages=HELLO)  # type: ignore[arg-type]
+                model="gpt-4o", messages=HELLO
+            )  # type: ignore[arg-type]
     assert chat.choices[0].message.content == "echo: hi" and message.content[0].text == "echo: hi"  # type: ignore[union-attr]
     first, second, _ = spans(gateway, store)
     assert first.attributes["gen_ai.system"] == "vllm" and first.attributes["agentgrad.llm.response_token_ids"]
@@ -78,15 +85,51 @@ requests_per_minute = 600
     assert second.attributes["gen_ai.request.model"] == "claude-haiku-4-5"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\nrpm = 5', "unknown keys ['rpm']"),
-    ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\napi_key = "sk-1"', "name its environment variable"),
-    ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\n[upstreams.b]\nurl = "http://y/v1"\nmodels = ["m"]',
-     "routed twice"),
-    ('[upstreams.a]\nurl = "http://x/v1"\nsystem = "vllm"\nmodels = ["m"]\ncache = true', "never come from a cache"),
-    ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\nrequests_per_minute = 0', "requests_per_minute is a number"),
-    ('[upstreams.a]\nurl = "http://x/v1"', "models is a list"),
-])
+TWO_ARMS = (
+    '[upstreams.a]\nurl = "http://x/v1"\nmodel = "step-1"\n[upstreams.b]\nurl = "http://x/v1"\nmodel = "step-3"\n'
+)
+"""Two upstreams that serve no model of their own: the arms of an A/B split."""
+
+
+def test_a_split_in_the_routing_file_serves_its_model_between_its_two_upstreams(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text(TWO_ARMS + '[ab.policy]\narms = ["a", "b"]\nshare = { b = 0.25 }\nseed = 3\n')
+    (split,) = load_routes(routes).values()
+    assert isinstance(split, ABSplit) and split.arms == ["a", "b"] and split.share == {"a": 0.75, "b": 0.25}
+    assert split.seed == 3 and split.upstreams["b"].backend.model == "step-3"
+    assert Gateway(MemoryStore(), load_routes(routes)).models == ["policy"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\nrpm = 5', "unknown keys ['rpm']"),
+        ('[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\napi_key = "sk-1"', "name its environment variable"),
+        (
+            '[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\n[upstreams.b]\nurl = "http://y/v1"\nmodels = ["m"]',
+            "routed twice",
+        ),
+        (
+            '[upstreams.a]\nurl = "http://x/v1"\nsystem = "vllm"\nmodels = ["m"]\ncache = true',
+            "never come from a cache",
+        ),
+        (
+            '[upstreams.a]\nurl = "http://x/v1"\nmodels = ["m"]\nrequests_per_minute = 0',
+            "requests_per_minute is a number",
+        ),
+        ('[upstreams.a]\nurl = "http://x/v1"', "models is a list"),
+        (f'{TWO_ARMS}[ab.policy]\narms = ["a", "c"]', "arms name ['c'], which are not [upstreams.NAME] tables"),
+        ('[upstreams.a]\nurl = "http://x/v1"\n[ab.policy]\narms = ["a"]', "two arms"),
+        (f'{TWO_ARMS}[ab.policy]\narms = ["a", "b"]\nshare = {{ b = 0.7, a = 0.7 }}', "add up to 1"),
+        (f'{TWO_ARMS}[ab.policy]\narms = ["a", "b"]\nshares = {{ b = 0.5 }}', "unknown keys ['shares']"),
+        (f'{TWO_ARMS}[ab."p-*"]\narms = ["a", "b"]', "not a pattern"),
+        (f'{TWO_ARMS}[upstreams.c]\nurl = "http://z/v1"\n[ab.policy]\narms = ["a", "b"]', "upstreams.c.models"),
+        (
+            f'{TWO_ARMS}[upstreams.c]\nurl = "http://z/v1"\nmodels = ["policy"]\n[ab.policy]\narms = ["a", "b"]',
+            "routed twice",
+        ),
+    ],
+)
 def test_a_bad_routing_file_is_refused_naming_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
     routes = tmp_path / "routes.toml"
     routes.write_text(text)
@@ -171,7 +214,9 @@ def test_the_cache_answers_a_judge_again_and_is_never_used_for_the_policy(
     assert len(fake.requests) == 2  # the repeat came from the cache; a different request did not
     recorded = spans(gateway, store)
     assert [s.attributes.get("agentgrad.llm.cache_hit") for s in recorded] == [None, True, None, None, None]
-    assert json.loads(recorded[1].attributes["gen_ai.output.messages"])[0]["content"] == first.choices[0].message.content
+    assert (
+        json.loads(recorded[1].attributes["gen_ai.output.messages"])[0]["content"] == first.choices[0].message.content
+    )
     assert gateway.cache.hits == 1
     with pytest.raises(ValueError, match="never come from a cache"):
         Gateway(store, {"policy": Backend(policy, system="vllm", cache=True)})

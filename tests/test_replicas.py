@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import httpx
 import pytest
 
-from agentgrad.gateway.upstreams import Backend
+from agentgrad import semconv as sc
+from agentgrad.engine.adapters import Adapters
+from agentgrad.gateway import Gateway
 from agentgrad.gateway.replicas import ReplicaPool
+from agentgrad.gateway.upstreams import Backend
+from agentgrad.serving import ServerThread
+from agentgrad.store import MemoryStore
+from tests.conftest import UPSTREAM_KEY, Upstream
 
 
 def pool(n: int = 2) -> ReplicaPool:
@@ -59,9 +66,8 @@ async def test_an_exclusive_swap_waits_for_calls_in_flight_and_holds_new_ones_un
 def test_an_exclusive_swap_that_cannot_drain_gives_up_and_leaves_the_pool_open() -> None:
     replicas = pool(1)
     stuck = asyncio.run(replicas.acquire(None))
-    with pytest.raises(TimeoutError, match="still in flight"):
-        with replicas.exclusive(timeout_s=0.05):
-            pass
+    with pytest.raises(TimeoutError, match="still in flight"), replicas.exclusive(timeout_s=0.05):
+        pass
     replicas.release(stuck)
     assert asyncio.run(replicas.acquire(None)).version == 0
 
@@ -93,3 +99,57 @@ async def test_attempts_held_holds_new_rollouts_first_calls_and_lets_those_begun
     assert lease.version == 1
     with replicas.attempts_held() as started:
         assert started == ["new"]  # the swap forgot who called on version 0
+
+
+ROLES = {"solver": "^solver$", "verifier": "^verif"}
+
+
+def adapter_pool(url: str, api_key: str | None = None) -> ReplicaPool:
+    """One replica serving two role adapters and the base (named "base-model" upstream), as `VLLMPolicy` builds it."""
+    models = {"solver": "solver", "verifier": "verifier", sc.BASE_ADAPTER: "base-model"}
+    backend = Backend(url, api_key=api_key, system="vllm")
+    return ReplicaPool("policy", [backend], adapters=models, resolve=Adapters(ROLES).resolve)
+
+
+async def test_a_pool_of_adapters_leases_each_agents_calls_under_its_adapters_model_name() -> None:
+    replicas = adapter_pool("http://127.0.0.1:9000/v1")
+    leases = {agent: await replicas.acquire("r1", agent) for agent in ("solver", "verifier-2", "planner", None)}
+    assert {agent: (lease.adapter, lease.upstream.backend.model) for agent, lease in leases.items()} == {
+        "solver": ("solver", "solver"),
+        "verifier-2": ("verifier", "verifier"),  # the first matching pattern, as the built-in engine resolves it
+        "planner": (sc.BASE_ADAPTER, "base-model"),  # no adapter matches: the base model
+        None: (sc.BASE_ADAPTER, "base-model"),
+    }
+    assert {lease.replica for lease in leases.values()} == {0}  # the adapter does not move a rollout's replica
+    plain = await pool(1).acquire("r1", "solver")
+    assert plain.adapter is None and plain.upstream.backend.model is None  # a pool without adapters: as before
+    with pytest.raises(ValueError, match="give both adapters"):
+        ReplicaPool("policy", [Backend("http://127.0.0.1:9000/v1")], adapters={"a": "a"})
+
+
+async def test_through_the_gateway_each_agents_call_reaches_vllm_under_its_adapter_and_its_span_names_it(
+    upstream: Upstream,
+) -> None:
+    """vLLM sends no adapter header: the gateway records the adapter its pool chose, and names the adapter (not
+    the agent, which vLLM does not read) as the model upstream."""
+    store = MemoryStore()
+    gateway = Gateway(store, routers={"policy": adapter_pool(upstream.url, UPSTREAM_KEY)}, retry_backoff_s=0.001)
+    rollout = await store.start_rollout("task")
+    route = f"/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}"
+    with ServerThread(gateway) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            for agent in ("solver", "verifier", "planner"):
+                body = {"model": "policy", "messages": [{"role": "user", "content": agent}]}
+                answer = await client.post(f"{route}/agents/{agent}/v1/chat/completions", json=body)
+                assert answer.status_code == 200, answer.text
+        await gateway.flush()
+    assert [r["model"] for r in upstream.fake.requests] == ["solver", "verifier", "base-model"]
+    assert all(sc.AGENT_HEADER not in h for h in upstream.fake.headers)
+    spans = sorted(
+        (s for s in await store.query_spans(rollout.rollout_id) if sc.is_llm_call(s)), key=lambda s: s.sequence_id
+    )
+    assert [(s.attributes[sc.AGENT_NAME], s.attributes[sc.ADAPTER_NAME]) for s in spans] == [
+        ("solver", "solver"),
+        ("verifier", "verifier"),
+        ("planner", sc.BASE_ADAPTER),
+    ]

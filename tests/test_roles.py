@@ -123,9 +123,13 @@ def test_a_grpo_step_with_two_roles_trains_each_adapter_on_exactly_its_calls_and
     engine.close()
 
 
-def test_roles_need_lora_a_local_engine_and_no_agent_match() -> None:
+def test_roles_need_lora_and_no_agent_match_and_run_on_either_engine() -> None:
     with pytest.raises(ValueError, match="lora_rank >= 1"):
         GRPOConfig(roles=ROLES)
+    on_vllm = GRPOConfig(roles=ROLES, policy=PolicyConfig(engine="vllm", lora_rank=4))
+    assert on_vllm.policy.engine == "vllm"  # vLLM serves one adapter per role too (tests/test_vllm_roles.py)
+    with pytest.raises(ValueError, match="vllm_transport='lora' or 'auto'"):
+        GRPOConfig(roles=ROLES, policy=PolicyConfig(engine="vllm", lora_rank=4, vllm_transport="file"))
     with pytest.raises(ValueError, match="credit='final'"):
         GRPOConfig(roles=ROLES, policy=LORA, credit="per_turn")
     with pytest.raises(ValueError, match="agent_match=None"):

@@ -1,4 +1,4 @@
-"""vLLM as the policy engine, on a real vLLM server from .venv-vllm (one per test session).
+"""vLLM as the policy engine, on a real vLLM server from .venv-vllm (one for this module).
 
 Each test attaches its own `VLLMPolicy` (trainer weights, gateway, transport) to the shared
 server; attaching syncs the policy's weights into it first, so tests do not see each other's.
@@ -22,12 +22,12 @@ from agentgrad import semconv
 from agentgrad.algorithms.grpo import GRPO
 from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine.model import resolve_model
+from agentgrad.engine.tools import functions, parse_reply
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.config import PolicyConfig
 from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
 from agentgrad.store import MemoryStore, SqliteStore
-from agentgrad.engine.tools import functions, parse_reply
 from agentgrad.types import RolloutStatus
 from examples.calc_agent import CALCULATE_TOOL, build_messages, calc_agent, make_splits
 from tests.test_training_e2e import close_enough
@@ -40,9 +40,10 @@ LOGPROB_MEAN_TOLERANCE = 0.05
 LOGPROB_MAX_TOLERANCE = 0.5
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """One server for the session (start-up: ~100 s on a CPU); `AGENTGRAD_TEST_VLLM_URL` reuses a running one."""
+    """One server for this module (start-up: ~100 s on a CPU), stopped before another module starts its own
+    (tests/test_vllm_roles.py); `AGENTGRAD_TEST_VLLM_URL` reuses a running one."""
     if os.environ.get("AGENTGRAD_TEST_VLLM_URL"):
         (server,) = attach_servers([os.environ["AGENTGRAD_TEST_VLLM_URL"]])
     else:
@@ -72,14 +73,20 @@ def test_logprobs_vllm_samples_with_match_the_trainers_forward_pass(policy: VLLM
         prompt, response = answer["prompt_token_ids"], choice["token_ids"]
         sampled = torch.tensor([entry["logprob"] for entry in choice["logprobs"]["content"]])
         with torch.no_grad():
-            (trainer,) = sequence_logprobs(policy.model, [ScoredSequence(prompt + response, len(prompt))], 0.7,
-                                           policy.engine.tokenizer.pad_token_id)
+            (trainer,) = sequence_logprobs(
+                policy.model,
+                [ScoredSequence(prompt + response, len(prompt))],
+                0.7,
+                policy.engine.tokenizer.pad_token_id,
+            )
         diffs.append((trainer - sampled).abs())
     every = torch.cat(diffs)
     assert every.mean() < LOGPROB_MEAN_TOLERANCE and every.max() < LOGPROB_MAX_TOLERANCE, (every.mean(), every.max())
 
 
-def test_after_an_update_and_a_sync_responses_name_the_new_version_and_follow_the_new_weights(policy: VLLMPolicy) -> None:
+def test_after_an_update_and_a_sync_responses_name_the_new_version_and_follow_the_new_weights(
+    policy: VLLMPolicy,
+) -> None:
     before = chat(policy, "What is 2 + 2?", temperature=0.0, max_tokens=8)
     old_version = int(before.headers[semconv.VERSION_HEADER])
     prompt = before.json()["prompt_token_ids"]
@@ -110,8 +117,12 @@ async def test_a_sync_while_16_requests_are_in_flight_loses_none_and_mixes_no_ve
 
     async def call(rollout: Any, client: httpx.AsyncClient) -> httpx.Response:
         route = f"{policy.gateway_url}/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}/v1"
-        body = {"model": NAME, "messages": build_messages("Count from one to twenty."), "max_tokens": 48,
-                "temperature": 1.0}
+        body = {
+            "model": NAME,
+            "messages": build_messages("Count from one to twenty."),
+            "max_tokens": 48,
+            "temperature": 1.0,
+        }
         return await client.post(route + "/chat/completions", json=body, timeout=300)
 
     async with httpx.AsyncClient() as client:
@@ -138,16 +149,29 @@ async def test_a_sync_while_16_requests_are_in_flight_loses_none_and_mixes_no_ve
     assert sorted(s.attributes[semconv.WEIGHTS_VERSION] for s in spans) == sorted(versions)
 
 
-def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_path: Path,
-                                                                          vllm_server: VLLMServer) -> None:
+def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(
+    tmp_path: Path, vllm_server: VLLMServer
+) -> None:
     train, val = make_splits(n_train=40, n_val=4, seed=7)
     checkpoints = tmp_path / "checkpoints"
-    config = dict(prompts_per_step=2, group_size=4, max_tokens=16, val_every=0, checkpoint_dir=str(checkpoints),
-                  checkpoint_every=1, keep_checkpoints=1, learning_rate=1e-5, success_threshold=0.99, engine="vllm",
-                  vllm_urls=[vllm_server.url], tis_cap=2.0)
+    config = dict(
+        prompts_per_step=2,
+        group_size=4,
+        max_tokens=16,
+        val_every=0,
+        checkpoint_dir=str(checkpoints),
+        checkpoint_every=1,
+        keep_checkpoints=1,
+        learning_rate=1e-5,
+        success_threshold=0.99,
+        engine="vllm",
+        vllm_urls=[vllm_server.url],
+        tis_cap=2.0,
+    )
     store = SqliteStore(tmp_path / "run.db")
-    result = ag.Trainer(GRPO(steps=1, **config), n_runners=1, runner_concurrency=8,
-                        store=store).fit(close_enough, train, val)
+    result = ag.Trainer(GRPO(steps=1, **config), n_runners=1, runner_concurrency=8, store=store).fit(
+        close_enough, train, val
+    )
     assert [h["step"] for h in result.history] == [1]
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1"]
 
@@ -158,8 +182,9 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(tmp_
         assert [m.step for m in asyncio.run(metric(name))] == [1], name
     # step 1 samples and scores the same weights; later steps add the fp32 updates bf16 serving rounds away
     assert 0 <= asyncio.run(metric("train/logprob_diff"))[0].value < LOGPROB_MEAN_TOLERANCE
-    resumed = ag.Trainer(GRPO(steps=2, **config), n_runners=1, runner_concurrency=8,
-                         store=store).fit(close_enough, train, val)
+    resumed = ag.Trainer(GRPO(steps=2, **config), n_runners=1, runner_concurrency=8, store=store).fit(
+        close_enough, train, val
+    )
     assert [h["step"] for h in resumed.history] == [1, 2]  # step 1 restored from the checkpoint, step 2 run
     # pruning keeps the latest and spares the best validated: step-1 (a tie stays earlier) unless step 2 beat it
     best = resumed.best_checkpoint
@@ -172,8 +197,15 @@ def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_v
     train, val = make_splits(n_train=20, n_val=4, seed=3)
     store = MemoryStore()
     # a low threshold (within 9 of the answer) keeps some of 16 samples even from the untrained model
-    config = SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.1, max_tokens=16, epochs=1,
-                       policy=PolicyConfig(engine="vllm", vllm_urls=[vllm_server.url]))
+    config = SFTConfig(
+        rounds=1,
+        tasks_per_round=4,
+        samples_per_task=4,
+        reward_threshold=0.1,
+        max_tokens=16,
+        epochs=1,
+        policy=PolicyConfig(engine="vllm", vllm_urls=[vllm_server.url]),
+    )
     result = ag.Trainer(SFT(config), n_runners=1, runner_concurrency=8, store=store).fit(close_enough, train, val)
     (round_,) = result.history
     assert round_["train/kept"] > 0 and round_["train/loss"] == round_["train/loss"]  # trained: not NaN
@@ -195,15 +227,30 @@ def test_a_chat_call_with_tools_and_auto_choice_is_served_and_its_calls_parsed_w
     """The server agentgrad starts for SmolLM2 parses pythonic calls (`tool_flags`; without them vLLM answered 400),
     from the very prompt the built-in engine builds, tools and a tool round included."""
     tools = [CALCULATE_TOOL]
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "calculate", "arguments": json.dumps({"expression": "123 + 456"})}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "calculate", "arguments": json.dumps({"expression": "123 + 456"})},
+    }
     question = build_messages("What is 123 + 456?", "function")
-    tool_round = question + [{"role": "assistant", "content": None, "tool_calls": [call]},
-                             {"role": "tool", "tool_call_id": "call_1", "content": "579"}]
+    tool_round = [
+        *question,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "579"},
+    ]
     called = 0
     for messages in (question, tool_round):
-        body = {"model": NAME, "messages": messages, "tools": tools, "tool_choice": "auto", "n": 16, "seed": 1,
-                "return_token_ids": True, "temperature": 1.0, "max_tokens": 32}
+        body = {
+            "model": NAME,
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": "auto",
+            "n": 16,
+            "seed": 1,
+            "return_token_ids": True,
+            "temperature": 1.0,
+            "max_tokens": 32,
+        }
         response = httpx.post(f"{policy.gateway_url}/v1/chat/completions", json=body, timeout=300)
         assert response.status_code == 200, response.text
         assert response.json()["prompt_token_ids"] == policy.engine.chat_prompt_ids(messages, tools)
@@ -213,24 +260,39 @@ def test_a_chat_call_with_tools_and_auto_choice_is_served_and_its_calls_parsed_w
             theirs = choice["message"].get("tool_calls") or []
             called += bool(theirs)
             assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in theirs] == [
-                (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in ours.tool_calls], text
+                (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in ours.tool_calls
+            ], text
     print(f"{called}/32 replies called the calculator")
     # the spans say vLLM's pythonic parser read the calls, and that agentgrad's parser reads their text alike
     httpx.post(f"{policy.gateway_url}/v1/agentgrad/flush", timeout=60)
     spans = [s for s in asyncio.run(policy.store.query_spans(None)) if semconv.is_llm_call(s)]
     parsers = [s.attributes.get(semconv.TOOL_CALLS_PARSER) for s in spans]
     assert len(spans) == 2 and {p for p in parsers if p} == ({"vllm:pythonic"} if called else set()), parsers
-    assert not [s.attributes.get(semconv.TOOL_CALLS_OTHER_PARSE) for s in spans if semconv.TOOL_CALLS_PARSER_DISAGREES in s.attributes]
+    assert not [
+        s.attributes.get(semconv.TOOL_CALLS_OTHER_PARSE)
+        for s in spans
+        if semconv.TOOL_CALLS_PARSER_DISAGREES in s.attributes
+    ]
 
 
-def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(tmp_path: Path,
-                                                                              vllm_server: VLLMServer) -> None:
+def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(
+    tmp_path: Path, vllm_server: VLLMServer
+) -> None:
     train, val = make_splits(n_train=40, n_val=2, seed=5, demo="function")
-    config = dict(prompts_per_step=2, group_size=4, max_tokens=32, val_every=0, learning_rate=1e-5,
-                  engine="vllm", vllm_urls=[vllm_server.url], checkpoint_dir=str(tmp_path / "checkpoints"))
+    config = dict(
+        prompts_per_step=2,
+        group_size=4,
+        max_tokens=32,
+        val_every=0,
+        learning_rate=1e-5,
+        engine="vllm",
+        vllm_urls=[vllm_server.url],
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+    )
     store = MemoryStore()
     result = ag.Trainer(GRPO(steps=1, **config), n_runners=1, runner_concurrency=8, store=store).fit(
-        calc_agent, train, val)
+        calc_agent, train, val
+    )
     assert [h["step"] for h in result.history] == [1]
     rollouts = asyncio.run(store.query_rollouts(mode="train"))
     assert len(rollouts) == 2 * 4

@@ -2,8 +2,9 @@
 
 `GRPOConfig(roles={"solver": "^solver$", "verifier": "^verifier$"}, lora_rank=8)` maps each role to the
 agent names it trains (a regex, as `agent_match` takes). The engine serves every role's adapter over
-the one base held once in memory (`agentgrad.engine.adapters`), and this module turns a step's
-rollouts into one batch per role and updates each adapter with its own optimizer:
+the one base held once in memory (`agentgrad.engine.adapters`); with `engine="vllm"` the vLLM servers do,
+each adapter loaded under its role's name and synced after every step (`agentgrad.policy.vllm`). This module
+turns a step's rollouts into one batch per role and updates each adapter with its own optimizer:
 
 - a role's batch is exactly its agents' calls (`to_trajectories(agent_match=pattern)`);
 - a role's reward in a rollout is the last reward emitted for it (`ag.emit_reward(value, agent=role)`),
@@ -30,7 +31,7 @@ import torch
 from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.credit import Advantage, useful_groups
-from agentgrad.engine.adapters import Adapters, adapter_parameters
+from agentgrad.engine.adapters import Adapters, adapter_parameters, save_adapter
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.types import Rollout, Span
@@ -48,7 +49,10 @@ def check_roles(roles: Mapping[str, str], cfg: Any) -> None:
     Adapters(dict(roles))  # names and patterns
     problems = [
         (cfg.policy.lora_rank < 1, "lora_rank >= 1 (one LoRA adapter per role on one base)"),
-        (cfg.policy.engine != "local", "engine='local' (the built-in engine serves the adapters together)"),
+        (
+            cfg.policy.engine == "vllm" and cfg.policy.vllm_transport not in ("auto", "lora"),
+            "vllm_transport='lora' or 'auto' (each role's adapter travels to vLLM under its name)",
+        ),
         (cfg.agent_match is not None, "agent_match=None (each role's pattern selects its calls)"),
         (cfg.max_staleness is not None, "synchronous training (max_staleness=None)"),
         (cfg.train_processes != 1, "train_processes=1"),
@@ -165,24 +169,15 @@ class RoleUpdate:
             stats["loss"] = sum(loss * tokens for loss, tokens in losses) / max(sum(t for _, t in losses), 1)
         began = time.perf_counter()
         self.policy.publish()
+        self.policy.sync()  # vLLM: every role's adapter reaches the servers before the next rollout
         return {**stats, "sync_seconds": time.perf_counter() - began}
 
     def save(self, directory: Path, state: dict[str, Any]) -> None:
         """`directory/<role>/` for each role (loadable with `PeftModel.from_pretrained`), the tokenizer, and `state`."""
-        from peft import get_peft_model_state_dict
-        from safetensors.torch import save_file
-
-        model: Any = self.policy.model  # a PeftModel
         with written_atomically(directory) as partial:
             for role in self.roles:
-                folder = partial / role
-                folder.mkdir()
-                weights = get_peft_model_state_dict(model, adapter_name=role)
-                save_file(
-                    {k: v.detach().contiguous() for k, v in weights.items()}, folder / "adapter_model.safetensors"
-                )
-                model.peft_config[role].save_pretrained(folder)
-                torch.save({"optimizer": self.optimizers[role].state_dict()}, folder / ROLE_OPTIMIZER)
+                save_adapter(self.policy.model, role, partial / role)
+                torch.save({"optimizer": self.optimizers[role].state_dict()}, partial / role / ROLE_OPTIMIZER)
             self.policy.engine.tokenizer.save_pretrained(partial)
             torch.save({"state": state, "roles": self.roles}, partial / TRAINER_STATE)
             (partial / "agentgrad.json").write_text(
@@ -206,6 +201,7 @@ class RoleUpdate:
                 set_peft_model_state_dict(model, weights, adapter_name=role)
                 self.optimizers[role].load_state_dict(torch.load(directory / role / ROLE_OPTIMIZER)["optimizer"])
         self.policy.publish()
+        self.policy.sync()
         return dict(saved["state"])
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
-from agentgrad.policy.checkpoints import BestCheckpoint
+from agentgrad.policy.checkpoints import BestCheckpoint, complete_checkpoints, latest_checkpoint, prune_checkpoints
 from agentgrad.policy.config import PolicyConfig, make_policy
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.semconv import is_llm_call
@@ -77,7 +77,11 @@ class SFTConfig:
     # ---- validation and checkpoint
     val_size: int | None = None  # validation tasks used (default: all)
     success_threshold: float = 1.0  # a rollout with at least this reward counts as a success (accuracy)
-    checkpoint_dir: str | None = None  # where the final checkpoint goes
+    checkpoint_dir: str | None = None  # where step-N checkpoints go (N: the round)
+    checkpoint_every: int = 0  # save every k rounds (0: only at the end, when checkpoint_dir is set)
+    keep_checkpoints: int = (
+        2  # the newest k step-N folders stay, and the one that validated best; older ones are deleted (0: keep all)
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, PolicyConfig):
@@ -85,6 +89,11 @@ class SFTConfig:
         SamplingPlan(source=self.sampling)  # checks it
         RolloutConfig(missing_reward=self.missing_reward)
         check_async_settings(self.max_staleness, self.stale_groups)
+        for name in ("checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"{name} must be >= 0 (0: {'only at the end' if name == 'checkpoint_every' else 'keep all'}), got {getattr(self, name)}"
+                )
         for name in ("rounds", "tasks_per_round", "samples_per_task", "epochs", "batch_size"):
             if getattr(self, name) < (0 if name == "rounds" else 1):
                 raise ValueError(f"{name} must be at least {0 if name == 'rounds' else 1}, got {getattr(self, name)}")
@@ -97,8 +106,8 @@ class SFTResult:
     final: Evaluation | None
     checkpoint: str | None
     history: list[dict[str, float]] = field(default_factory=list)
-    best_checkpoint: BestCheckpoint | None = None  # the checkpoint, when validated (SFT saves one, at the end)
-    checkpoints: list[str] = field(default_factory=list)
+    best_checkpoint: BestCheckpoint | None = None  # the kept checkpoint that validated best
+    checkpoints: list[str] = field(default_factory=list)  # every checkpoint kept, oldest first
 
 
 class SFT(Algorithm["SFTResult"]):
@@ -168,13 +177,32 @@ class SFT(Algorithm["SFTResult"]):
         async def validate(round_: int) -> Evaluation | None:
             if not val_data:
                 return None
-            rollouts = await self.run_rollouts(val_data, mode="val", resources_id=val_id, config=rollout_config)
+            rollouts = await self.run_rollouts(
+                val_data,
+                mode="val",
+                resources_id=val_id,
+                config=rollout_config,
+                metadata=[{"step": round_}] * len(val_data),
+            )
             result = Evaluation.of(rollouts, cfg.success_threshold)
             await self.log_metrics(round_, {"val/accuracy": result.success_rate, "val/reward_mean": result.reward_mean})
             self.console.print(
                 f"round {round_}: validation accuracy {result.success_rate:.3f} reward {result.reward_mean:.3f}"
             )
             return result
+
+        checkpoint_dir, best = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None, BestCheckpoint()
+
+        async def save(round_: int, validated: Evaluation | None) -> None:
+            """A `step-N` checkpoint of this round, scored by its validation; the best is spared from pruning."""
+            assert checkpoint_dir is not None
+            saved = checkpoint_dir / f"step-{round_}"
+            improved = best.consider(saved, round_, validated.success_rate if validated is not None else None)
+            state = {"step": round_, "history": history, "config": asdict(cfg), "best_checkpoint": best.state()}
+            policy.save(saved, optimizer, state)
+            prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints, spare=best.path)
+            if improved:
+                await self.note_best_checkpoint(best)
 
         initial = final = await validate(0)
         for round_ in range(1, cfg.rounds + 1):
@@ -219,15 +247,18 @@ class SFT(Algorithm["SFTResult"]):
             )
             final = await validate(round_)
             history.append({"round": round_, **metrics, **({"val/accuracy": final.success_rate} if final else {})})
-        checkpoint, best = None, BestCheckpoint()
-        if cfg.checkpoint_dir:
-            saved = Path(cfg.checkpoint_dir) / f"step-{cfg.rounds}"
-            best.consider(saved, cfg.rounds, final.success_rate if final is not None else None)
-            state = {"step": cfg.rounds, "history": history, "config": asdict(cfg), "best_checkpoint": best.state()}
-            checkpoint = str(policy.save(saved, optimizer, state))
-            await self.note_best_checkpoint(best)
-        checkpoints = [checkpoint] if checkpoint else []
-        return SFTResult(cfg.rounds, initial, final, checkpoint, history, best if best.path else None, checkpoints)
+            # ---- checkpoint: every `checkpoint_every` rounds and the last
+            if checkpoint_dir and (
+                (cfg.checkpoint_every and round_ % cfg.checkpoint_every == 0) or round_ == cfg.rounds
+            ):
+                await save(round_, final)
+        if checkpoint_dir and cfg.rounds == 0:
+            await save(0, final)
+        last = latest_checkpoint(checkpoint_dir)
+        checkpoints = [str(p) for p in complete_checkpoints(checkpoint_dir)]
+        return SFTResult(
+            cfg.rounds, initial, final, str(last) if last else None, history, best if best.path else None, checkpoints
+        )
 
     def _fine_tune(
         self, policy: LocalPolicy, optimizer: torch.optim.Optimizer, data: list[Trajectory], shuffle: random.Random

@@ -219,12 +219,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="GRPO: checkpoint every K steps, so a crash loses fewer than K (default: 1: none; the "
-        "newest 2 are kept, 1.6 GB each for the default model, ~7 s to write here)",
+        help="checkpoint every K GRPO steps or SFT rounds, so a crash loses fewer than K (default: 1); the "
+        "newest 2 and the best validated are kept, 1.6 GB each for the default model, ~7 s to write here",
     )
     parser.add_argument("--prompts-per-step", type=int, help="GRPO: tasks sampled per step (default: 8; 4 for sql)")
     parser.add_argument("--group-size", type=int, help="GRPO: rollouts per task (default: 8; 4 for sql)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        help="train LoRA adapters of this rank instead of all weights (default: 0, all weights); each checkpoint is "
+        "then an adapter, and two of them serve from one engine (engine serve --adapter NAME=PATH)",
+    )
     parser.add_argument(
         "--strategy",
         choices=["threads", "ray"],
@@ -267,7 +274,9 @@ def main(args: argparse.Namespace) -> None:
     engine = Engine(args.model, sampling_dtype="float32") if args.engine == "vllm" else Engine(args.model)
     from agentgrad.policy.config import PolicyConfig
 
-    policy = PolicyConfig(engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or ())
+    policy = PolicyConfig(
+        engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or (), lora_rank=args.lora_rank
+    )
     checkpoints = str(run.checkpoints)
     algorithm: ag.Algorithm[GRPOResult | SFTResult]
     if args.algorithm == "grpo":
@@ -294,7 +303,13 @@ def main(args: argparse.Namespace) -> None:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
         algorithm = SFT(
-            SFTConfig(rounds=demo_steps(args), checkpoint_dir=checkpoints, seed=args.seed, policy=policy),
+            SFTConfig(
+                rounds=demo_steps(args),
+                checkpoint_dir=checkpoints,
+                checkpoint_every=args.checkpoint_every,
+                seed=args.seed,
+                policy=policy,
+            ),
             local_engine=engine,
         )
     if args.strategy == "ray":

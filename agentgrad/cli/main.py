@@ -52,11 +52,37 @@ def serve_engine_command(args: argparse.Namespace) -> None:
             model = servable(args.checkpoint, base=args.base)
         except (ValueError, FileNotFoundError) as exc:
             raise UsageError(str(exc)) from None
-    engine = Engine(model, device=args.device, sampling_dtype=args.dtype, max_batch_size=args.max_batch_size)
+    folders = adapter_folders(args.adapter)
+    if folders and args.dtype not in (None, "float32"):
+        raise UsageError("--adapter serves every version from the engine's float32 weights: drop --dtype")
+    dtype = "float32" if folders else args.dtype  # adapters run on the fp32 weights: no sampling copy to make
+    engine = Engine(model, device=args.device, sampling_dtype=dtype, max_batch_size=args.max_batch_size)
+    if folders:
+        from agentgrad.engine.adapters import load_adapters
+
+        try:
+            load_adapters(engine, folders)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    adapters = f"; adapters (request model = name): {', '.join(folders)}" if folders else ""
     console.print(
         f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1"
+        + adapters
     )
     run(Guard(create_engine_app(engine), token=args.token), host=args.host, port=args.port)
+
+
+def adapter_folders(specs: Sequence[str]) -> dict[str, str]:
+    """`--adapter NAME=PATH` options as {name: path}; a malformed or repeated one is a UsageError."""
+    folders: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--adapter {spec!r}: write NAME=PATH (a PEFT adapter folder or a LoRA step-N checkpoint)")
+        if name in folders:
+            raise UsageError(f"--adapter {name!r} is given twice: each adapter needs its own name")
+        folders[name] = path
+    return folders
 
 
 def load_agent_file(path: Path) -> Any:
@@ -364,6 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_engine.add_argument(
         "--base", help="--checkpoint of a LoRA adapter: its base model (default: the one it names)"
+    )
+    serve_engine.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="also serve a saved LoRA adapter (a PEFT folder or a LoRA step-N checkpoint of this base) to requests "
+        "whose model is NAME, as vLLM's --lora-modules (repeatable: two checkpoints of one run on one engine)",
     )
     serve_engine.add_argument("--host", default="127.0.0.1")
     serve_engine.add_argument("--port", type=int, default=8000)

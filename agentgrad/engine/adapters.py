@@ -7,13 +7,19 @@ decode step runs rows of different adapters in one forward pass, peft applying e
 (`adapter_names=[...]`, its mixed-batch inference) on top of the shared base projections.
 An agent that matches no adapter is served by the default adapter, else by the base model, and the
 answer says which (`x-agentgrad-adapter`, recorded as `agentgrad.adapter.name`).
+
+Saved adapters (a PEFT folder, or a LoRA training checkpoint `step-N`) are served by name with `load_adapters`
+(`agentgrad engine serve --adapter NAME=PATH`): a request whose `model` is an adapter's name is served by it, as
+vLLM serves `--lora-modules NAME=PATH`, so two checkpoints of one run are A/B-tested on one engine.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agentgrad.semconv import BASE_ADAPTER
@@ -118,6 +124,77 @@ def serve_adapters(
     return model
 
 
+def load_adapters(engine: Any, folders: Mapping[str, str | Path]) -> Any:
+    """Serve the saved LoRA adapters in `folders` (name -> a PEFT adapter folder or a LoRA `step-N` checkpoint) over
+    `engine`'s (an `Engine`'s) base, beside any it already holds; returns the `PeftModel`.
+
+    A request selects one by its name (`Engine.submit(adapter=NAME)`; over HTTP, `model: NAME`). An adapter of
+    another base, or a checkpoint of full weights, is refused with a ValueError saying what to do instead, before
+    anything changes; an adapter that passes those checks but whose shapes do not fit the base fails while loading
+    and leaves the engine half-changed: load into a new engine then.
+    """
+    from peft import PeftModel
+
+    names = list(folders)
+    check_adapter_names(names)
+    held = list(engine.adapters.patterns) if engine.adapters is not None else []
+    clash = sorted(set(names) & set(held))
+    if clash:
+        raise ValueError(f"this engine already serves adapters named {clash}; give the saved ones other names")
+    base = base_name(engine.model)
+    for name, folder in folders.items():
+        check_saved_adapter(name, Path(folder), base)
+    with engine.weights_lock:
+        model = engine.model
+        try:
+            for name, folder in folders.items():
+                if isinstance(model, PeftModel):
+                    model.load_adapter(str(folder), adapter_name=name)
+                else:
+                    model = PeftModel.from_pretrained(model, str(folder), adapter_name=name)
+        except (RuntimeError, ValueError) as exc:  # a shape or a target module the served base does not have
+            raise ValueError(f"adapter {name!r} at {folder} does not fit the served base {base!r}: {exc}") from None
+        exact = {name: f"^{re.escape(name)}$" for name in names}  # by its name only: no agent falls into it
+        held_routes = engine.adapters.patterns if engine.adapters is not None else {}
+        default = engine.adapters.default if engine.adapters is not None else None
+        routes = Adapters({**held_routes, **exact}, default)
+        if model is not engine.model:
+            engine.replace_model(model)
+        engine.adapters = routes
+    return model
+
+
+def base_name(model: Any) -> str:
+    """The name or path the served base model was loaded from (under any peft wrapping)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return str(getattr(inner, "name_or_path", "") or inner.config._name_or_path)
+
+
+def check_saved_adapter(name: str, folder: Path, base: str) -> None:
+    """Refuse what is not a LoRA adapter over `base`: a missing folder, full weights, an adapter of another model.
+
+    Bases are compared by their last path part, so a Hugging Face id and a local copy of it
+    (`HuggingFaceTB/SmolLM2-135M-Instruct`, `~/.cache/agentgrad/models/SmolLM2-135M-Instruct`) are one base.
+    """
+    from agentgrad.policy.export import checkpoint_kind
+
+    if not folder.is_dir():
+        raise ValueError(
+            f"adapter {name!r}: {folder} is not a folder (give a PEFT adapter folder or a step-N checkpoint)"
+        )
+    if checkpoint_kind(folder) == "full":
+        raise ValueError(
+            f"adapter {name!r}: {folder} holds full weights, not a LoRA adapter; serve it on an engine of its own "
+            f"(agentgrad engine serve --checkpoint {folder}) and split between the engines"
+        )
+    named = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if named and Path(str(named)).name.lower() != Path(base).name.lower():
+        raise ValueError(
+            f"adapter {name!r} at {folder} was trained over {named!r}, but this engine serves {base!r}: "
+            f"serve it on an engine of that base (agentgrad engine serve --model {named})"
+        )
+
+
 def adapter_parameters(model: Any, adapter: str) -> list[Any]:
     """The trainable tensors of one adapter of a `PeftModel` (its LoRA A and B matrices in every layer)."""
     marks = (f"lora_A.{adapter}.", f"lora_B.{adapter}.")
@@ -125,3 +202,15 @@ def adapter_parameters(model: Any, adapter: str) -> list[Any]:
     if not found:
         raise ValueError(f"the model has no adapter {adapter!r}")
     return found
+
+
+def save_adapter(model: Any, adapter: str, folder: Path) -> None:
+    """One adapter of a `PeftModel` as a PEFT folder (`adapter_model.safetensors`, `adapter_config.json`) that
+    `PeftModel.from_pretrained` and vLLM's `/v1/load_lora_adapter` both load: checkpoints and weight syncs."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = get_peft_model_state_dict(model, adapter_name=adapter)
+    save_file({k: v.detach().contiguous() for k, v in weights.items()}, str(folder / "adapter_model.safetensors"))
+    model.peft_config[adapter].save_pretrained(str(folder))

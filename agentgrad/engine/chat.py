@@ -173,9 +173,10 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
     params = parsed.params(grammar=the_plan.grammar, finish_after=the_plan.finish_after, top_logprobs=top)
     submit_checked(engine, ids, params)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    adapter = adapter_for(engine, request, parsed.model)
     if parsed.stream:
-        return _stream(engine, parsed, the_plan, ids, params, completion_id, adapter_for(engine, request))
-    generation = await generate(engine, request, ids, params)
+        return _stream(engine, parsed, the_plan, ids, params, completion_id, adapter)
+    generation = await generate(engine, request, ids, params, adapter)
     choices = []
     for index, c in enumerate(generation.completions):
         reply, finish = the_plan.reply(c)

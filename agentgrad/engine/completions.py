@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentgrad.engine.api import CompletionRequest, RequestError, read_json, validate
 from agentgrad.engine.engine import Engine
-from agentgrad.engine.wire import generate, headers
+from agentgrad.engine.wire import adapter_for, generate, headers
 from agentgrad.semconv import weights_fingerprint
 
 
@@ -43,7 +43,8 @@ async def completions(engine: Engine, names: list[str], request: Request) -> Res
                 )
     except ValueError as exc:
         raise RequestError(str(exc), "prompt") from None
-    generations = await asyncio.gather(*(generate(engine, request, ids, params, "prompt") for ids in prompts))
+    adapter = adapter_for(engine, request, parsed.model)
+    generations = await asyncio.gather(*(generate(engine, request, ids, params, adapter, "prompt") for ids in prompts))
     choices = []
     for p, generation in enumerate(generations):
         for i, c in enumerate(generation.completions):

@@ -31,11 +31,13 @@ from typing import Any
 import torch
 
 from agentgrad.engine.adapters import Adapters, forward_arguments
+from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.detokenize import TextState, extend
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache
+from agentgrad.engine.prepack import pack_linears
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.threads import ThreadChooser
 
@@ -148,6 +150,7 @@ class Engine:
             sampling_dtype = getattr(torch, sampling_dtype)
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
         self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
+        use_engine_attention(self._sampler)
         self.max_batch_size = max_batch_size
         configured = getattr(self.model.config, "max_position_embeddings", 4096)
         self.max_model_len: int = max_model_len if max_model_len else configured
@@ -189,6 +192,7 @@ class Engine:
         sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
         sampler.eval()
         sampler.requires_grad_(False)
+        pack_linears(sampler)
         return sampler
 
     def replace_model(self, model: torch.nn.Module) -> None:
@@ -197,6 +201,7 @@ class Engine:
             self.model = model
             self.model.eval()
             self._sampler = model
+            use_engine_attention(model)
             self.sampling_dtype = next(model.parameters()).dtype
             self._prefixes.clear()
             self.version += 1
@@ -217,6 +222,7 @@ class Engine:
             if self._sampler is not self.model:
                 for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
                     serving.copy_(trained)
+                pack_linears(self._sampler)
             self.version += 1
         return self.version
 

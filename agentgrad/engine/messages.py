@@ -251,9 +251,10 @@ async def _messages(engine: Engine, names: list[str], request: Request) -> Respo
     )
     submit_checked(engine, ids, params)
     message_id = f"msg_{uuid.uuid4().hex}"
+    adapter = adapter_for(engine, request, parsed.model)
     if parsed.stream:
-        return _stream(engine, parsed, the_plan, ids, params, message_id, adapter_for(engine, request))
-    generation = await generate(engine, request, ids, params)
+        return _stream(engine, parsed, the_plan, ids, params, message_id, adapter)
+    generation = await generate(engine, request, ids, params, adapter)
     c = generation.completions[0]
     blocks, finish, call_fields = content_blocks(the_plan, c)
     answer = _body(parsed, message_id, blocks, _stop(engine, params, c, finish))

@@ -254,11 +254,10 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
     )
     submit_checked(engine, ids, params)
     response_id, created = f"resp_{uuid.uuid4().hex}", int(time.time())
+    adapter = adapter_for(engine, request, parsed.model)
     if parsed.stream:
-        return _stream(
-            engine, parsed, the_plan, ids, params, response_id, created, logprobs, adapter_for(engine, request)
-        )
-    generation = await generate(engine, request, ids, params)
+        return _stream(engine, parsed, the_plan, ids, params, response_id, created, logprobs, adapter)
+    generation = await generate(engine, request, ids, params, adapter)
     items, call_fields = output_items(engine, the_plan, generation.completions[0], logprobs)
     body = _body(parsed, response_id, created, "completed", items, generation, generation.version)
     body.update(call_fields)

@@ -25,7 +25,7 @@ from agentgrad.engine.completions import completions
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.messages import messages
 from agentgrad.engine.responses import responses
-from agentgrad.engine.wire import VERSION_HEADER, ClientGone
+from agentgrad.engine.wire import VERSION_HEADER, ClientGone, model_names
 
 __all__ = ["VERSION_HEADER", "create_engine_app"]
 
@@ -35,7 +35,9 @@ Handler = Callable[[Engine, list[str], Request], Awaitable[Response]]
 
 
 def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> Starlette:
-    """An ASGI app serving `engine`; `served_names` are the model names it answers to.
+    """An ASGI app serving `engine`; `served_names` are the model names its base answers to, and each adapter it
+    holds answers to its own name (`adapters.load_adapters`), listed in `/v1/models` with its `parent` as vLLM lists
+    LoRA modules.
 
     `/health` says only that the engine is up and its weights version; put the app behind
     `guard.Guard(app, token=...)` (as `agentgrad engine serve --token` does) to require the token there too.
@@ -45,7 +47,7 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
     def route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                return await handler(engine, names, request)
+                return await handler(engine, model_names(engine, names), request)
             except RequestError as exc:
                 return exc.response()
             except ClientGone:
@@ -57,12 +59,12 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
         return endpoint
 
     async def models(request: Request) -> Response:
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"id": n, "object": "model", "created": 0, "owned_by": "agentgrad"} for n in names],
-            }
-        )
+        base = [{"id": n, "object": "model", "created": 0, "owned_by": "agentgrad"} for n in names]
+        adapters = [
+            {"id": n, "object": "model", "created": 0, "owned_by": "agentgrad", "parent": names[0]}
+            for n in model_names(engine, names)[len(names) :]
+        ]
+        return JSONResponse({"object": "list", "data": base + adapters})
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": engine.version})

@@ -23,13 +23,21 @@ def headers(version: int, adapter: str | None = None) -> dict[str, str]:
     return {VERSION_HEADER: str(version), **({ADAPTER_HEADER: adapter} if adapter else {})}
 
 
-def adapter_for(engine: Engine, request: Request) -> str | None:
-    """The adapter serving this request: by the agent name the gateway forwards (`x-agentgrad-agent`,
-    percent-encoded); None when the engine serves one set of weights."""
+def adapter_for(engine: Engine, request: Request, model: str) -> str | None:
+    """The adapter serving this request: the one the request's `model` names (vLLM's convention for LoRA
+    modules), else by the agent name the gateway forwards (`x-agentgrad-agent`, percent-encoded); None when the
+    engine serves one set of weights."""
     if engine.adapters is None:
         return None
+    if model in engine.adapters.patterns:
+        return model
     agent = request.headers.get(AGENT_HEADER)
     return engine.adapters.resolve(unquote(agent) if agent else None)
+
+
+def model_names(engine: Engine, names: list[str]) -> list[str]:
+    """The `model` values a request may name: the served names of the base, then each adapter's name."""
+    return names + (list(engine.adapters.patterns) if engine.adapters is not None else [])
 
 
 def usage(generation: Generation) -> dict[str, int]:
@@ -64,12 +72,17 @@ class ClientGone(Exception):
 
 
 async def generate(
-    engine: Engine, request: Request, prompt_ids: list[int], params: SamplingParams, param: str | None = None
+    engine: Engine,
+    request: Request,
+    prompt_ids: list[int],
+    params: SamplingParams,
+    adapter: str | None,
+    param: str | None = None,
 ) -> Generation:
-    """Generate; a request the engine refuses is a `RequestError` (about `param`), and the generation stops with
-    `ClientGone` as soon as the client disconnects."""
+    """Generate with `adapter` (`adapter_for`); a request the engine refuses is a `RequestError` (about `param`),
+    and the generation stops with `ClientGone` as soon as the client disconnects."""
     try:
-        future = engine.submit(prompt_ids, params, adapter=adapter_for(engine, request))
+        future = engine.submit(prompt_ids, params, adapter=adapter)
         done = asyncio.ensure_future(asyncio.wrap_future(future))
         gone = asyncio.ensure_future(_disconnected(request))
         racing: list[asyncio.Future[Any]] = [done, gone]

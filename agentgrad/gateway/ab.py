@@ -66,7 +66,8 @@ class ABSplit:
                 return arm
         return self.arms[-1]
 
-    async def acquire(self, rollout_id: str | None) -> ArmLease:
+    async def acquire(self, rollout_id: str | None, agent: str | None = None) -> ArmLease:
+        """The rollout's arm (the agent's name does not choose it)."""
         arm = self.arm_of(rollout_id)
         return ArmLease(self.upstreams[arm], arm, arm)
 

@@ -46,6 +46,7 @@ import orjson
 import agentgrad.gateway.messages as messages
 import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
+from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.checks import answer_problem, request_problem
 from agentgrad.gateway.recording import (
     Call,
@@ -108,7 +109,8 @@ class Gateway:
     """An ASGI app proxying OpenAI-compatible calls to `backends` (model name → upstream) and recording them.
 
     A name with `*`, `?` or `[` is a glob pattern (`claude-*`), tried in order after the exact names
-    (`routing.load_routes` reads such a table from a file). `default` (a backend or a replica pool) serves models
+    (`routing.load_routes` reads such a table from a file; an `ab.ABSplit` in it serves its model as a router).
+    `default` (a backend or a replica pool) serves models
     missing from the table; without it they get a 404 naming the known
     ones. `routers` (model → `agentgrad.gateway.replicas.ReplicaPool`) pick a replica per call and name the
     weights version it runs. With `token`, callers must send `Authorization: Bearer <token>` (their API key).
@@ -121,7 +123,7 @@ class Gateway:
     def __init__(
         self,
         store: Store,
-        backends: Mapping[str, Backend | str] | None = None,
+        backends: Mapping[str, Backend | str | ABSplit] | None = None,
         *,
         default: Backend | str | ReplicaPool | None = None,
         token: str | None = None,
@@ -136,8 +138,11 @@ class Gateway:
         if not backends and default is None and not routers:
             raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
         self.store = store
+        splits = {name: b for name, b in (backends or {}).items() if isinstance(b, ABSplit)}
         routed = {
-            name: Upstream.of(name, b if isinstance(b, Backend) else Backend(b)) for name, b in (backends or {}).items()
+            name: Upstream.of(name, b if isinstance(b, Backend) else Backend(b))
+            for name, b in (backends or {}).items()
+            if not isinstance(b, ABSplit)
         }
         for name, upstream in routed.items():
             routing.check_cacheable(name, upstream.backend)
@@ -165,7 +170,7 @@ class Gateway:
             if value is not None and not value > 0:
                 raise ValueError(f"{name} is a number of seconds above 0, not {value!r}")
         self._close_store = close_store
-        self._routers = dict(routers or {})
+        self._routers = {**splits, **(routers or {})}
         self._models_body = orjson.dumps(
             {
                 "object": "list",
@@ -409,10 +414,11 @@ class Gateway:
         model, request = call.request["model"], call.request
         named = self._upstreams.get(model) or routing.matching(model, self._patterns)
         router = self._routers.get(model) or (self._default_router if named is None else None)
-        lease = await router.acquire(call.rollout_id) if router is not None else None  # a replica, held through a sync
+        lease = await router.acquire(call.rollout_id, call.agent) if router is not None else None  # held through a sync
         upstream = lease.upstream if lease is not None else (named or self._default)
         call.upstream = upstream
         call.arm = getattr(lease, "arm", None)  # an A/B split's (agentgrad.gateway.ab)
+        call.adapter = getattr(lease, "adapter", None)  # a pool of LoRA adapters': the agent's (vLLM names none)
         try:
             if upstream is None:
                 await self._fail(
@@ -486,7 +492,7 @@ class Gateway:
                     interrupted = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
                     return await self._fail(send, call, interrupted)
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
-                call.adapter = response.headers.get(sc.ADAPTER_HEADER)  # an engine serving several adapters
+                call.adapter = response.headers.get(sc.ADAPTER_HEADER) or call.adapter  # the built-in engine's
                 if streamed:
                     return await self._relay_stream(send, call, response, added, version, retries, deadline)
             finally:

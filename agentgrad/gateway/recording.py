@@ -267,7 +267,8 @@ class Call:
     arm: str | None = None
     """The A/B arm that served it (`agentgrad.gateway.ab`), when its model is split."""
     adapter: str | None = None
-    """The LoRA adapter that served it, as an engine holding several says (`agentgrad.engine.adapters`)."""
+    """The LoRA adapter that served it: as an engine holding several says (`agentgrad.engine.adapters`), or as the
+    replica pool chose it for the agent (vLLM, which names none)."""
 
     @property
     def operation(self) -> str:

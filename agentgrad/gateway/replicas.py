@@ -11,6 +11,11 @@ call runs on one version from its first token to its last, and its span names th
 `pool.attempts_held()` goes further, for attempts of several calls: it holds the first call of every
 rollout that has not called yet and names those that have (on the weights served now), so a trainer can
 wait for those to end before it swaps, and no attempt's calls straddle two versions.
+
+A pool of servers holding several LoRA adapters (vLLM's multi-LoRA serving, one adapter per agent role) is given
+`adapters` (adapter name -> the model name it is served under, `semconv.BASE_ADAPTER` for the base) and `resolve`
+(agent name -> adapter: `Adapters.resolve`, the built-in engine's rule): each call is sent under its agent's
+adapter's model name, and its lease names the adapter for the span (`agentgrad.adapter.name`).
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentgrad.gateway.upstreams import Backend, Upstream
 
@@ -38,16 +43,35 @@ class Lease:
     upstream: Upstream
     version: int
     replica: int
+    adapter: str | None = None  # the LoRA adapter serving the call, in a pool of several (`semconv.ADAPTER_NAME`)
 
 
 class ReplicaPool:
-    """`backends` are the replicas of one model; `version` the weights version they serve now."""
+    """`backends` are the replicas of one model; `version` the weights version they serve now.
 
-    def __init__(self, name: str, backends: Sequence[Backend], version: int = 0) -> None:
+    `adapters` (adapter -> model name upstream) and `resolve` (agent name -> adapter) serve each agent by its
+    adapter on every replica; without them every call goes under the backend's own model name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backends: Sequence[Backend],
+        version: int = 0,
+        *,
+        adapters: Mapping[str, str] | None = None,
+        resolve: Callable[[str | None], str] | None = None,
+    ) -> None:
         if not backends:
             raise ValueError(f"replica pool {name!r} needs at least one backend")
+        if (adapters is None) != (resolve is None):
+            raise ValueError(
+                f"replica pool {name!r}: give both adapters (adapter -> model name) and resolve, or neither"
+            )
         self.name = name
         self.upstreams = [Upstream.of(f"{name}#{i}", b) for i, b in enumerate(backends)]
+        self.resolve = resolve
+        self.adapter_upstreams = [_per_adapter(f"{name}#{i}", b, adapters or {}) for i, b in enumerate(backends)]
         self.system = backends[0].system
         self.version = version
         self.in_flight = [0] * len(backends)
@@ -73,8 +97,10 @@ class ReplicaPool:
 
     # ------------------------------------------------------------------ gateway side (its event loop)
 
-    async def acquire(self, rollout_id: str | None) -> Lease:
-        """A replica for this call (the rollout's own, or the least loaded), once the pool is open."""
+    async def acquire(self, rollout_id: str | None, agent: str | None = None) -> Lease:
+        """A replica for this call (the rollout's own, or the least loaded), once the pool is open; in a pool of
+        adapters, under the model name of `agent`'s adapter."""
+        adapter = self.resolve(agent) if self.resolve is not None else None
         while True:
             with self._lock:
                 if self._open.is_set() and not self._held(rollout_id):
@@ -84,7 +110,9 @@ class ReplicaPool:
                         self._started[rollout_id] = None
                         if len(self._started) > MAX_STICKY_ROLLOUTS:
                             self._started.popitem(last=False)
-                    return Lease(self.upstreams[replica], self.version, replica)
+                    if adapter is None:
+                        return Lease(self.upstreams[replica], self.version, replica)
+                    return Lease(self.adapter_upstreams[replica][adapter], self.version, replica, adapter)
                 future = asyncio.get_running_loop().create_future()
                 self._waiting.append((asyncio.get_running_loop(), future))
             await future
@@ -157,6 +185,13 @@ class ReplicaPool:
         waiting, self._waiting = self._waiting, []
         for loop, future in waiting:
             loop.call_soon_threadsafe(_wake, future)
+
+
+def _per_adapter(name: str, backend: Backend, models: Mapping[str, str]) -> dict[str, Upstream]:
+    """One upstream per adapter on one replica: the same server, each call renamed to its adapter's model name."""
+    return {
+        adapter: Upstream.of(f"{name}@{adapter}", replace(backend, model=model)) for adapter, model in models.items()
+    }
 
 
 def _wake(future: asyncio.Future[None]) -> None:

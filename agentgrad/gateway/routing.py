@@ -24,6 +24,27 @@ max_queued = 100
 cache = true
 ```
 
+An `[ab.MODEL]` table splits calls for `MODEL` between two upstreams of the file (`ab.ABSplit`, sticky per
+rollout), such as two adapters of one engine, each upstream naming its adapter as the `model` sent upstream;
+an upstream that serves only as an arm needs no `models`:
+
+```toml
+[upstreams.step-1]
+url = "http://127.0.0.1:8000/v1"
+system = "agentgrad"
+model = "step-1"            # `agentgrad engine serve --adapter step-1=runs/ckpt/step-1 ...`
+
+[upstreams.step-3]
+url = "http://127.0.0.1:8000/v1"
+system = "agentgrad"
+model = "step-3"
+
+[ab.policy]
+arms = ["step-1", "step-3"] # upstream names; each rollout's calls go to one of them
+share = { step-3 = 0.2 }    # optional: the default is an even split
+seed = 0                    # optional: another seed deals the rollouts out differently
+```
+
 A `RateLimit` queues a call until its upstream has room (requests and tokens per minute, token
 buckets) and refuses with a 429 once `max_queued` calls already wait. The `ResponseCache` answers a
 repeated non-streamed request to an upstream with `cache = true`; it is off by default and refused
@@ -42,6 +63,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.upstreams import Backend, GatewayError, RateLimit
 
 CACHE_ENTRIES = 4096
@@ -186,8 +208,12 @@ _BACKEND_FIELDS = {f.name for f in fields(Backend)}
 _OPTIONS = {"models", "key_env", "requests_per_minute", "tokens_per_minute", "max_queued"}
 
 
-def load_routes(path: str | Path) -> dict[str, Backend]:
-    """Model names and patterns → backends, from a TOML routing file (see the module's docstring)."""
+_SPLIT_KEYS = {"arms", "share", "seed"}
+
+
+def load_routes(path: str | Path) -> dict[str, Backend | ABSplit]:
+    """Model names and patterns → backends, and model names → A/B splits, from a TOML routing file (see the
+    module's docstring); `Gateway(store, load_routes(path))` serves both."""
     try:
         table = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -195,28 +221,79 @@ def load_routes(path: str | Path) -> dict[str, Backend]:
     upstreams = table.get("upstreams")
     if not isinstance(upstreams, dict) or not upstreams:
         raise ValueError(f"{path}: no [upstreams.NAME] tables; each names a url and the models it serves")
-    routes: dict[str, Backend] = {}
+    splits = table.get("ab", {})
+    if not isinstance(splits, dict):
+        raise ValueError(f"{path}: ab is a table of splits, [ab.MODEL] with arms = [UPSTREAM, UPSTREAM]")
+    arms = {arm for spec in splits.values() if isinstance(spec, dict) for arm in spec.get("arms") or []}
+    missing = sorted(str(arm) for arm in arms if arm not in upstreams)
+    if missing:
+        raise ValueError(
+            f"{path}: [ab] arms name {missing}, which are not [upstreams.NAME] tables: {sorted(upstreams)}"
+        )
+    routes: dict[str, Backend | ABSplit] = {}
+    backends: dict[str, Backend] = {}
     for name, spec in upstreams.items():
-        unknown = set(spec) - _BACKEND_FIELDS - _OPTIONS
-        if unknown:
-            known = sorted((_BACKEND_FIELDS | _OPTIONS) - {"api_key", "rate_limit"})
-            raise ValueError(f"{path}: upstreams.{name} has unknown keys {sorted(unknown)}; known: {known}")
-        if "api_key" in spec:
-            raise ValueError(f"{path}: upstreams.{name} holds a key; name its environment variable with key_env")
-        models = spec.get("models")
-        if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
-            raise ValueError(f"{path}: upstreams.{name}.models is a list of model names or patterns like 'claude-*'")
-        options = {k: v for k, v in spec.items() if k in _BACKEND_FIELDS}
-        if "key_env" in spec:
-            options["api_key_env"] = spec["key_env"]
-        limits = {k: spec[k] for k in ("requests_per_minute", "tokens_per_minute", "max_queued") if k in spec}
-        try:
-            backend = Backend(**options, rate_limit=RateLimit(**limits) if limits else None)
-            check_cacheable(name, backend)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: upstreams.{name}: {exc}") from None
-        for model in models:
+        backends[name] = _backend(path, name, spec, arm=name in arms)
+        for model in spec.get("models", []):
             if model in routes:
                 raise ValueError(f"{path}: model {model!r} is routed twice (upstreams.{name} and another)")
-            routes[model] = backend
+            routes[model] = backends[name]
+    for model, spec in splits.items():
+        if model in routes:
+            raise ValueError(f"{path}: model {model!r} is routed twice (ab.{model} and an upstream's models)")
+        routes[model] = _split(path, model, spec, backends)
     return routes
+
+
+def _backend(path: str | Path, name: str, spec: dict[str, Any], arm: bool) -> Backend:
+    """The backend of one `[upstreams.NAME]` table; `arm`: an A/B split uses it, so it may serve no model itself."""
+    unknown = set(spec) - _BACKEND_FIELDS - _OPTIONS
+    if unknown:
+        known = sorted((_BACKEND_FIELDS | _OPTIONS) - {"api_key", "rate_limit"})
+        raise ValueError(f"{path}: upstreams.{name} has unknown keys {sorted(unknown)}; known: {known}")
+    if "api_key" in spec:
+        raise ValueError(f"{path}: upstreams.{name} holds a key; name its environment variable with key_env")
+    models = spec.get("models", [] if arm else None)
+    if not isinstance(models, list) or not (models or arm) or not all(isinstance(m, str) for m in models):
+        raise ValueError(
+            f"{path}: upstreams.{name}.models is a list of model names or patterns like 'claude-*' "
+            "(it may be left out only by an upstream that is an arm of an [ab.MODEL] split)"
+        )
+    options = {k: v for k, v in spec.items() if k in _BACKEND_FIELDS}
+    if "key_env" in spec:
+        options["api_key_env"] = spec["key_env"]
+    limits = {k: spec[k] for k in ("requests_per_minute", "tokens_per_minute", "max_queued") if k in spec}
+    try:
+        backend = Backend(**options, rate_limit=RateLimit(**limits) if limits else None)
+        check_cacheable(name, backend)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: upstreams.{name}: {exc}") from None
+    return backend
+
+
+def _split(path: str | Path, model: str, spec: Any, backends: Mapping[str, Backend]) -> ABSplit:
+    """The A/B split of one `[ab.MODEL]` table over upstreams of the same file."""
+    where = f"{path}: ab.{model}"
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where} is a table: arms = [UPSTREAM, UPSTREAM], optional share and seed")
+    if is_pattern(model):
+        raise ValueError(f"{where}: a split serves one model name, not a pattern")
+    unknown = set(spec) - _SPLIT_KEYS
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; known: {sorted(_SPLIT_KEYS)}")
+    arms = spec.get("arms")
+    if not isinstance(arms, list) or not all(isinstance(a, str) for a in arms):
+        raise ValueError(f'{where}.arms is a list of two upstream names, like arms = ["step-1", "step-3"]')
+    share, seed = spec.get("share"), spec.get("seed", 0)
+    if share is not None and not (
+        isinstance(share, dict) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in share.values())
+    ):
+        raise ValueError(
+            f"{where}.share is a table of arm shares, like share = {{ {arms[-1] if arms else 'b'} = 0.2 }}"
+        )
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"{where}.seed is an integer, got {seed!r}")
+    try:
+        return ABSplit(model, {arm: backends[arm] for arm in arms}, share=share, seed=seed)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None

@@ -85,10 +85,8 @@ def make_policy(
     roles: Mapping[str, str] | None = None,
 ) -> LocalPolicy:
     """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update.
-    `roles` (role -> agent pattern): one LoRA adapter per role, served together (the built-in engine only)."""
+    `roles` (role -> agent pattern): one LoRA adapter per role, served together by either."""
     if policy.engine == "vllm":
-        if roles:
-            raise ValueError("one adapter per role is served by the built-in engine only: use engine='local'")
         from agentgrad.policy.vllm import VLLMPolicy
 
         return VLLMPolicy(
@@ -101,6 +99,7 @@ def make_policy(
             lora_rank=policy.lora_rank,
             lora_alpha=policy.lora_alpha,
             gateway_port=gateway_port,
+            adapters=roles,
             attempt_wait_s=policy.attempt_wait_s,
         )
     from agentgrad.policy.local import LocalPolicy

@@ -3,8 +3,8 @@
 - `FileTransport`: the weights as a safetensors folder with HF names (on `/dev/shm`, or any
   filesystem the servers share), reloaded with `/collective_rpc reload_weights`. Works on a
   CPU and across machines; run here (0.3 s on the server for SmolLM2-135M).
-- `LoRATransport`: only the adapters, saved by peft and loaded in place with
-  `/v1/load_lora_adapter`. Run here.
+- `LoRATransport`: only the adapters (the policy's one, or one per agent role, each under its name),
+  saved by peft and loaded in place with `/v1/load_lora_adapter`. Run here.
 - `NCCLTransport`: vLLM's native weight transfer (`/init_weight_transfer_engine`, then per
   update `/start_weight_update`, `/update_weights` while rank 0 broadcasts each tensor,
   `/finish_weight_update`), for trainer and servers on GPUs. Written against vLLM 0.32's
@@ -33,6 +33,8 @@ SHM = Path("/dev/shm")
 RPC_TIMEOUT_SECONDS = 300.0
 LORA_NAME = "agentgrad-policy"
 """The name the policy's adapter is served under; requests name it as their model."""
+PEFT_DEFAULT = "default"
+"""peft's name for a model's one adapter (`get_peft_model` without `adapter_name`)."""
 
 
 class WeightTransport(Protocol):
@@ -116,26 +118,35 @@ class FileTransport:
 
 
 class LoRATransport:
-    """peft adapters saved to a folder, loaded in place under `LORA_NAME` on each server."""
+    """peft adapters saved to a fresh folder per version, loaded in place on each server under the name requests
+    give as their model: the policy's one adapter under `LORA_NAME`, or each of `adapters` (one per agent role,
+    `agentgrad.engine.adapters`) under its own name.
+
+    A new folder per version matters: vLLM keys its prefix cache by the adapter's name and path, so a reload from a
+    new path never reuses blocks computed with the old weights.
+    """
 
     name = "lora"
 
-    def __init__(self, urls: Sequence[str], directory: Path | None = None) -> None:
+    def __init__(self, urls: Sequence[str], directory: Path | None = None, adapters: Sequence[str] = ()) -> None:
         self.urls = list(urls)
         self.root = Path(tempfile.mkdtemp(prefix="agentgrad-lora-", dir=directory or (SHM if SHM.is_dir() else None)))
+        self.served = {name: name for name in adapters} or {LORA_NAME: PEFT_DEFAULT}
+        """Name served under -> the peft adapter it is saved from."""
         self._client = httpx.Client()
-        self._loaded = False
 
     def push(self, model: torch.nn.Module, version: int) -> None:
+        from agentgrad.engine.adapters import save_adapter
+
         folder = self.root / f"v{version}"
-        model.save_pretrained(folder)  # type: ignore[operator]  # a peft model: only the adapters
-        for url in self.urls:
-            _post(
-                self._client,
-                url + "/v1/load_lora_adapter",
-                json={"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": self._loaded},
-            )
-        self._loaded = True
+        for served, adapter in self.served.items():
+            save_adapter(model, adapter, folder / served)
+            for url in self.urls:  # in place: a server attached to may hold the name from an earlier run
+                _post(
+                    self._client,
+                    url + "/v1/load_lora_adapter",
+                    json={"lora_name": served, "lora_path": str(folder / served), "load_inplace": True},
+                )
         for old in self.root.iterdir():
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
@@ -226,8 +237,9 @@ class NCCLTransport:
         self._client.close()
 
 
-def make_transport(kind: str, urls: Sequence[str], lora: bool) -> WeightTransport:
-    """`auto`: LoRA adapters when training LoRA, else NCCL on GPUs, else files."""
+def make_transport(kind: str, urls: Sequence[str], lora: bool, adapters: Sequence[str] = ()) -> WeightTransport:
+    """`auto`: LoRA adapters when training LoRA, else NCCL on GPUs, else files. `adapters`: the adapters the
+    LoRA transport pushes, each under its own name (one per agent role); none: the policy's one adapter."""
     if kind == "auto":
         kind = "lora" if lora else ("nccl" if torch.cuda.is_available() else "file")
     if kind == "lora" and not lora:
@@ -237,7 +249,7 @@ def make_transport(kind: str, urls: Sequence[str], lora: bool) -> WeightTranspor
     if kind == "file":
         return FileTransport(urls)
     if kind == "lora":
-        return LoRATransport(urls)
+        return LoRATransport(urls, adapters=adapters)
     if kind == "nccl":
         return NCCLTransport(urls)
     raise ValueError(f"unknown weight transport {kind!r}: use auto, file, lora or nccl")

@@ -5,13 +5,18 @@ each update: generation is held (the gateway's `ReplicaPool` drains calls in fli
 new ones, and each server is paused with `/pause?mode=wait`), the weights travel by the chosen
 transport (`agentgrad.policy.transports`), the prefix cache is reset, and generation resumes
 on the new version. Every span the gateway records names the version that produced it.
+
+With `adapters` (role -> agent-name pattern, `GRPOConfig(roles=...)`) the servers hold one LoRA adapter per role
+(`--enable-lora --max-loras <roles>`), each loaded under its role's name and pushed at every sync; the gateway's
+pool sends each call under its agent's adapter (`Adapters.resolve`, the built-in engine's rule: exact name, first
+matching pattern, else the base model) and records which on the span (`agentgrad.adapter.name`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,7 @@ from agentgrad.policy.vllm_server import (
     start_servers,
     tool_parser_of,
 )
+from agentgrad.semconv import BASE_ADAPTER
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -40,7 +46,8 @@ class VLLMPolicy(LocalPolicy):
     """`replicas` vLLM servers of `model` started on loopback, or the servers at `urls`.
 
     `transport` is `auto` (LoRA adapters with `lora_rank > 0`, NCCL on GPUs, files otherwise),
-    `file`, `lora` or `nccl`. `vllm_args` are passed to every started server.
+    `file`, `lora` or `nccl`. `vllm_args` are passed to every started server. `adapters` (role -> agent-name
+    pattern, with `lora_rank > 0`): one adapter per role, each agent's calls served by its role's.
     """
 
     def __init__(
@@ -57,6 +64,7 @@ class VLLMPolicy(LocalPolicy):
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
+        adapters: Mapping[str, str] | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -72,9 +80,14 @@ class VLLMPolicy(LocalPolicy):
             lora_alpha=lora_alpha,
             lora_targets=lora_targets,
             gateway_port=gateway_port,
+            adapters=adapters,
             attempt_wait_s=attempt_wait_s,
             clock=clock,
         )
+        if self.engine.name in self.adapters:
+            raise ValueError(
+                f"role {self.engine.name!r} has the name the vLLM servers serve the base model under: rename the role"
+            )
         self.model_path = resolve_model(model)
         self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
         self.servers: list[VLLMServer] = []
@@ -96,10 +109,13 @@ class VLLMPolicy(LocalPolicy):
                     self.engine.name,
                     self.replicas,
                     lora_rank=self.lora_rank,
+                    max_loras=max(len(self.adapters), 1),
                     extra_args=self.vllm_args,
                 )
             urls = [s.url for s in self.servers]
-            self.transport = make_transport(self.transport_kind, urls, lora=self.lora_rank > 0)
+            self.transport = make_transport(
+                self.transport_kind, urls, lora=self.lora_rank > 0, adapters=list(self.adapters)
+            )
             self.capabilities = report_capabilities(self.servers, self.transport.name)
             log.info(self.capabilities)
             missing = sorted({r for s in self.servers for r in s.missing(self.transport.name)})
@@ -108,7 +124,7 @@ class VLLMPolicy(LocalPolicy):
                     f"the vLLM servers lack {', '.join(missing)}, which weight transport "
                     f"{self.transport.name!r} needs; {self.capabilities}"
                 )
-            served = LORA_NAME if self.lora_rank > 0 else None
+            served = LORA_NAME if self.lora_rank > 0 and not self.adapters else None
             parser = tool_parser_of(str(self.model_path), () if self.urls else self.vllm_args)
             backends = [
                 Backend(
@@ -121,12 +137,26 @@ class VLLMPolicy(LocalPolicy):
                 )
                 for s in self.servers
             ]
-            self.pool = ReplicaPool(self.engine.name, backends, version=self.engine.version)
+            self.pool = self._replica_pool(backends)
             self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
             self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool))
         except BaseException:
             self.stop()
             raise
+
+    def _replica_pool(self, backends: list[Backend]) -> ReplicaPool:
+        """The gateway's pool of the servers: with adapters, each call under its agent's adapter (or the base)."""
+        if not self.adapters:
+            return ReplicaPool(self.engine.name, backends, version=self.engine.version)
+        assert self.engine.adapters is not None  # LocalPolicy served them on the trainer's engine
+        models = {role: role for role in self.adapters} | {BASE_ADAPTER: self.engine.name}
+        return ReplicaPool(
+            self.engine.name,
+            backends,
+            version=self.engine.version,
+            adapters=models,
+            resolve=self.engine.adapters.resolve,
+        )
 
     def stop(self) -> None:
         super().stop()

