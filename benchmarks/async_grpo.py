@@ -8,13 +8,21 @@ with a tool that takes 2 s per call (a wait on an external service).
 Each run is its own process (one model in memory at a time), in interleaved order (for each run: each
 agent: sync then async), so a busy machine slows both modes alike. A run trains SmolLM2 through runners
 → gateway → engine exactly as the demo does, with greedy validation on `--val` held-out problems before
-the first step and after the last. It prints, per run: steps per hour (between the ends of the first
-and last steps, so model loading and validation are left out), final held-out accuracy, staleness
+the first step and after the last. It prints, per run: steps per hour (from the start of the first step to
+the end of the last, so model loading and the first validation are left out, and an asynchronous run's
+first step, which samples the second's rollouts too, is counted), final held-out accuracy, staleness
 (mean, max, groups dropped), the largest importance weight, and wall time; then one line per step
 (seconds since the run began, train accuracy). With `--val-every K` the held-out accuracy is also
 measured every K steps; each run's held-out accuracy against the wall-clock time since it began goes
 to `DIR/<agent>-<mode>-run<n>.csv` (step, wall_s, val_accuracy), and all runs' curves, sync and async
-side by side per agent, to one `DIR/async_grpo_curve.png`.
+side by side per agent, to one `DIR/async_grpo_curve.png`. Then the seconds per step of each phase (the
+trainer waiting for rollouts, the update, the publish, validation, the tool's wait, decoding, idle runners:
+benchmarks/async_phases.py) and the speedup those phases allow when the decode and the update share the cores.
+
+The configuration: 2 runners, each running a whole step's rollouts at once (`runner_concurrency`), because a
+rollout waiting on an external service costs nothing to run beside others, and a user would let all of a step's
+waits run together rather than one after another; fewer slots would make the synchronous baseline wait longer
+than it needs to. The tool: `--tool-seconds` (2 s) once per rollout, before its model call.
 
 Where asynchronous pays: a step's rollouts that wait on the world (the 2 s tool) run during the previous
 step's update. On the compute-bound demo, rollouts and update share the same CPU cores, so there is
@@ -24,14 +32,18 @@ little to overlap on a 2-core machine: only the gaps (queueing, the gateway, Pyt
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from async_phases import PHASES, StepClock, as_dicts, mean_phases, speedup_bound, step_phases
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -58,13 +70,19 @@ def child(settings: dict[str, Any]) -> None:
     engine = Engine()
     marks: list[tuple[int, float, float]] = []  # (step, seconds since fit began, train accuracy)
     held_out: list[tuple[int, float, float]] = []  # (step, seconds since fit began, held-out accuracy)
+    clocks: dict[int, StepClock] = {}  # when each step's metrics and validation were logged (epoch, as the store's)
 
     class Timed(GRPO):
         async def log_metrics(self, step: int, values: Any) -> None:
             if "perf/step_seconds" in values:
                 marks.append((step, time.perf_counter() - began, values["train/accuracy"]))
+                clocks[step] = StepClock(step, time.time())
             if "val/accuracy" in values:
                 held_out.append((step, time.perf_counter() - began, values["val/accuracy"]))
+                # after a step: when its validation ended; before the first step: when training began
+                clocks[step] = (
+                    replace(clocks[step], validated=time.time()) if step in clocks else StepClock(step, time.time())
+                )
             await super().log_metrics(step, values)
 
     asynchronous = settings["mode"] == "async"
@@ -80,17 +98,21 @@ def child(settings: dict[str, Any]) -> None:
     concurrency = settings["prompts"] * settings["group"]  # a whole step's rollouts at once, two under async
     with tempfile.TemporaryDirectory() as store_dir:
         began = time.perf_counter()
-        result = ag.Trainer(
+        trainer = ag.Trainer(
             Timed(config, local_engine=engine), n_runners=2, runner_concurrency=concurrency, store=f"{store_dir}/s.db"
-        ).fit(agent, train, val)
+        )
+        result = trainer.fit(agent, train, val)
         wall = time.perf_counter() - began
-    span = marks[-1][1] - marks[0][1]
+        phases = asyncio.run(step_phases(trainer.store, result.history, [clocks[s] for s in sorted(clocks)]))
+    # from the first step's start (the held-out run before it ended) to the last step's end: an asynchronous run
+    # samples its first two steps together, so counting from the first step's end would leave out a step's rollouts
+    span = marks[-1][1] - held_out[0][1]
     history = result.history
     print(
         json.dumps(
             {
                 **settings,
-                "steps_per_hour": (len(marks) - 1) / span * 3600 if span > 0 else float("nan"),
+                "steps_per_hour": len(marks) / span * 3600 if span > 0 else float("nan"),
                 "initial_accuracy": result.initial.success_rate if result.initial else float("nan"),
                 "final_accuracy": result.final.success_rate if result.final else float("nan"),
                 "staleness_mean": statistics.fmean(h.get("async/staleness_mean", 0.0) for h in history),
@@ -101,6 +123,7 @@ def child(settings: dict[str, Any]) -> None:
                 "load": os.getloadavg()[0],
                 "curve": [(step, round(t, 1), acc) for step, t, acc in marks],
                 "held_out": [(step, round(t, 1), acc) for step, t, acc in held_out],
+                "phases": as_dicts(phases),
             }
         ),
         flush=True,
@@ -145,6 +168,23 @@ def write_curves(rows: list[dict[str, Any]], directory: Path) -> Path:
     return png
 
 
+def print_phases(rows: list[dict[str, Any]], agents: list[str]) -> None:
+    """Each agent's and mode's mean phase times per step (benchmarks/async_phases.py), then the bound on the speedup
+    that the synchronous phases allow and the measured one."""
+    print("\nseconds per step (means over runs and steps):")
+    print("agent mode  " + " ".join(f"{name:>12}" for name in PHASES))
+    for agent in agents:
+        means = {}
+        for mode in ("sync", "async"):
+            means[mode] = mean_phases([r["phases"] for r in rows if r["agent"] == agent and r["mode"] == mode])
+            print(f"{agent:5} {mode:5} " + " ".join(f"{means[mode][name]:12.1f}" for name in PHASES))
+        measured = means["sync"]["interval"] / means["async"]["interval"]
+        print(
+            f"{agent:5} async/sync from the intervals: {measured:.2f}x; bound when decode and update share the "
+            f"cores (only the tool's wait overlaps): {speedup_bound(means['sync']):.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12)
@@ -160,6 +200,8 @@ def main() -> None:
     parser.add_argument("--curves", type=Path, default=Path("async-grpo-curves"), help="where the CSVs and PNG go")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.val < 1:
+        parser.error("--val must be at least 1: the held-out run before the first step marks when training begins")
     if args.child:
         child(json.loads(args.child))
         return
@@ -219,6 +261,7 @@ def main() -> None:
             [r["steps_per_hour"] for r in rows if r["agent"] == agent and r["mode"] == m] for m in ("sync", "async")
         )
         print(f"{agent:5} async/sync steps per hour: {statistics.fmean(asyn) / statistics.fmean(sync):.2f}x")
+    print_phases(rows, args.agents.split(","))
     print(f"\nheld-out accuracy against wall time: {write_curves(rows, args.curves)} (and one CSV per run beside it)")
 
 

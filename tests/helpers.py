@@ -22,7 +22,6 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -
     raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
 
 
-
 def healthy(url: str) -> bool:
     """Whether a store server answers its health check at `url`."""
     try:
@@ -36,8 +35,10 @@ class ManualClock:
 
     def __init__(self, start: float = 1_000_000.0) -> None:
         self.now = start
+        self.reads = 0  # how often it was read: a test waits for a reader to look again after it moved it
 
     def __call__(self) -> float:
+        self.reads += 1
         return self.now
 
     def advance(self, seconds: float) -> None:

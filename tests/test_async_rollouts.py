@@ -64,15 +64,21 @@ async def serve(store: Store, version: Callable[[], int], served: list[str]) -> 
             await asyncio.sleep(0.005)  # poll the queue, as a runner does
             continue
         attributes = {sc.GEN_AI_OPERATION: sc.CHAT, sc.WEIGHTS_VERSION: version()}
-        await store.add_span(Span(rollout_id=claimed.rollout_id, attempt_id=claimed.attempt.attempt_id, name="chat",
-                                  attributes=attributes))
+        await store.add_span(
+            Span(
+                rollout_id=claimed.rollout_id, attempt_id=claimed.attempt.attempt_id, name="chat", attributes=attributes
+            )
+        )
         reward = float(len(served) % 2)  # rewards differ within each group
         await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded", reward=reward)
         served.append(claimed.rollout_id)
 
 
-async def train(pipe: RolloutPipeline, store: Store, steps: range, queued_ahead: list[int]) -> list[StepRollouts]:
-    """The loop of GRPO with the update reduced to its effect: one new weights version per step."""
+async def train(
+    pipe: RolloutPipeline, store: Store, steps: range, queued_ahead: list[int], after_publish: list[int] | None = None
+) -> list[StepRollouts]:
+    """The loop of GRPO with the update reduced to its effect: one new weights version per step; `after_publish`
+    gets the rollouts queued past each step once its weights are published (what validation overlaps)."""
     version = [0]
     served: list[str] = []
     runner = asyncio.create_task(serve(store, lambda: version[0], served))
@@ -84,6 +90,9 @@ async def train(pipe: RolloutPipeline, store: Store, steps: range, queued_ahead:
             while await store.query_rollouts(status=["queuing", "running"]):  # the update, long enough for the
                 await asyncio.sleep(0.005)  # rollouts queued ahead to run meanwhile
             version[0] += 1
+            await pipe.published(step)
+            if after_publish is not None:
+                after_publish.append(len(await store.query_rollouts(mode="train")) - step * PROMPTS * GROUP)
     finally:
         runner.cancel()
     return collected
@@ -125,13 +134,34 @@ def test_max_staleness_1_runs_the_next_step_during_the_update_and_trains_nothing
         assert len(set(versions)) == 1 and versions[0] is not None
 
 
+def test_the_step_after_next_is_queued_once_an_update_is_published_and_never_when_synchronous() -> None:
+    store, sync_store = MemoryStore(), MemoryStore()
+    ahead: list[int] = []
+    after_publish: list[int] = []
+    steps = asyncio.run(train(pipeline(store, 1, 1), store, range(1, 5), ahead, after_publish))
+    assert after_publish == [2 * PROMPTS * GROUP, 2 * PROMPTS * GROUP, PROMPTS * GROUP, 0]  # s+1 and s+2, to the last
+    assert all(s.fresh is not None and s.fresh.dropped == 0 and max(s.fresh.staleness) <= 1 for s in steps)
+    assert [r.metadata["step"] for r in asyncio.run(store.query_rollouts(mode="train"))] == [
+        step for step in range(1, 5) for _ in range(PROMPTS * GROUP)
+    ]  # each step queued once, in order
+    sync_after: list[int] = []
+    asyncio.run(train(pipeline(sync_store, 0, 0), sync_store, range(1, 5), [], sync_after))
+    assert sync_after == [0, 0, 0, 0]  # max_staleness=0: the next step is queued when it begins, not before
+
+
 def call(store: Store, version: int) -> str:
     """A finished rollout whose one model call the weights of `version` sampled."""
 
     async def make() -> str:
         claimed = await store.start_rollout({"q": version}, mode="train")
-        await store.add_span(Span(rollout_id=claimed.rollout_id, attempt_id=claimed.attempt.attempt_id, name="chat",
-                                  attributes={sc.GEN_AI_OPERATION: sc.CHAT, sc.WEIGHTS_VERSION: version}))
+        await store.add_span(
+            Span(
+                rollout_id=claimed.rollout_id,
+                attempt_id=claimed.attempt.attempt_id,
+                name="chat",
+                attributes={sc.GEN_AI_OPERATION: sc.CHAT, sc.WEIGHTS_VERSION: version},
+            )
+        )
         await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded", reward=1.0)
         return claimed.rollout_id
 
@@ -169,8 +199,12 @@ def test_the_update_reports_the_importance_weights_of_a_stale_batch() -> None:
     with torch.no_grad():
         (now,) = sequence_logprobs(model, [ScoredSequence(prompt + completion, len(prompt))])
     recorded = [lp - math.log(2.0) for lp in now.tolist()[:2]] + [now.tolist()[2] - math.log(0.5)]  # ratios 2, 2, .5
-    trajectory = Trajectory(token_ids=prompt + completion, loss_mask=[0] * len(prompt) + [1] * 3,
-                            logprobs=[0.0] * len(prompt) + recorded, prompt_length=len(prompt))
+    trajectory = Trajectory(
+        token_ids=prompt + completion,
+        loss_mask=[0] * len(prompt) + [1] * 3,
+        logprobs=[0.0] * len(prompt) + recorded,
+        prompt_length=len(prompt),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     capped = grpo_update(model, optimizer, [(trajectory, 1.0)], GRPOConfig(policy=PolicyConfig(tis_cap=1.5)))
     assert capped["is_weight_mean"] == pytest.approx((1.5 + 1.5 + 0.5) / 3, rel=1e-4)
@@ -185,16 +219,16 @@ def test_resume_from_a_checkpoint_trains_the_groups_it_had_queued_once_and_sampl
     path = tmp_path / "run.db"
     store = SqliteStore(path)
     first = pipeline(store, 1, 1)
-    steps = asyncio.run(train(first, store, range(1, 3), []))  # steps 1 and 2 trained; step 3 queued and run
+    steps = asyncio.run(train(first, store, range(1, 3), []))  # steps 1 and 2 trained; 3 and 4 queued once 2 published
     checkpoint = first.state()
-    assert list(checkpoint) == ["3"]
-    queued_ids = checkpoint["3"]["ids"]
+    assert list(checkpoint) == ["3", "4"]
+    queued_ids = checkpoint["3"]["ids"] + checkpoint["4"]["ids"]
     asyncio.run(store.close())
 
     reopened = SqliteStore(path)  # the run restarts from the checkpoint of step 2
     resumed = pipeline(reopened, 1, 1, queued=checkpoint, skip=2)
     later = asyncio.run(train(resumed, reopened, range(3, 5), []))
-    assert [r.rollout_id for r in later[0].rollouts] == queued_ids  # the completed groups, not sampled again
+    assert [r.rollout_id for s in later for r in s.rollouts] == queued_ids  # the groups queued, not sampled again
     trained = [r.rollout_id for s in steps + later for r in s.trained[0]]
     everything = asyncio.run(reopened.query_rollouts(mode="train"))
     assert len(trained) == len(set(trained)) == len(everything) == 4 * PROMPTS * GROUP  # each once, none lost
@@ -226,12 +260,21 @@ def test_a_rollout_whose_calls_straddle_an_update_counts_as_mixed_and_as_old_as_
     async def two_calls() -> str:
         claimed = await store.start_rollout({"q": 0}, mode="train")
         for version in (4, 5):  # an update was published between its two calls
-            await store.add_span(Span(rollout_id=claimed.rollout_id, attempt_id=claimed.attempt.attempt_id,
-                                      name="chat", attributes={sc.GEN_AI_OPERATION: sc.CHAT, sc.WEIGHTS_VERSION: version}))
+            await store.add_span(
+                Span(
+                    rollout_id=claimed.rollout_id,
+                    attempt_id=claimed.attempt.attempt_id,
+                    name="chat",
+                    attributes={sc.GEN_AI_OPERATION: sc.CHAT, sc.WEIGHTS_VERSION: version},
+                )
+            )
         await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded", reward=1.0)
         return claimed.rollout_id
 
-    rollouts = [asyncio.run(store.get_rollout(asyncio.run(two_calls()))), asyncio.run(store.get_rollout(call(store, 5)))]
+    rollouts = [
+        asyncio.run(store.get_rollout(asyncio.run(two_calls()))),
+        asyncio.run(store.get_rollout(call(store, 5))),
+    ]
     fresh = asyncio.run(fresh_groups(store, rollouts, [0, 0], current_version=6, max_staleness=1))
     assert fresh.mixed == 1 and fresh.staleness == [2] and fresh.dropped == 1 and fresh.rollouts == []
     within = asyncio.run(fresh_groups(store, rollouts, [0, 0], current_version=5, max_staleness=1))

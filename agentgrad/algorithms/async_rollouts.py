@@ -3,8 +3,10 @@
 `RolloutPipeline` queues each step's groups (`group_size` rollouts of each of `prompts_per_step`
 tasks) `lookahead` steps ahead of the one training, so runners never wait for an update: with
 `lookahead=0` it is the synchronous loop (queue a step, wait for it, train), with `k` the rollouts
-of steps s+1..s+k run while step s trains. A group's version is the oldest weights version among its
-calls (every call's span names the version that sampled it); `fresh_groups` drops, and counts, the
+of steps s+1..s+k run while step s trains, and step s+k+1 is queued as soon as step s's weights are
+published (`published`), so the runners go on through validation and checkpointing. A group's
+version is the oldest weights version among its calls (every call's span names the version that
+sampled it); `fresh_groups` drops, and counts, the
 groups more than `max_staleness` updates behind the weights about to be trained (or keeps them, for
 the importance weights to correct), and the attempts whose calls straddle a weights swap (the policy's
 publish waits for attempts mid-flight, so only those it gave up on). A checkpoint keeps the queued steps (`state()`), so a resumed run
@@ -137,9 +139,7 @@ class RolloutPipeline:
         """Queue steps `step`..`step + lookahead` not queued yet, then wait for `step`'s rollouts; asynchronous,
         mark which groups are within `max_staleness` updates of `current_version` (the weights about to train)."""
         await self._adopt()
-        for ahead in range(step, min(step + self.lookahead, self.last_step) + 1):
-            if ahead not in self.queued:
-                await self._queue(ahead, self.sampler.take(self.prompts_per_step))
+        await self._queue_steps(step, step + self.lookahead)
         queued = self.queued.pop(step)
         rollouts = await self.algorithm.gather(queued["ids"], mode="train")
         groups = [i // self.group_size for i in range(len(rollouts))]
@@ -148,6 +148,20 @@ class RolloutPipeline:
         store = self.algorithm.store
         fresh = await fresh_groups(store, rollouts, groups, current_version, self.max_staleness, self.stale_groups)
         return StepRollouts(step, rollouts, groups, fresh)
+
+    async def published(self, step: int) -> None:
+        """The weights trained at `step` are served now: queue ahead what `collect(step + 1)` would, so the runners
+        sample on through what follows the update (validation, a checkpoint) instead of idling until the next
+        collect. The bound holds: those rollouts are sampled by the weights `step + 1` trains. Synchronous
+        (`lookahead=0`), nothing: the next step's rollouts are queued when it begins, as before."""
+        if self.lookahead:
+            await self._queue_steps(step + 1, step + 1 + self.lookahead)
+
+    async def _queue_steps(self, first: int, last: int) -> None:
+        """Queue the steps `first`..`last` not queued yet, in order (none past the run's last step)."""
+        for ahead in range(first, min(last, self.last_step) + 1):
+            if ahead not in self.queued:
+                await self._queue(ahead, self.sampler.take(self.prompts_per_step))
 
     def state(self) -> dict[str, dict[str, list[Any]]]:
         """The steps queued and not trained yet (rollout ids and task indices), for a checkpoint."""

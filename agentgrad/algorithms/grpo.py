@@ -384,6 +384,8 @@ class ShardedUpdate:
 
     def __init__(self, group: TrainingGroup, policy: LocalPolicy, cfg: GRPOConfig) -> None:
         self.group, self.policy, self.cfg = group, policy, cfg
+        if cfg.max_staleness is not None:  # asynchronous: new weights land in a copy, published between attempts
+            policy.train_beside_serving()
 
     def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         stats = self.group.call("run", sharded_grpo_step, batch, self.cfg, self.policy.engine.tokenizer.pad_token_id)
@@ -610,6 +612,7 @@ class GRPO(Algorithm["GRPOResult"]):
                     work = {role: b.scored for role, b in batch.roles.items()}
                 stats = await asyncio.to_thread(update.step, work) if batch.scored else {}
                 update_seconds = time.perf_counter() - update_began
+                await pipeline.published(step)  # async: the runners go on through validation and checkpointing
                 sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
 
                 # ---- log

@@ -232,6 +232,7 @@ class SFT(Algorithm["SFTResult"]):
             data = list(kept.values())
             # ---- fine-tune: NLL of the model-written tokens
             loss = await asyncio.to_thread(self._fine_tune, policy, optimizer, data, shuffle) if data else float("nan")
+            await pipeline.published(round_)  # async: the runners go on through validation
             metrics = {
                 "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,
                 "train/kept": len(data),

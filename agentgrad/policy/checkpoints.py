@@ -120,7 +120,10 @@ def save_sharded_checkpoint(group: TrainingGroup, policy: Any, directory: Path, 
 
 
 def load_sharded_checkpoint(group: TrainingGroup, policy: Any, directory: Path) -> dict[str, Any]:
-    """Restore a sharded checkpoint into the group (any world size) and serve its weights; returns its state."""
+    """Restore a sharded checkpoint into the group (any world size) and serve its weights under the version they
+    had when saved (`LocalPolicy.resume_version`: the spans of rollouts sampled before it keep a true staleness);
+    returns its state."""
     group.call("load", directory)
+    policy.resume_version(directory)
     deliver(policy, group.call("full_state_dict"))
     return torch.load(directory / TRAINER_STATE, weights_only=False)["state"]

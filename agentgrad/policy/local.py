@@ -12,7 +12,7 @@ import copy
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,13 +60,16 @@ class LocalPolicy:
         gateway_port: int = 0,
         adapters: Mapping[str, str] | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`adapters` (role name -> agent-name pattern, with `lora_rank > 0`): one LoRA adapter per role on the
-        one base, each agent's calls served by its role's (`agentgrad.engine.adapters`)."""
+        one base, each agent's calls served by its role's (`agentgrad.engine.adapters`). `clock` is what
+        `attempt_wait_s` is measured on (a test moves its own instead of sleeping)."""
         if not attempt_wait_s >= 0:
             raise ValueError(f"attempt_wait_s must be >= 0 seconds (0: swap between calls only), got {attempt_wait_s}")
         self.store = store
         self.attempt_wait_s = attempt_wait_s
+        self.clock = clock
         self.between_attempts = False  # publish waits for attempts mid-flight (asynchronous training)
         self.straddling: list[str] = []  # rollouts still mid-flight when the last publish stopped waiting
         self.gateway_port = gateway_port
@@ -147,7 +150,9 @@ class LocalPolicy:
             yield
             return
         with pool.attempts_held() as started:
-            self.straddling = asyncio.run(still_running(self.store, started, self.attempt_wait_s)) if started else []
+            self.straddling = []
+            if started:
+                self.straddling = asyncio.run(still_running(self.store, started, self.attempt_wait_s, self.clock))
             if self.straddling:
                 log.warning(
                     "%d attempt(s) still running after %g s will straddle the weights swap; training drops them",
@@ -284,14 +289,16 @@ class LocalPolicy:
             self.engine.version = saved - 1
 
 
-async def still_running(store: Store, rollout_ids: Sequence[str], timeout_s: float) -> list[str]:
-    """Wait up to `timeout_s` for the given rollouts' current attempts to end (the rollout no longer `running`:
-    finished, or requeuing for another attempt); the ones still running then."""
-    deadline = time.monotonic() + timeout_s
+async def still_running(
+    store: Store, rollout_ids: Sequence[str], timeout_s: float, clock: Callable[[], float] = time.monotonic
+) -> list[str]:
+    """Wait up to `timeout_s` (on `clock`) for the given rollouts' current attempts to end (the rollout no longer
+    `running`: finished, or requeuing for another attempt); the ones still running then."""
+    deadline = clock() + timeout_s
     while True:
         rollouts = await store.query_rollouts(rollout_ids=rollout_ids)
         running = [r.rollout_id for r in rollouts if r.status is RolloutStatus.RUNNING]
-        left = deadline - time.monotonic()
+        left = deadline - clock()
         if not running or left <= 0:
             return running
         try:  # wakes as soon as one finishes in this process; looks again after WAIT_POLL_SECONDS otherwise

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ class VLLMPolicy(LocalPolicy):
         gateway_port: int = 0,
         adapters: Mapping[str, str] | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if replicas < 1 and not urls:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
@@ -81,6 +82,7 @@ class VLLMPolicy(LocalPolicy):
             gateway_port=gateway_port,
             adapters=adapters,
             attempt_wait_s=attempt_wait_s,
+            clock=clock,
         )
         if self.engine.name in self.adapters:
             raise ValueError(

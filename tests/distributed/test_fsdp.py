@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,12 +13,25 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPOConfig, grpo_update, sharded_grpo_step
+from agentgrad.algorithms.grpo import GRPOConfig, ShardedUpdate, grpo_update, open_update, sharded_grpo_step
 from agentgrad.distributed.fsdp import split_by_tokens
 from agentgrad.distributed.group import SpawnedGroup
+from agentgrad.engine import Engine
+from agentgrad.policy.local import LocalPolicy
+from agentgrad.store import MemoryStore
+from tests.helpers import wait_until
+from tests.test_async_training import chat
 
-CONFIG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True)
+CONFIG = LlamaConfig(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    tie_word_embeddings=True,
+)
 GRPO_CFG = GRPOConfig(micro_batch_size=2, learning_rate=1e-3, max_grad_norm=0.05, updates_per_step=2)
 OPTIONS = {"learning_rate": GRPO_CFG.learning_rate, "weight_decay": 0.01}
 
@@ -29,17 +44,25 @@ def tiny_model() -> LlamaForCausalLM:
 def trajectory(prompt: list[int], response: list[int], seed: int) -> Trajectory:
     generator = torch.Generator().manual_seed(seed)
     old = (-2.0 - torch.rand(len(response), generator=generator)).tolist()  # off-policy: some ratios clip
-    return Trajectory(token_ids=prompt + response, loss_mask=[0] * len(prompt) + [1] * len(response),
-                      logprobs=[0.0] * len(prompt) + old, prompt_length=len(prompt))
+    return Trajectory(
+        token_ids=prompt + response,
+        loss_mask=[0] * len(prompt) + [1] * len(response),
+        logprobs=[0.0] * len(prompt) + old,
+        prompt_length=len(prompt),
+    )
 
 
 def step_batch(lengths: list[int]) -> list[tuple[Trajectory, float]]:
     prompt = list(range(1, 13))
-    return [(trajectory(prompt, [(7 * i + j) % 60 + 2 for j in range(n)], i), (-1.0) ** i * (0.5 + 0.1 * i))
-            for i, n in enumerate(lengths)]
+    return [
+        (trajectory(prompt, [(7 * i + j) % 60 + 2 for j in range(n)], i), (-1.0) ** i * (0.5 + 0.1 * i))
+        for i, n in enumerate(lengths)
+    ]
 
 
-def assert_same_weights(sharded: dict[str, torch.Tensor], local: torch.nn.Module, start: dict[str, torch.Tensor]) -> None:
+def assert_same_weights(
+    sharded: dict[str, torch.Tensor], local: torch.nn.Module, start: dict[str, torch.Tensor]
+) -> None:
     moved = 0.0
     for name, value in local.state_dict().items():
         if name not in sharded:
@@ -125,3 +148,58 @@ def test_a_checkpoint_saved_by_two_ranks_loads_into_one_and_the_next_update_matc
     assert_same_weights(resumed, model, start)
 
 
+def test_a_sharded_update_resumed_from_a_checkpoint_serves_its_weights_under_the_version_they_were_saved_with(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # the spans of rollouts sampled before a restart name the saved version: a resumed run's staleness needs it back
+    cfg = replace(GRPO_CFG, train_processes=2)
+    batch = step_batch([6, 9, 4, 7])
+    first = LocalPolicy(MemoryStore(), Engine(tiny_model_dir, sampling_dtype="float32"))
+    update = open_update(first, cfg, None)
+    try:
+        assert isinstance(update, ShardedUpdate)
+        update.step(batch)
+        update.step(batch)
+        saved_version = first.engine.version
+        update.save(tmp_path / "step-2", {"step": 2})
+    finally:
+        update.close()
+    assert saved_version >= 2
+    restarted = LocalPolicy(MemoryStore(), Engine(tiny_model_dir, sampling_dtype="float32"))  # a new process's
+    assert restarted.engine.version < saved_version
+    resumed = open_update(restarted, cfg, None)
+    try:
+        assert resumed.load(tmp_path / "step-2")["step"] == 2
+        assert restarted.engine.version == saved_version
+        for name, value in first.engine.model.state_dict().items():
+            assert torch.equal(restarted.engine.model.state_dict()[name], value), name  # and its weights
+        resumed.step(batch)
+        assert restarted.engine.version == saved_version + 1  # and counts on from it
+    finally:
+        resumed.close()
+
+
+def test_an_asynchronous_sharded_update_publishes_between_attempts_and_never_changes_the_served_weights_before(
+    tiny_model_dir: Path,
+) -> None:
+    store = MemoryStore()
+    with LocalPolicy(store, Engine(tiny_model_dir, sampling_dtype="float32")) as policy:  # fp32: serves its model
+        update = open_update(policy, replace(GRPO_CFG, train_processes=2, max_staleness=1), None)
+        try:
+            assert isinstance(update, ShardedUpdate) and policy.calls is not None
+            version, served = policy.engine.version, copy.deepcopy(policy.engine.model.state_dict())
+            attempt = asyncio.run(store.start_rollout({"q": 1}, mode="train"))
+            chat(policy, attempt.rollout_id, attempt.attempt.attempt_id)  # an attempt under way, between its calls
+            stepping = threading.Thread(target=update.step, args=(step_batch([6, 9, 4, 7]),))
+            stepping.start()
+            wait_until(lambda: policy.calls._attempts_held, "the publish waiting for the attempt", timeout=120)  # type: ignore[union-attr]
+            assert policy.engine.version == version  # the attempt's next call still gets the weights it began with
+            assert all(torch.equal(v, served[k]) for k, v in policy.engine.model.state_dict().items())
+            asyncio.run(
+                store.update_attempt(attempt.rollout_id, attempt.attempt.attempt_id, status="succeeded", reward=1.0)
+            )
+            stepping.join(120)
+            assert policy.engine.version == version + 1 and policy.straddling == []
+            assert not all(torch.equal(v, served[k]) for k, v in policy.engine.model.state_dict().items())
+        finally:
+            update.close()
