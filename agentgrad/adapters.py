@@ -70,7 +70,7 @@ def _order(span: Span) -> tuple[float, int]:
     return (span.start_time, span.sequence_id)
 
 
-def _agent_of(span: Span) -> str:
+def agent_of(span: Span) -> str:
     """What `agent_match` is matched against: the agent's name, else (unnamed calls) the model name."""
     return sc.agent_name(span) or str(span.attributes.get(sc.GEN_AI_REQUEST_MODEL) or "")
 
@@ -82,7 +82,7 @@ def llm_calls(spans: Sequence[Span], agent_match: str | None = None) -> list[LLM
     for span in sorted(spans, key=_order):
         if not is_llm_call(span) or not is_trainable(span) or span.status.code == "ERROR":
             continue
-        if pattern is not None and not pattern.search(_agent_of(span)):
+        if pattern is not None and not pattern.search(agent_of(span)):
             continue
         for choice in recorded_choices(span):
             if choice.prompt_token_ids and choice.response_token_ids is not None:
@@ -261,7 +261,7 @@ def to_chats(spans: Sequence[Span], agent_match: str | None = None) -> list[list
     for span in sorted(spans, key=_order):
         if span.attributes.get(sc.GEN_AI_OPERATION) != sc.CHAT or span.status.code == "ERROR" or not is_trainable(span):
             continue
-        if pattern is not None and not pattern.search(_agent_of(span)):
+        if pattern is not None and not pattern.search(agent_of(span)):
             continue
         messages = [chat_message(m) for m in sc.input_messages(span) if isinstance(m, dict)]
         outputs = sc.output_messages(span)

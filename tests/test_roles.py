@@ -171,3 +171,51 @@ def test_a_roles_own_reward_wins_over_a_dimension_named_after_it() -> None:
     spans = [reward_span(0.8, "verifier", 1), reward_span(1.0, None, 2, {"solver": 1.0, "verifier": 0.0})]
     assert role_reward(spans, "verifier", ROLES["verifier"], 1.0) == 0.8
     assert role_reward(spans, "solver", ROLES["solver"], 0.0) == 1.0
+
+
+def solver_verifier_and_critic(task: dict[str, int], llm: ag.LLM) -> float:
+    """`solver_and_verifier` plus a call from an agent no role names (a critic) and an unnamed one."""
+    reward = solver_and_verifier(task, llm)
+    ask(llm.for_agent("critic"), f"Is {task['a']}+{task['b']} hard? Say yes or no.")
+    ask(llm, "Say hello.")
+    return reward
+
+
+@pytest.mark.model
+def test_a_default_role_serves_and_trains_the_agents_no_role_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine(sampling_dtype="float32", device="cpu")
+    trained: list[dict[str, list[Any]]] = []
+    real_step = RoleUpdate.step
+
+    def spied_step(self: RoleUpdate, batches: dict[str, list[Any]]) -> dict[str, float]:
+        trained.append(batches)
+        return real_step(self, batches)
+
+    monkeypatch.setattr(RoleUpdate, "step", spied_step)  # records what each adapter trains on, runs the real update
+    store = ag.MemoryStore()
+    config = GRPOConfig(
+        steps=1, prompts_per_step=1, group_size=2, max_tokens=6, val_every=0, skip_uniform_groups=False,
+        roles=ROLES, default_role="solver", policy=LORA,
+    )  # fmt: skip
+    ag.Trainer(GRPO(config, local_engine=engine), store=store).fit(solver_verifier_and_critic, [{"a": 12, "b": 30}])
+    engine.close()
+
+    (batches,) = trained
+    calls = [
+        s
+        for r in asyncio.run(store.query_rollouts())
+        for s in asyncio.run(store.query_spans(r.rollout_id))
+        if sc.is_llm_call(s)
+    ]
+    served = {(sc.agent_name(s), s.attributes.get(sc.ADAPTER_NAME)) for s in calls}
+    assert served == {("solver", "solver"), ("verifier", "verifier"), ("critic", "solver"), (None, "solver")}
+    trained_ids = {role: {i for t, _ in batch for i in t.span_ids} for role, batch in batches.items()}
+    assert trained_ids["verifier"] == {s.span_id for s in calls if sc.agent_name(s) == "verifier"}
+    assert trained_ids["solver"] == {s.span_id for s in calls if sc.agent_name(s) != "verifier"}  # critic, unnamed too
+
+
+def test_a_default_role_must_be_one_of_the_roles() -> None:
+    with pytest.raises(ValueError, match="default adapter 'critic' is not one of the adapters"):
+        GRPOConfig(roles=ROLES, default_role="critic", policy=LORA)
+    with pytest.raises(ValueError, match="give roles= too"):
+        GRPOConfig(default_role="solver", policy=LORA)

@@ -91,6 +91,9 @@ class GRPOConfig:
     roles: Mapping[str, str] | None = (
         None  # role -> agent pattern: one LoRA adapter per role, trained together (roles.py)
     )
+    default_role: str | None = (
+        None  # roles: the role whose adapter serves and trains the agents no role matches (None: the base serves them)
+    )
     # ---- advantages
     normalize_std: bool = (
         True  # divide advantages by the group's reward std (GRPO); False: mean-centred only (Dr. GRPO)
@@ -151,6 +154,8 @@ class GRPOConfig:
         if self.roles:
             self.roles = dict(self.roles)  # a copy: the caller's mapping stays theirs
             check_roles(self.roles, self)
+        elif self.default_role is not None:
+            raise ValueError(f"default_role={self.default_role!r} names one of the roles: give roles= too, or drop it")
         if self.keep_checkpoints < 0:
             raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
         for name in ("steps", "prompts_per_step", "micro_batch_size", "updates_per_step", "train_processes"):
@@ -483,7 +488,13 @@ class GRPO(Algorithm["GRPOResult"]):
         if not train_data:
             raise ValueError("GRPO needs training tasks")
         with make_policy(
-            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port, roles=cfg.roles
+            cfg.policy,
+            ctx.store,
+            self.local_engine,
+            self.model_name,
+            gateway_port=ctx.gateway_port,
+            roles=cfg.roles,
+            default_role=cfg.default_role,
         ) as policy:
             # ---- the update sharded over several processes (agentgrad.distributed), when asked
             update = open_update(policy, cfg, ctx.launcher)

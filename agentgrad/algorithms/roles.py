@@ -6,7 +6,8 @@ the one base held once in memory (`agentgrad.engine.adapters`); with `engine="vl
 each adapter loaded under its role's name and synced after every step (`agentgrad.policy.vllm`). This module
 turns a step's rollouts into one batch per role and updates each adapter with its own optimizer:
 
-- a role's batch is exactly its agents' calls (`to_trajectories(agent_match=pattern)`);
+- a role's batch is exactly its agents' calls (`to_trajectories(agent_match=pattern)`); with `default_role`, that
+  role's adapter also serves the agents no role matches (and unnamed calls), and its batch takes their calls too;
 - a role's reward in a rollout is the last reward emitted for it (`ag.emit_reward(value, agent=role)`),
   else the last reward's dimension named after the role (`ag.emit_reward({"solver": 1.0, "verifier": 0.0},
   primary="solver")`), else the rollout's reward; rollouts in which the role made no call leave its batch and its baseline;
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from agentgrad import semconv as sc
-from agentgrad.adapters import Trajectory, to_trajectories
+from agentgrad.adapters import Trajectory, agent_of, to_trajectories
 from agentgrad.algorithms.credit import Advantage, useful_groups
 from agentgrad.engine.adapters import Adapters, adapter_parameters, save_adapter
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
@@ -47,7 +48,7 @@ ROLE_OPTIMIZER = "optimizer.pt"
 
 def check_roles(roles: Mapping[str, str], cfg: Any) -> None:
     """What training several roles at once needs of a GRPO config; a ValueError that says what to change."""
-    Adapters(dict(roles))  # names and patterns
+    Adapters(dict(roles), cfg.default_role)  # names, patterns, and the default among them
     problems = [
         (cfg.policy.lora_rank < 1, "lora_rank >= 1 (one LoRA adapter per role on one base)"),
         (
@@ -84,6 +85,22 @@ def role_reward(spans: Sequence[Span], role: str, pattern: str, fallback: float)
     return dimensions[-1] if dimensions else fallback
 
 
+def role_calls(spans: Sequence[Span], role: str, roles: Mapping[str, str], default_role: str | None) -> list[Span]:
+    """`spans` less the model calls this role does not train: the default role (the adapter that serves every agent no
+    role matches) keeps, beside its own agents' calls, every call no other role's pattern takes; any other role keeps
+    them all (`to_trajectories(agent_match=pattern)` selects its calls)."""
+    if role != default_role:
+        return list(spans)
+    others = [re.compile(p) for name, p in roles.items() if name != role]
+    own = re.compile(roles[role])
+
+    def trained_here(span: Span) -> bool:
+        caller = agent_of(span)
+        return bool(own.search(caller)) or not any(p.search(caller) for p in others)
+
+    return [s for s in spans if not sc.is_llm_call(s) or trained_here(s)]
+
+
 @dataclass
 class RoleBatch:
     """One role's share of a GRPO step."""
@@ -103,9 +120,15 @@ def role_batches(
     batches: dict[str, RoleBatch] = {}
     for role, pattern in roles.items():
         taking: list[tuple[Sequence[Span], float, list[Trajectory], Hashable]] = []
+        default = role == cfg.default_role  # takes the calls of every agent no role matches: no pattern selects them
         for rollout, group, spans in members:
             reward = role_reward(spans, role, pattern, rollout.reward or 0.0)
-            trajectories = to_trajectories(spans, reward=reward, agent_match=pattern, skip_forced=True)
+            trajectories = to_trajectories(
+                role_calls(spans, role, roles, cfg.default_role),
+                reward=reward,
+                agent_match=None if default else pattern,
+                skip_forced=True,
+            )
             if trajectories:
                 taking.append((spans, reward, trajectories, group))
         rewards = [reward for _, reward, _, _ in taking]

@@ -83,9 +83,11 @@ def make_policy(
     *,
     gateway_port: int = 0,
     roles: Mapping[str, str] | None = None,
+    default_role: str | None = None,
 ) -> LocalPolicy:
     """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update.
-    `roles` (role -> agent pattern): one LoRA adapter per role, served together by either."""
+    `roles` (role -> agent pattern): one LoRA adapter per role, served together by either; `default_role`'s
+    adapter serves the agents no role matches (None: the base model does)."""
     if policy.engine == "vllm":
         from agentgrad.policy.vllm import VLLMPolicy
 
@@ -100,6 +102,7 @@ def make_policy(
             lora_alpha=policy.lora_alpha,
             gateway_port=gateway_port,
             adapters=roles,
+            default_adapter=default_role,
             attempt_wait_s=policy.attempt_wait_s,
         )
     from agentgrad.policy.local import LocalPolicy
@@ -112,5 +115,6 @@ def make_policy(
         lora_alpha=policy.lora_alpha,
         gateway_port=gateway_port,
         adapters=roles,
+        default_adapter=default_role,
         attempt_wait_s=policy.attempt_wait_s,
     )

@@ -59,11 +59,13 @@ class LocalPolicy:
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
         adapters: Mapping[str, str] | None = None,
+        default_adapter: str | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`adapters` (role name -> agent-name pattern, with `lora_rank > 0`): one LoRA adapter per role on the
-        one base, each agent's calls served by its role's (`agentgrad.engine.adapters`). `clock` is what
+        one base, each agent's calls served by its role's (`agentgrad.engine.adapters`); an agent no pattern matches
+        by `default_adapter`'s (one of them), else by the base model. `clock` is what
         `attempt_wait_s` is measured on (a test moves its own instead of sleeping)."""
         if not attempt_wait_s >= 0:
             raise ValueError(f"attempt_wait_s must be >= 0 seconds (0: swap between calls only), got {attempt_wait_s}")
@@ -81,7 +83,16 @@ class LocalPolicy:
 
             if lora_rank < 1:
                 raise ValueError("one adapter per role needs LoRA: set lora_rank to 1 or more (8, say)")
-            serve_adapters(self.engine, self.adapters, rank=lora_rank, alpha=lora_alpha, targets=lora_targets)
+            serve_adapters(
+                self.engine,
+                self.adapters,
+                rank=lora_rank,
+                alpha=lora_alpha,
+                targets=lora_targets,
+                default=default_adapter,
+            )
+        elif default_adapter is not None:
+            raise ValueError(f"default adapter {default_adapter!r} names one of the adapters: give adapters= too")
         elif lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 

@@ -65,6 +65,7 @@ class VLLMPolicy(LocalPolicy):
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
         adapters: Mapping[str, str] | None = None,
+        default_adapter: str | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -81,6 +82,7 @@ class VLLMPolicy(LocalPolicy):
             lora_targets=lora_targets,
             gateway_port=gateway_port,
             adapters=adapters,
+            default_adapter=default_adapter,
             attempt_wait_s=attempt_wait_s,
             clock=clock,
         )
