@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 import agentgrad as ag
+from agentgrad import semconv as sc
+from agentgrad.algorithms.roles import role_reward
 from agentgrad.rollout.runner import Runner
-from agentgrad.types import Span
+from agentgrad.types import AttemptStatus, RolloutStatus, Span
 
 
 async def run_once(agent) -> list[Span]:  # type: ignore[no-untyped-def]
@@ -28,6 +30,49 @@ async def test_reward_dimensions_keep_a_primary_that_becomes_the_final_reward() 
         "agentgrad.reward.format": 0.5,
         "agentgrad.reward.primary": "correct",
     }
+
+
+async def test_a_returned_reward_keyed_by_role_is_recorded_as_emitting_it_with_the_first_key_primary() -> None:
+    store = ag.MemoryStore()
+    returned, emitted = await store.enqueue_rollouts([{"input": "returned"}, {"input": "emitted"}])
+
+    def agent(task: str) -> dict[str, float] | None:
+        if task == "emitted":
+            ag.emit_reward({"solver": 1.0, "verifier": 0.0}, primary="solver")
+            return None
+        return {"solver": 1.0, "verifier": 0.0}  # the same reward, returned
+
+    await Runner(agent, store, max_rollouts=2).run()
+    recorded = []
+    for queued in (returned, emitted):
+        rollout = await store.get_rollout(queued.rollout_id)
+        (reward,) = [s for s in await store.query_spans(queued.rollout_id) if s.name == sc.REWARD_SPAN]
+        recorded.append((rollout.status, rollout.reward, reward.attributes))
+        assert role_reward([reward], "verifier", "^verifier$", fallback=0.5) == 0.0  # the verifier trains on its own
+    assert recorded[0] == recorded[1] == (RolloutStatus.SUCCEEDED, 1.0, {
+        "agentgrad.reward": 1.0, "agentgrad.reward.solver": 1.0, "agentgrad.reward.verifier": 0.0,
+        "agentgrad.reward.primary": "solver",
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({}, "returned an empty dict"),
+        ({"solver": "1"}, "each is a non-empty name and a finite number"),
+        ({"solver": float("nan")}, "each is a non-empty name and a finite number"),
+        ({"": 1.0}, "each is a non-empty name and a finite number"),
+    ],
+    ids=["empty", "not-a-number", "nan", "no-name"],
+)
+async def test_a_returned_reward_dict_that_is_not_names_and_numbers_fails_the_attempt_saying_so(
+    value: dict[str, object], says: str
+) -> None:
+    store = ag.MemoryStore()
+    queued = await store.enqueue_rollout("t")
+    await Runner(lambda task: value, store, max_rollouts=1).run()
+    (attempt,) = await store.query_attempts(queued.rollout_id)
+    assert attempt.status is AttemptStatus.FAILED and says in (attempt.error or "")
 
 
 def test_reward_errors_name_the_problem() -> None:
@@ -64,7 +109,10 @@ async def test_messages_objects_annotations_and_operations_are_recorded() -> Non
     spans = {s.name: s for s in await run_once(agent)}
     assert spans["agentgrad.message"].attributes == {"agentgrad.message.body": "thinking", "step": 1}
     assert spans["agentgrad.object"].attributes["agentgrad.object.json"] == '{"plan": ["a", "b"]}'
-    assert spans["agentgrad.annotation"].attributes == {"agentgrad.annotation.judge": "good", "agentgrad.annotation.tags": '["x"]'}
+    assert spans["agentgrad.annotation"].attributes == {
+        "agentgrad.annotation.judge": "good",
+        "agentgrad.annotation.tags": '["x"]',
+    }
     assert spans["lookup"].attributes["agentgrad.operation.input"] == '{"key": "k"}'
     assert spans["lookup"].attributes["agentgrad.operation.output"] == '{"key": "k", "value": 42}'
     assert spans["renamed"].attributes["agentgrad.operation.output"] == "2"

@@ -1,7 +1,8 @@
 """Writing an agent: a `LitAgent` subclass or a function decorated with `@agentgrad.rollout`.
 
-The agent receives the task and the resources it asks for, and returns its reward (a number)
-or None when it reports rewards itself with `emit_reward`.
+The agent receives the task and the resources it asks for, and returns its reward (a number, or a
+mapping of named dimensions such as one per role, `{"solver": 1.0, "verifier": 0.0}`, whose first key is
+the reward trained on) or None when it reports rewards itself with `emit_reward`.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import inspect
 import math
 import pickle
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
 from agentgrad.types import LLM, NamedResources, PromptTemplate, Rollout
 
 RESOURCE_CLASSES: tuple[type, ...] = (LLM, PromptTemplate)
+Reward = float | dict[str, float]
+"""What an agent returns: a number, or named dimensions (one per role, say) whose first key is the primary."""
 
 agent_threads: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("agentgrad_agent_threads", default=None)
 """Where sync agents run: the runner sets its own pool (one thread per concurrent attempt), so `--workers N`
@@ -48,10 +51,10 @@ class LitAgent:
     def name(self) -> str:
         return type(self).__name__
 
-    def rollout(self, task: Any, resources: NamedResources, rollout: Rollout) -> float | None:
+    def rollout(self, task: Any, resources: NamedResources, rollout: Rollout) -> Reward | None:
         raise NotImplementedError(f"{type(self).__name__} must implement rollout(task, resources, rollout)")
 
-    async def run(self, task: Any, resources: NamedResources, rollout: Rollout) -> float | None:
+    async def run(self, task: Any, resources: NamedResources, rollout: Rollout) -> Reward | None:
         """Run one rollout; sync agents run in a worker thread so the event loop stays free."""
         if inspect.iscoroutinefunction(self.rollout):
             result = await self.rollout(task, resources, rollout)
@@ -60,13 +63,16 @@ class LitAgent:
         return as_reward(result, self.name)
 
 
-def as_reward(result: Any, agent_name: str) -> float | None:
+def as_reward(result: Any, agent_name: str) -> Reward | None:
+    """What the agent returned, checked: None, a finite float, or a non-empty dict of them by name (`Reward`)."""
     if result is None:
         return None
+    if isinstance(result, Mapping):
+        return as_dimensions(result, agent_name)
     if isinstance(result, bool) or not isinstance(result, (int, float)):
         raise AgentError(
-            f"agent {agent_name!r} returned {type(result).__name__}; return a float reward, "
-            "or None and report rewards with agentgrad.emit_reward"
+            f"agent {agent_name!r} returned {type(result).__name__}; return a float reward (or a dict of them by "
+            "role, the first key trained on), or None and report rewards with agentgrad.emit_reward"
         )
     if not math.isfinite(result):
         raise AgentError(
@@ -74,6 +80,26 @@ def as_reward(result: Any, agent_name: str) -> float | None:
             "return a finite float (or None when there is no reward)"
         )
     return float(result)
+
+
+def as_dimensions(result: Mapping[Any, Any], agent_name: str) -> dict[str, float]:
+    """A returned reward with named dimensions, in its order (the first is the primary): names and finite numbers."""
+    if not result:
+        raise AgentError(f"agent {agent_name!r} returned an empty dict; return at least one named reward, or None")
+    bad = {
+        key: value
+        for key, value in result.items()
+        if not isinstance(key, str)
+        or not key
+        or isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+    }
+    if bad:
+        raise AgentError(
+            f"agent {agent_name!r} returned the reward dimensions {bad!r}: each is a non-empty name and a finite number"
+        )
+    return {key: float(value) for key, value in result.items()}
 
 
 class FunctionAgent(LitAgent):
@@ -157,7 +183,7 @@ class FunctionAgent(LitAgent):
     def rollout(self, task: Any, resources: NamedResources, rollout: Rollout) -> Any:
         return self.function(task, **self.arguments(resources, rollout))
 
-    async def run(self, task: Any, resources: NamedResources, rollout: Rollout) -> float | None:
+    async def run(self, task: Any, resources: NamedResources, rollout: Rollout) -> Reward | None:
         arguments = self.arguments(resources, rollout)
         if self._is_async:
             result = await self.function(task, **arguments)

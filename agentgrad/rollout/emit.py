@@ -66,6 +66,19 @@ def emit_reward(value: float | Mapping[str, float], primary: str | None = None, 
     _emit(sc.REWARD_SPAN, attributes)
 
 
+def record_returned_reward(value: float | Mapping[str, float]) -> float:
+    """Record the reward an agent returned as `emit_reward` would (a mapping's first key as its primary: a return
+    cannot name one); returns the value trained on, the attempt's reward."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise ValueError("a reward with dimensions needs at least one")
+        primary = next(iter(value))
+        emit_reward(value, primary=primary)
+        return float(value[primary])
+    emit_reward(value)
+    return float(value)
+
+
 def emit_message(message: str, **attributes: Any) -> None:
     """Record a line of text (a log line, a thought, a tool result)."""
     _emit(sc.MESSAGE_SPAN, {sc.MESSAGE_BODY: message, **attributes})

@@ -22,7 +22,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentgrad.rollout.agent import LitAgent
+from agentgrad.rollout.agent import LitAgent, Reward
 from agentgrad.types import AttemptedRollout, NamedResources, Span
 
 ISOLATIONS = ("thread", "process")
@@ -122,7 +122,7 @@ class AttemptProcesses:
         resources: NamedResources,
         sink: Any,
         parent: tuple[int, int] | None,
-    ) -> tuple[float | None, str | None]:
+    ) -> tuple[Reward | None, str | None]:
         """Run the agent on the rollout in a new process (blocking; call it from a worker thread).
 
         Returns (reward, None) or (None, error); spans arrive through `sink.put` as the agent writes them."""

@@ -29,8 +29,8 @@ from typing import Any, Literal
 # threads, and a first import of httpx under way in another thread makes those calls fail.
 import httpx
 
-from agentgrad.rollout.agent import LitAgent, agent_threads, as_agent
-from agentgrad.rollout.emit import emit_exception, emit_reward
+from agentgrad.rollout.agent import LitAgent, Reward, agent_threads, as_agent
+from agentgrad.rollout.emit import emit_exception, record_returned_reward
 from agentgrad.rollout.isolation import ISOLATIONS, AttemptProcesses, describe
 from agentgrad.rollout.tracer import bind_attempt, get_tracer
 from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, NO_REWARD, ROLLOUT_ID, ROLLOUT_SPAN
@@ -284,7 +284,7 @@ class Runner:
 
     async def _run_in_process(
         self, item: AttemptedRollout, resources: NamedResources
-    ) -> tuple[float | None, str | None]:
+    ) -> tuple[Reward | None, str | None]:
         """The agent on `item` in a process of its own (`isolation="process"`): (reward, None) or (None, error)."""
         from opentelemetry import trace
 
@@ -327,11 +327,11 @@ class Runner:
                         }
                         proxied = [r for r in resources.values() if isinstance(r, LLM) and r.proxied]
                         if self.isolation == "process":
-                            reward, error = await self._run_in_process(item, resources)
+                            returned, error = await self._run_in_process(item, resources)
                         else:
-                            reward = await self.agent.run(item.input, resources, item)
-                        if reward is not None:
-                            emit_reward(reward)
+                            returned = await self.agent.run(item.input, resources, item)
+                        if returned is not None:
+                            reward = record_returned_reward(returned)
                     except BaseException as exc:  # an agent's KeyboardInterrupt or SystemExit too
                         task = asyncio.current_task()
                         if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
