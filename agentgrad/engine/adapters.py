@@ -137,8 +137,9 @@ def load_adapters(engine: Any, folders: Mapping[str, str | Path]) -> Any:
 
     names = list(folders)
     check_adapter_names(names)
-    held = list(engine.adapters.patterns) if engine.adapters is not None else []
-    clash = sorted(set(names) & set(held))
+    held: Adapters | None = engine.adapters
+    held_patterns, default = (held.patterns, held.default) if held is not None else ({}, None)
+    clash = sorted(set(names) & set(held_patterns))
     if clash:
         raise ValueError(f"this engine already serves adapters named {clash}; give the saved ones other names")
     base = base_name(engine.model)
@@ -155,9 +156,7 @@ def load_adapters(engine: Any, folders: Mapping[str, str | Path]) -> Any:
         except (RuntimeError, ValueError) as exc:  # a shape or a target module the served base does not have
             raise ValueError(f"adapter {name!r} at {folder} does not fit the served base {base!r}: {exc}") from None
         exact = {name: f"^{re.escape(name)}$" for name in names}  # by its name only: no agent falls into it
-        held_routes = engine.adapters.patterns if engine.adapters is not None else {}
-        default = engine.adapters.default if engine.adapters is not None else None
-        routes = Adapters({**held_routes, **exact}, default)
+        routes = Adapters({**held_patterns, **exact}, default)
         if model is not engine.model:
             engine.replace_model(model)
         engine.adapters = routes
