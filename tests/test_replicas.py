@@ -104,11 +104,12 @@ async def test_attempts_held_holds_new_rollouts_first_calls_and_lets_those_begun
 ROLES = {"solver": "^solver$", "verifier": "^verif"}
 
 
-def adapter_pool(url: str, api_key: str | None = None) -> ReplicaPool:
-    """One replica serving two role adapters and the base (named "base-model" upstream), as `VLLMPolicy` builds it."""
+def adapter_pool(url: str, api_key: str | None = None, default: str | None = None) -> ReplicaPool:
+    """One replica serving two role adapters and the base (named "base-model" upstream), as `VLLMPolicy` builds it;
+    `default`: the role whose adapter serves the agents no role matches (`GRPOConfig(default_role=...)`)."""
     models = {"solver": "solver", "verifier": "verifier", sc.BASE_ADAPTER: "base-model"}
     backend = Backend(url, api_key=api_key, system="vllm")
-    return ReplicaPool("policy", [backend], adapters=models, resolve=Adapters(ROLES).resolve)
+    return ReplicaPool("policy", [backend], adapters=models, resolve=Adapters(ROLES, default).resolve)
 
 
 async def test_a_pool_of_adapters_leases_each_agents_calls_under_its_adapters_model_name() -> None:
@@ -152,4 +153,30 @@ async def test_through_the_gateway_each_agents_call_reaches_vllm_under_its_adapt
         ("solver", "solver"),
         ("verifier", "verifier"),
         ("planner", sc.BASE_ADAPTER),
+    ]
+
+
+async def test_with_a_default_role_an_agent_no_role_matches_reaches_vllm_under_that_roles_adapter_and_says_so(
+    upstream: Upstream,
+) -> None:
+    store = MemoryStore()
+    pool = adapter_pool(upstream.url, UPSTREAM_KEY, default="solver")
+    gateway = Gateway(store, routers={"policy": pool}, retry_backoff_s=0.001)
+    rollout = await store.start_rollout("task")
+    route = f"/rollouts/{rollout.rollout_id}/attempts/{rollout.attempt.attempt_id}"
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+    with ServerThread(gateway) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            for path in ("/agents/planner/v1", "/agents/verifier/v1", "/v1"):  # the last call names no agent
+                answer = await client.post(f"{route}{path}/chat/completions", json=body)
+                assert answer.status_code == 200, answer.text
+        await gateway.flush()
+    assert [r["model"] for r in upstream.fake.requests] == ["solver", "verifier", "solver"]
+    spans = sorted(
+        (s for s in await store.query_spans(rollout.rollout_id) if sc.is_llm_call(s)), key=lambda s: s.sequence_id
+    )
+    assert [(s.attributes.get(sc.AGENT_NAME), s.attributes[sc.ADAPTER_NAME]) for s in spans] == [
+        ("planner", "solver"),
+        ("verifier", "verifier"),
+        (None, "solver"),
     ]
