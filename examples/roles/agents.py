@@ -2,19 +2,22 @@
 
 The solver answers (`Answer: <number>`), writing `calculate: <expression>` when it wants the calculator
 (the text protocol of `examples/calc_agent.py`, `tool` task). The verifier sees the problem and the
-solver's answer, may use the same calculator, and says `Verdict: correct` or `Verdict: wrong`; a wrong
-verdict sends the answer back to the solver once (its new answer, if it gives one, is final). `solve` and `verify` know nothing of training: each
+solver's answer, checks it by difference with the same calculator (`calculate: 123 + 456 - 589`, shown in its
+examples), and says `Verdict: correct` or `Verdict: wrong`; a wrong verdict sends the answer back to the solver
+once (its new answer, if it gives one, is final). `solve` and `verify` know nothing of training: each
 gets an OpenAI client whose base URL names its agent (`llm.for_agent("solver")`, a gateway route), which is
 how `GRPOConfig(roles=...)` trains one LoRA adapter per role.
 
-The grader (`grade`) rewards the solver 1 for a correct final answer and the verifier 1 for a correct
-verdict on the solver's first answer, as one reward with a dimension per role
-(`emit_reward({"solver": ..., "verifier": ...}, primary="solver")`): under `roles=` each role trains on its
-own dimension, and one shared policy trains on the primary alone.
-
 Two kinds of task: `solve` runs both agents; `check` hands the verifier a fixed proposed answer (right
-for half the tasks, off by a typical slip for the other half), so its accuracy is measured on a known
-mix whatever the solver does.
+for half the tasks, off by a typical slip for the other half), so it is judged on a known mix whatever the
+solver does.
+
+The grader (`grade`) rewards the solver 1 for a correct final answer, and the verifier 1 for a correct verdict on
+a check task, as one reward with a dimension per role, returned by the rollout (`return {"solver": ...,
+"verifier": ...}`, the first key the rollout's reward): under `roles=` each role trains on its own dimension,
+and one shared policy trains on the first alone. The verifier is not graded on solve tasks (a constant
+`UNGRADED`, which GRPO skips as a group of equal rewards): there the right verdict is mostly "wrong" while the
+solver is weak, and paying it taught the verifier to reject everything (measured: see `grade`).
 """
 
 from __future__ import annotations
@@ -34,25 +37,32 @@ ROLES = {SOLVER: f"^{SOLVER}$", VERIFIER: f"^{VERIFIER}$"}
 """`GRPOConfig(roles=ROLES)`: each role trains the calls of the agent of its name."""
 MAX_TURNS = 3  # model calls per answer or verdict: a calculator round, its result, the reply
 VERIFIER_PROMPT = (
-    "Check the proposed answer to the problem. Reply 'Verdict: correct' or 'Verdict: wrong'. "
-    "If you need to, you can write 'calculate: <expression>' to use a calculator."
+    "Check the proposed answer to the problem. Use the calculator: 'calculate: <problem> - <proposed answer>'. "
+    "If the result is 0 reply 'Verdict: correct', otherwise 'Verdict: wrong'."
 )
 VERIFIER_EXAMPLES: list[dict[str, Any]] = [
     {"role": "user", "content": "Problem: What is 23 + 14?\nProposed answer: 37"},
+    {"role": "assistant", "content": "calculate: 23 + 14 - 37"},
+    {"role": "user", "content": "Result: 0"},
     {"role": "assistant", "content": "Verdict: correct"},
     {"role": "user", "content": "Problem: What is 123 + 456?\nProposed answer: 589"},
-    {"role": "assistant", "content": "calculate: 123 + 456"},
-    {"role": "user", "content": "Result: 579"},
+    {"role": "assistant", "content": "calculate: 123 + 456 - 589"},
+    {"role": "user", "content": "Result: -10"},
     {"role": "assistant", "content": "Verdict: wrong"},
     {"role": "user", "content": "Problem: What is 208 + 315?\nProposed answer: 523"},
-    {"role": "assistant", "content": "calculate: 208 + 315"},
-    {"role": "user", "content": "Result: 523"},
+    {"role": "assistant", "content": "calculate: 208 + 315 - 523"},
+    {"role": "user", "content": "Result: 0"},
     {"role": "assistant", "content": "Verdict: correct"},
 ]
-"""Three worked checks, the last two with the calculator: the model copies the last demonstration, so it calls the
-calculator from the start, and what it has to learn is to compare the result with the proposed answer."""
+"""Three worked checks by difference: the calculator gives the proposed answer's error, so the verdict rests on one
+short number (0 or not) rather than on comparing two four-digit ones. The base model copies the calculator line
+but then says `correct` whatever the result (greedy, 64 of 64 held-out checks); that mapping is what GRPO teaches.
+With the first protocol (`calculate: <problem>`, then compare the result with the proposed answer) the verifier
+did not learn in six steps: it went from accepting every answer to rejecting every one."""
 SEND_BACK = "A checker says this answer is wrong. Work it out again and give the final 'Answer: <number>'."
 VERDICT = re.compile(r"Verdict:\s*(correct|incorrect|wrong)", re.IGNORECASE)
+UNGRADED = 0.0
+"""The verifier's reward on solve tasks: the same for every rollout of a task, so its group teaches it nothing."""
 SLIPS = (-100, -10, -1, 1, 10, 100)
 """How a wrong proposed answer differs from the sum: a digit off by one, the small model's typical error."""
 
@@ -114,19 +124,23 @@ def run_program(
 
 
 def grade(task: dict[str, Any], outcome: Outcome) -> dict[str, float]:
-    """The task's grader: per role, 1 for a correct final answer (solver) or a correct verdict (verifier)."""
-    grades = {VERIFIER: float(outcome.verdict is not None and outcome.verdict == (outcome.first == task["answer"]))}
-    if task["kind"] == "solve":
-        grades[SOLVER] = float(outcome.final == task["answer"])
-    return grades
+    """The task's grader, per role: the solver 1 for a correct final answer (solve tasks), the verifier 1 for a
+    correct verdict (check tasks, half of them right). The solver's dimension comes first: the rollout's reward.
+
+    On solve tasks the verifier gets `UNGRADED` whatever it says. Graded there too, it saw mostly wrong answers
+    from the untrained solver, so "wrong" paid far more often than "correct", and within four steps it rejected
+    every answer (check tasks included), sending the solver's right answers back to be spoiled."""
+    verdict_right = float(outcome.verdict is not None and outcome.verdict == (outcome.first == task["answer"]))
+    if task["kind"] == "check":
+        return {VERIFIER: verdict_right}
+    return {SOLVER: float(outcome.final == task["answer"]), VERIFIER: UNGRADED}
 
 
 @ag.rollout
-def solver_and_verifier(task: dict[str, Any], llm: ag.LLM) -> None:
-    """One rollout: the program, then its grades as one reward with a dimension per role."""
+def solver_and_verifier(task: dict[str, Any], llm: ag.LLM) -> dict[str, float]:
+    """One rollout: the program, then its grades as one reward with a dimension per role (the first the primary)."""
     solver, verifier = client_for(llm.for_agent(SOLVER)), client_for(llm.for_agent(VERIFIER))
-    grades = grade(task, run_program(task, solver, verifier, llm.model, dict(llm.sampling_parameters)))
-    ag.emit_reward(grades, primary=SOLVER if SOLVER in grades else VERIFIER)
+    return grade(task, run_program(task, solver, verifier, llm.model, dict(llm.sampling_parameters)))
 
 
 def make_splits(
