@@ -43,11 +43,8 @@ def snapshot(model: torch.nn.Module, keep: Any) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters() if keep(name)}
 
 
-@pytest.mark.model
-def test_a_grpo_step_with_two_roles_trains_each_adapter_on_exactly_its_calls_and_resumes_per_role(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine = Engine(sampling_dtype="float32", device="cpu")
+def record_role_batches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, list[Any]]]:
+    """Each step's per-role batches, as `RoleUpdate.step` gets them; the real update still runs on them."""
     trained: list[dict[str, list[Any]]] = []
     real_step = RoleUpdate.step
 
@@ -55,7 +52,16 @@ def test_a_grpo_step_with_two_roles_trains_each_adapter_on_exactly_its_calls_and
         trained.append(batches)
         return real_step(self, batches)
 
-    monkeypatch.setattr(RoleUpdate, "step", spied_step)  # records what each adapter trains on, runs the real update
+    monkeypatch.setattr(RoleUpdate, "step", spied_step)
+    return trained
+
+
+@pytest.mark.model
+def test_a_grpo_step_with_two_roles_trains_each_adapter_on_exactly_its_calls_and_resumes_per_role(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = Engine(sampling_dtype="float32", device="cpu")
+    trained = record_role_batches(monkeypatch)
     store = ag.MemoryStore()
     checkpoints = tmp_path / "checkpoints"
     config = GRPOConfig(
@@ -184,14 +190,7 @@ def solver_verifier_and_critic(task: dict[str, int], llm: ag.LLM) -> float:
 @pytest.mark.model
 def test_a_default_role_serves_and_trains_the_agents_no_role_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = Engine(sampling_dtype="float32", device="cpu")
-    trained: list[dict[str, list[Any]]] = []
-    real_step = RoleUpdate.step
-
-    def spied_step(self: RoleUpdate, batches: dict[str, list[Any]]) -> dict[str, float]:
-        trained.append(batches)
-        return real_step(self, batches)
-
-    monkeypatch.setattr(RoleUpdate, "step", spied_step)  # records what each adapter trains on, runs the real update
+    trained = record_role_batches(monkeypatch)
     store = ag.MemoryStore()
     config = GRPOConfig(
         steps=1, prompts_per_step=1, group_size=2, max_tokens=6, val_every=0, skip_uniform_groups=False,
