@@ -63,6 +63,7 @@ from agentgrad.gateway.secrets import StreamRedactor
 from agentgrad.gateway.sse import Event
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
+    RAW_TURN_FIELDS,
     RETRY_BACKOFF_SECONDS,
     Added,
     Backend,
@@ -669,8 +670,9 @@ def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Adde
     if call.first_token is None and str(data.get("type", "")).endswith(".delta"):
         call.first_token = time.perf_counter()
     assembler.add(data)
-    if added.token_ids and isinstance(data.get("response"), dict) and "token_ids" in data["response"]:
-        added.strip(data["response"])
+    response = data.get("response")
+    if added and isinstance(response, dict) and any(k in response for k in ("token_ids", *RAW_TURN_FIELDS)):
+        added.strip(response)
         return parsed.encode()
     return event + b"\n\n"
 
