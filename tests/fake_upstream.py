@@ -6,7 +6,7 @@ It answers `echo: <last user message>`; with tools and a user message last, it c
 tool with the integers found in the message (as `a` and `b`, or as `expression: "a + b"` for a
 tool that takes an expression); after a tool result it answers `Answer: <result>`.
 `/v1/responses` answers the same way in the Responses API's shape, with token ids (in the body,
-as the agentgrad engine gives them) when asked. `/v1/messages` (vLLM serves Anthropic's API too) answers only
+as the agentgrad engine gives them) when asked, and vLLM's raw turn with `enable_response_messages`. `/v1/messages` (vLLM serves Anthropic's API too) answers only
 the bodies a test queues in `answers`, as chat and Responses calls can. `strict=True` refuses any argument OpenAI's own
 API does not know, with OpenAI's message (`Unrecognized request argument supplied: ...`).
 """
@@ -405,6 +405,9 @@ class FakeUpstream:
         }
         if body.get("return_token_ids"):
             answer.update(prompt_token_ids=prompt_ids, token_ids=ids, token_logprobs=[logprob(b) for b in ids])
+        if body.get("enable_response_messages"):  # vLLM's raw turn: the rendered prompt and the reply, text and ids
+            answer["input_messages"] = [{"message": render(messages), "tokens": prompt_ids, "type": "raw_message_tokens"}]
+            answer["output_messages"] = [{"message": written, "tokens": ids, "type": "raw_message_tokens"}]
         return answer
 
     async def responses(self, request: Request) -> Response:
@@ -425,7 +428,8 @@ class FakeUpstream:
             def event(kind: str, **fields: Any) -> str:
                 return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(sequence), **fields})}\n\n"
 
-            started = {k: v for k, v in answer.items() if k not in ("prompt_token_ids", "token_ids", "token_logprobs")}
+            added = ("prompt_token_ids", "token_ids", "token_logprobs", "input_messages", "output_messages")
+            started = {k: v for k, v in answer.items() if k not in added}
             yield event("response.created", response={**started, "status": "in_progress", "output": []})
             item = output[0]
             yield event("response.output_item.added", output_index=0, item={**item, "status": "in_progress"})

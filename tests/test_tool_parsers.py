@@ -228,6 +228,18 @@ async def test_a_responses_call_to_vllm_asks_for_its_raw_turn_and_records_its_to
     assert "enable_response_messages" not in front.hosted.requests[-1]  # a hosted API gets the agent's request
 
 
+async def test_a_streamed_responses_call_to_vllm_records_its_raw_turn_and_the_agent_never_sees_it(front: Front) -> None:
+    front.vllm.drop_token_ids = True  # vLLM's Responses route ignores `return_token_ids`: the raw turn holds them
+    reply = httpx.post(front.url + "/v1/responses", json=ask_responses("vllm", stream=True), timeout=30)
+    assert reply.status_code == 200 and "response.completed" in reply.text
+    assert "output_messages" not in reply.text and "input_messages" not in reply.text
+    await front.gateway.flush()
+    (span,) = [s for s in await front.store.query_spans(None) if sc.is_llm_call(s)]
+    arguments = json.dumps({"expression": "2 + 2"})  # what the fake "wrote": the call's arguments
+    assert span.attributes[sc.RESPONSE_TOKEN_IDS] == list(arguments.encode())
+    assert span.attributes[sc.TOOL_CALLS_PARSER] == "vllm:hermes"
+
+
 async def test_a_responses_call_whose_raw_turn_our_parser_reads_as_another_call_is_flagged(front: Front) -> None:
     written = HERMES_2_PLUS_2.replace("2 + 2", "2 + 3")
     front.vllm.answers.append(response(function_call("2 + 2"), written))
