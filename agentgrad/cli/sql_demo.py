@@ -42,6 +42,10 @@ MAX_TOKENS = 192
 LORA_RANK = 16
 """LoRA on every linear projection (attention and MLP): the update's memory is the adapters' plus activations."""
 LEARNING_RATE = 2e-5
+ROLLOUT_TIMEOUT = 1800.0
+"""Seconds an episode may take: on a 2-core CPU, 32 episodes decode the fp32 0.5B model together at about
+one token a second each, and an episode makes up to six model calls of `MAX_TOKENS` (GRPO's 600 s default timed
+out 15 of 100 held-out episodes there)."""
 
 
 def load_sql_example() -> ModuleType:
@@ -174,6 +178,7 @@ def main(args: argparse.Namespace) -> None:
             prompts_per_step=args.prompts_per_step or PROMPTS_PER_STEP,
             group_size=args.group_size or GROUP_SIZE,
             max_tokens=MAX_TOKENS,
+            rollout_timeout=ROLLOUT_TIMEOUT,
             learning_rate=LEARNING_RATE,
             micro_batch_size=4,
             checkpoint_dir=str(run.checkpoints),
