@@ -28,7 +28,7 @@ from typing import Any
 from rich.table import Table
 
 import agentgrad as ag
-from agentgrad.cli.demo import EXAMPLES_DIR, check_resume_flags, console, demo_steps, open_run
+from agentgrad.cli.demo import EXAMPLES_DIR, check_resume_flags, console, demo_runners, demo_steps, open_run
 
 MODEL = "qwen2.5-coder-0.5b"
 """The model of this task unless `--model` names another: one that calls tools in its own format."""
@@ -188,7 +188,9 @@ def main(args: argparse.Namespace) -> None:
         ),
         local_engine=engine,
     )
-    trainer: ag.Trainer[Any] = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store)
+    trainer: ag.Trainer[Any] = ag.Trainer(
+        algorithm, n_runners=demo_runners(args), runner_concurrency=16, store=run.store
+    )
     console.print(
         f"training the text-to-SQL agent (seed {args.seed}) with LoRA GRPO on {engine.name} ({engine.device}): "
         f"{len(train)} training questions, {len(val)} held-out on databases training never sees; first call "
