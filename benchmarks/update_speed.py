@@ -37,7 +37,8 @@ from typing import Any
 import torch
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPOConfig, grpo_update, policy_loss
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import grpo_update, policy_loss
 from agentgrad.engine import Engine
 from agentgrad.engine.model import BUILTIN_FOLDERS, cache_dir
 
