@@ -26,7 +26,8 @@ for f in ("chat_template.jinja",):
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import grpo_update
 
 # ---- correctness in fp32 on the GPU
 e = Engine("/tmp/smol", device=DEVICE, sampling_dtype="float32", name="smol")

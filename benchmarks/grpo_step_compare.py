@@ -81,7 +81,12 @@ def parts(repeats: int, prompts_n: int, tokens_n: int, micro_batch_size: int) ->
     import torch
 
     from agentgrad.adapters import Trajectory
-    from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
+    from agentgrad.algorithms.grpo import GRPOConfig
+
+    try:
+        from agentgrad.algorithms.grpo_update import grpo_update
+    except ImportError:  # a checkout from before grpo.py was split
+        from agentgrad.algorithms.grpo import grpo_update  # type: ignore[attr-defined,no-redef]
     from agentgrad.cli.demo import load_calc_example
     from agentgrad.engine import Engine, SamplingParams
 

@@ -23,7 +23,8 @@ import time
 import torch
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPOConfig, LocalUpdate
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import LocalUpdate
 from agentgrad.engine import Engine
 from agentgrad.policy.config import PolicyConfig
 from agentgrad.policy.local import LocalPolicy

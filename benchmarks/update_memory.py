@@ -19,7 +19,8 @@ import time
 import torch
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import grpo_update
 from agentgrad.engine import Engine
 from examples.calc_agent import CALCULATE_TOOL, build_messages
 

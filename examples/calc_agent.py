@@ -20,6 +20,9 @@ example last it calls before any training; with none it almost never samples a c
   10 steps, 24.8 min on a shared 2-core machine).
 - `plain`: two-digit additions with no tool in the history: training improves mental arithmetic.
 
+`task["first_call"]` (`function` only), e.g. "required": the `tool_choice` of the first call, for a model that
+calls in its own format only when forced (Qwen2.5-Coder-0.5B writes its calls as bare JSON text when not).
+
 The data is generated from a seed: `make_splits()` gives disjoint train and validation sets.
 """
 
@@ -178,8 +181,9 @@ def calc_agent(task: dict[str, Any], llm: ag.LLM) -> float:
     reply = ""
     for turn in range(MAX_TURNS):
         if demo == "function":  # OpenAI function calling: run every call, send its result back as a tool message
+            forced = {"tool_choice": task["first_call"]} if turn == 0 and task.get("first_call") else {}
             response = client.chat.completions.create(model=llm.model, messages=messages, tools=[CALCULATE_TOOL],
-                                                      **llm.sampling_parameters)
+                                                      **forced, **llm.sampling_parameters)
             message = response.choices[0].message
             reply = message.content or ""
             if not message.tool_calls:

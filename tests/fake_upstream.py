@@ -6,7 +6,8 @@ It answers `echo: <last user message>`; with tools and a user message last, it c
 tool with the integers found in the message (as `a` and `b`, or as `expression: "a + b"` for a
 tool that takes an expression); after a tool result it answers `Answer: <result>`.
 `/v1/responses` answers the same way in the Responses API's shape, with token ids (in the body,
-as the agentgrad engine gives them) when asked. `strict=True` refuses any argument OpenAI's own
+as the agentgrad engine gives them) when asked, and vLLM's raw turn with `enable_response_messages`. `/v1/messages` (vLLM serves Anthropic's API too) answers only
+the bodies a test queues in `answers`, as chat and Responses calls can. `strict=True` refuses any argument OpenAI's own
 API does not know, with OpenAI's message (`Unrecognized request argument supplied: ...`).
 """
 
@@ -61,7 +62,7 @@ class FakeUpstream:
         self.break_stream_after: int | None = None  # chunks sent before the connection drops
         self.echo_key_in_errors = False  # failures quote the Authorization header, as careless upstreams do
         self.echo_key_in_answers = False  # so do successful chat answers (streamed too)
-        self.answers: deque[Any] = deque()  # raw JSON bodies to answer the next chat calls with, as they are
+        self.answers: deque[Any] = deque()  # raw JSON bodies to answer the next calls with, as they are
         self.bad_chunk: str | None = None  # a `data:` payload sent after the first chunk of the next stream
         self.drop_token_ids = False  # answer as an upstream that ignores `return_token_ids` does
         self.fault: str | None = None  # every POST until reset: one of FAULTS
@@ -72,6 +73,7 @@ class FakeUpstream:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
+                Route("/v1/messages", self.messages, methods=["POST"]),
             ]
         )
 
@@ -126,7 +128,7 @@ class FakeUpstream:
                 status_code=401,
             )
         path = request.url.path
-        known = OPENAI_ARGUMENTS["chat" if path.endswith("chat/completions") else path.rsplit("/", 1)[-1]]
+        known = OPENAI_ARGUMENTS.get("chat" if path.endswith("chat/completions") else path.rsplit("/", 1)[-1], set(body))
         unknown = sorted(set(body) - known)
         if self.strict and unknown:
             error = {"message": f"Unrecognized request argument supplied: {', '.join(unknown)}",
@@ -403,12 +405,17 @@ class FakeUpstream:
         }
         if body.get("return_token_ids"):
             answer.update(prompt_token_ids=prompt_ids, token_ids=ids, token_logprobs=[logprob(b) for b in ids])
+        if body.get("enable_response_messages"):  # vLLM's raw turn: the rendered prompt and the reply, text and ids
+            answer["input_messages"] = [{"message": render(messages), "tokens": prompt_ids, "type": "raw_message_tokens"}]
+            answer["output_messages"] = [{"message": written, "tokens": ids, "type": "raw_message_tokens"}]
         return answer
 
     async def responses(self, request: Request) -> Response:
         body, failure = await self._check(request)
         if failure is not None:
             return failure
+        if self.answers:
+            return JSONResponse(self.answers.popleft())
         messages, written, output = self._response_reply(body)
         answer = self._response_body(body, messages, written, output)
         headers = {"x-agentgrad-model-version": str(VERSION)}
@@ -421,7 +428,8 @@ class FakeUpstream:
             def event(kind: str, **fields: Any) -> str:
                 return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(sequence), **fields})}\n\n"
 
-            started = {k: v for k, v in answer.items() if k not in ("prompt_token_ids", "token_ids", "token_logprobs")}
+            added = ("prompt_token_ids", "token_ids", "token_logprobs", "input_messages", "output_messages")
+            started = {k: v for k, v in answer.items() if k not in added}
             yield event("response.created", response={**started, "status": "in_progress", "output": []})
             item = output[0]
             yield event("response.output_item.added", output_index=0, item={**item, "status": "in_progress"})
@@ -437,3 +445,14 @@ class FakeUpstream:
             yield event("response.completed", response=answer)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    # ------------------------------------------------------------------ messages
+
+    async def messages(self, request: Request) -> Response:
+        _, failure = await self._check(request)
+        if failure is not None:
+            return failure
+        if not self.answers:
+            error = {"type": "error", "error": {"type": "api_error", "message": "queue a body in `answers` first"}}
+            return JSONResponse(error, status_code=500)
+        return JSONResponse(self.answers.popleft())

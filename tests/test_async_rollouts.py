@@ -20,7 +20,8 @@ from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts, check_async_settings, fresh_groups
 from agentgrad.algorithms.base import Algorithm, RunContext
-from agentgrad.algorithms.grpo import GRPOConfig, grpo_update, tis_weights
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import grpo_update, tis_weights
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.config import PolicyConfig

@@ -12,7 +12,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig, group_advantages, grpo_update, policy_loss
+from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo_update import group_advantages, grpo_update, policy_loss
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs

@@ -260,7 +260,7 @@ def test_the_update_takes_one_advantage_per_response_token() -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agentgrad.algorithms.grpo import grpo_update
+    from agentgrad.algorithms.grpo_update import grpo_update
     from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 
     torch.manual_seed(0)

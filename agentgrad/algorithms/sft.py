@@ -89,11 +89,9 @@ class SFTConfig:
         SamplingPlan(source=self.sampling)  # checks it
         RolloutConfig(missing_reward=self.missing_reward)
         check_async_settings(self.max_staleness, self.stale_groups)
-        for name in ("checkpoint_every", "keep_checkpoints"):
+        for name, zero_means in (("checkpoint_every", "only at the end"), ("keep_checkpoints", "keep all")):
             if getattr(self, name) < 0:
-                raise ValueError(
-                    f"{name} must be >= 0 (0: {'only at the end' if name == 'checkpoint_every' else 'keep all'}), got {getattr(self, name)}"
-                )
+                raise ValueError(f"{name} must be >= 0 (0: {zero_means}), got {getattr(self, name)}")
         for name in ("rounds", "tasks_per_round", "samples_per_task", "epochs", "batch_size"):
             if getattr(self, name) < (0 if name == "rounds" else 1):
                 raise ValueError(f"{name} must be at least {0 if name == 'rounds' else 1}, got {getattr(self, name)}")

@@ -129,6 +129,12 @@ def demo_steps(args: argparse.Namespace) -> int:
     return args.steps or {"plain": 20, "sql": 6}.get(args.task, 10)
 
 
+def demo_runners(args: argparse.Namespace) -> int:
+    """Runner threads: 64 rollouts at once, 16 for the SQL agent (its fp32 0.5B model on a 2-core CPU took over
+    600 s per call with 64 episodes prefilling together, and the gateway cancelled them)."""
+    return args.runners or (1 if args.task == "sql" else 4)
+
+
 def check_resume_flags(args: argparse.Namespace) -> None:
     """Refuse `--resume` with `--fresh` before anything is loaded."""
     if args.resume and args.fresh:
@@ -199,7 +205,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="GRPO: validate every K steps too (default: only before and after; 2 for sql)",
     )
-    parser.add_argument("--runners", type=int, default=4, help="runner threads (each runs 16 rollouts at once)")
+    parser.add_argument(
+        "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; 1 for sql)"
+    )
     parser.add_argument("--store", help="SQLite file for the run (default: store.db in the run folder)")
     parser.add_argument(
         "--run-dir", help="the run's folder: store and checkpoints (default: .agentgrad/demo-TASK-ALGORITHM)"
@@ -318,7 +326,7 @@ def main(args: argparse.Namespace) -> None:
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
     trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(
         algorithm,
-        n_runners=args.runners,
+        n_runners=demo_runners(args),
         runner_concurrency=16,
         store=run.store,
         strategy=args.strategy,

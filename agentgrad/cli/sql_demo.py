@@ -28,7 +28,7 @@ from typing import Any
 from rich.table import Table
 
 import agentgrad as ag
-from agentgrad.cli.demo import EXAMPLES_DIR, check_resume_flags, console, demo_steps, open_run
+from agentgrad.cli.demo import EXAMPLES_DIR, check_resume_flags, console, demo_runners, demo_steps, open_run
 
 MODEL = "qwen2.5-coder-0.5b"
 """The model of this task unless `--model` names another: one that calls tools in its own format."""
@@ -42,6 +42,10 @@ MAX_TOKENS = 192
 LORA_RANK = 16
 """LoRA on every linear projection (attention and MLP): the update's memory is the adapters' plus activations."""
 LEARNING_RATE = 2e-5
+ROLLOUT_TIMEOUT = 1800.0
+"""Seconds an episode may take: on a 2-core CPU, 32 episodes decode the fp32 0.5B model together at about
+one token a second each, and an episode makes up to six model calls of `MAX_TOKENS` (GRPO's 600 s default timed
+out 15 of 100 held-out episodes there)."""
 
 
 def load_sql_example() -> ModuleType:
@@ -174,6 +178,7 @@ def main(args: argparse.Namespace) -> None:
             prompts_per_step=args.prompts_per_step or PROMPTS_PER_STEP,
             group_size=args.group_size or GROUP_SIZE,
             max_tokens=MAX_TOKENS,
+            rollout_timeout=ROLLOUT_TIMEOUT,
             learning_rate=LEARNING_RATE,
             micro_batch_size=4,
             checkpoint_dir=str(run.checkpoints),
@@ -183,7 +188,9 @@ def main(args: argparse.Namespace) -> None:
         ),
         local_engine=engine,
     )
-    trainer: ag.Trainer[Any] = ag.Trainer(algorithm, n_runners=args.runners, runner_concurrency=16, store=run.store)
+    trainer: ag.Trainer[Any] = ag.Trainer(
+        algorithm, n_runners=demo_runners(args), runner_concurrency=16, store=run.store
+    )
     console.print(
         f"training the text-to-SQL agent (seed {args.seed}) with LoRA GRPO on {engine.name} ({engine.device}): "
         f"{len(train)} training questions, {len(val)} held-out on databases training never sees; first call "

@@ -190,9 +190,6 @@ def export_hf(model: torch.nn.Module, full: dict[str, torch.Tensor], directory: 
     """Write `full` as a Hugging Face folder (config + safetensors) that `Engine(directory)` serves."""
     from transformers import AutoModelForCausalLM
 
-    from agentgrad.engine.attention import register
-
-    register()  # the model's config may name the engine's attention (`engine/attention.py`): known in this process
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"cannot export a {type(model).__name__} as a Hugging Face folder: it has no `config`")

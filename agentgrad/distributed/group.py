@@ -54,9 +54,6 @@ class FromConfig:
     def __call__(self) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
 
-        from agentgrad.engine.attention import register
-
-        register()  # an engine's config may name the engine's attention, unknown to a fresh process until registered
         model = AutoModelForCausalLM.from_config(self.config)
         if self.state is not None:
             model.load_state_dict(self.state, strict=False)

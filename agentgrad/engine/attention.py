@@ -55,15 +55,25 @@ def engine_attention(
     return output.transpose(1, 2).contiguous(), None
 
 
+class _RegisteringName(str):
+    """The engine attention's name as a model's config holds it. A config is pickled to build a model in another
+    process (a training rank: `distributed.group.FromConfig`); unpickled there, the name registers the attention
+    first, so building from that config works without the builder having to know the engine's attention."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return register, ()
+
+
 @functools.cache
 def register() -> str:
-    """Register the engine's attention (and SDPA's mask for it) with transformers, once; returns its name."""
+    """Register the engine's attention (and SDPA's mask for it) with transformers, once; returns its name (one
+    that registers it again wherever a config naming it is unpickled: `_RegisteringName`)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(ENGINE_ATTENTION, engine_attention)
     AttentionMaskInterface.register(ENGINE_ATTENTION, sdpa_mask)
-    return ENGINE_ATTENTION
+    return _RegisteringName(ENGINE_ATTENTION)
 
 
 def use_engine_attention(model: Any) -> None:

@@ -11,8 +11,8 @@ built. Calls with neither are recorded outside any rollout.
 The gateway asks an upstream that can give them (the engine, vLLM) for token ids and logprobs
 (vLLM's `return_token_ids`, `logprobs`), records them, and strips what it added, so the client
 gets the response it asked for; any other upstream gets the client's request as it was.
-Responses API calls are recorded in the shape chat completions are (`responses.py`). Spans are built after the last byte went to the client and written in background
-batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
+Responses API calls are recorded in the shape chat completions are (`responses.py`). Answers go back to the agent through `relay.py`; spans are built after the last byte went to the client and written in
+background batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
 pooled aiohttp session.
 
 Each call has one deadline (connect, first byte, total: `upstreams.Deadline`); retries happen within it,
@@ -37,7 +37,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -47,24 +47,14 @@ import agentgrad.gateway.messages as messages
 import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
 from agentgrad.gateway.ab import ABSplit
-from agentgrad.gateway.checks import answer_problem, request_problem
-from agentgrad.gateway.recording import (
-    Call,
-    GatewaySink,
-    StreamAssembler,
-    call_span,
-    response_attributes,
-    upstream_headers,
-)
+from agentgrad.gateway.checks import request_problem
+from agentgrad.gateway.recording import Call, GatewaySink, upstream_headers
+from agentgrad.gateway.relay import Recorder, fail, reject, relay_answer, relay_stream, send_error, send_json
 from agentgrad.gateway.replicas import ReplicaPool
-from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
-from agentgrad.gateway.secrets import StreamRedactor
-from agentgrad.gateway.sse import Event
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
-    Added,
     Backend,
     Deadline,
     GatewayError,
@@ -72,7 +62,6 @@ from agentgrad.gateway.upstreams import (
     post_with_retries,
 )
 from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
-from agentgrad.redact import redact_known_bytes
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.store import Store
 
@@ -98,11 +87,7 @@ _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
     sc.ATTEMPT_HEADER.encode(),
     sc.AGENT_HEADER.encode(),
 )
-_VERSION_KEY = sc.VERSION_HEADER.encode()
 _NOT_TRAINED_KEY = sc.NOT_TRAINED_HEADER.encode()
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-_NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried; the openai client obeys this
 
 
 class Gateway:
@@ -182,10 +167,8 @@ class Gateway:
             }
         )
         self._session: Any = None
-        self._sink: GatewaySink | None = None
+        self._recorder: Recorder | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._recording = 0
-        self._recorded = asyncio.Event()
         self.sampling: SamplingPlan | None = None
         self._modes: dict[str, tuple[str | None, int | None]] = {}  # rollout id -> its mode and sampling seed
         self._calls: dict[str, int] = {}  # attempt id -> model calls so far: the next call's offset from the seed
@@ -220,6 +203,15 @@ class Gateway:
         return seed + index
 
     @property
+    def _recording(self) -> Recorder:
+        """What records the calls (made by `start`, which runs before any call is proxied)."""
+        assert self._recorder is not None, "the gateway records calls once started"
+        return self._recorder
+
+    async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
+        await fail(send, call, error, self._recording)
+
+    @property
     def models(self) -> list[str]:
         return [*self._upstreams, *self._routers]
 
@@ -243,8 +235,7 @@ class Gateway:
         import aiohttp
 
         self._loop = asyncio.get_running_loop()
-        self._sink = GatewaySink(self.store, self._loop)
-        self._recorded = asyncio.Event()
+        self._recorder = Recorder(GatewaySink(self.store, self._loop))
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=MAX_UPSTREAM_CONNECTIONS, keepalive_timeout=60),
             timeout=aiohttp.ClientTimeout(total=None),  # each call sets its own (`Deadline`)
@@ -253,15 +244,12 @@ class Gateway:
 
     async def flush(self) -> None:
         """Return once every call answered so far is in the store. Safe from any event loop."""
-        if self._loop is None or self._sink is None:
+        if self._loop is None or self._recorder is None:
             return
         if asyncio.get_running_loop() is not self._loop:
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.flush(), self._loop))
             return
-        while self._recording:
-            self._recorded.clear()
-            await self._recorded.wait()
-        await self._sink.flush()
+        await self._recorder.drain()
 
     async def aclose(self) -> None:
         """Write the spans still buffered and close the connection pool (and the store, if owned)."""
@@ -293,10 +281,10 @@ class Gateway:
             authorization = b"Bearer " + headers[b"x-api-key"]
         if not bearer_ok(authorization, self._auth):  # before routing: no route is told to strangers
             message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
-            return await _reject(send, 401, message, "invalid_api_key")
+            return await reject(send, 401, message, "invalid_api_key")
         match = _ROUTE.fullmatch(path)
         if match is None:
-            return await _reject(
+            return await reject(
                 send,
                 404,
                 f"no gateway route {path!r}; use /v1/chat/completions, /v1/responses, /v1/completions, /v1/messages "
@@ -310,13 +298,13 @@ class Gateway:
             error = GatewayError(
                 405, f"{path} takes {expected}, not {method}", "invalid_request_error", "method_not_allowed"
             )
-            return await _send_error(send, error, extra=[(b"allow", expected.encode())])
+            return await send_error(send, error, extra=[(b"allow", expected.encode())])
         await self.start()
         if endpoint == "models":
-            await _send_json(send, 200, self._models_body)
+            await send_json(send, 200, self._models_body)
         elif endpoint == sc.FLUSH_ENDPOINT:
             await self.flush()
-            await _send_json(send, 200, b'{"flushed":true}')
+            await send_json(send, 200, b'{"flushed":true}')
         else:
             await self._proxy(_APIS[endpoint], match, headers, receive, send)
 
@@ -337,7 +325,7 @@ class Gateway:
         started, start_time = time.perf_counter(), time.time()
         rollout, attempt = headers.get(_ROLLOUT_KEY), headers.get(_ATTEMPT_KEY)
         if (rollout is None) != (attempt is None):
-            return await _reject(
+            return await reject(
                 send, 400, f"send both {sc.ROLLOUT_HEADER} and {sc.ATTEMPT_HEADER}, or neither", api=api
             )
         if rollout is not None:
@@ -354,13 +342,13 @@ class Gateway:
         except ConnectionError:
             return
         except ValueError as exc:
-            return await _reject(send, 413, str(exc), "request_too_large", api=api)
+            return await reject(send, 413, str(exc), "request_too_large", api=api)
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            return await _reject(send, 400, f"request body is not valid JSON: {exc}", api=api)
+            return await reject(send, 400, f"request body is not valid JSON: {exc}", api=api)
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
-            return await _reject(
+            return await reject(
                 send, 400, "request body must be a JSON object with a 'model' string", "invalid_model", api=api
             )
         call = Call(
@@ -391,8 +379,8 @@ class Gateway:
                 except asyncio.CancelledError:
                     pass
                 if not call.recorded:
-                    self._recording += 1
-                    self._record(
+                    self._recording.begin()
+                    self._recording.record(
                         call,
                         {},
                         GatewayError(
@@ -451,7 +439,7 @@ class Gateway:
             cached = self.cache.get(cache_key) if cache_key is not None else None
             if cached is not None:
                 call.sampling[sc.CACHE_HIT] = True
-                return await self._relay(send, call, cached, added, None, 0)
+                return await relay_answer(send, call, cached, added, None, 0, self._recording)
             limiter = self._limiters.get(upstream.name)
             connect_s, first_byte_s, total_s = (
                 ours if ours is not None else theirs
@@ -494,7 +482,7 @@ class Gateway:
                 version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
                 call.adapter = response.headers.get(sc.ADAPTER_HEADER) or call.adapter  # the built-in engine's
                 if streamed:
-                    return await self._relay_stream(send, call, response, added, version, retries, deadline)
+                    return await relay_stream(send, call, response, added, version, retries, deadline, self._recording)
             finally:
                 if response is not None:
                     response.release()
@@ -505,174 +493,10 @@ class Gateway:
             else:
                 if cache_key is not None:
                     self.cache.put(cache_key, payload)
-                await self._relay(send, call, payload, added, version, retries)
+                await relay_answer(send, call, payload, added, version, retries, self._recording)
         finally:
             if router is not None and lease is not None:
                 router.release(lease)
-
-    async def _relay(
-        self, send: Any, call: Call, payload: bytes, added: Added, version: str | None, retries: int
-    ) -> None:
-        payload = redact_known_bytes(payload)  # an upstream echoing its key: the agent and the span get [redacted]
-        try:
-            answer = orjson.loads(payload)
-            if not isinstance(answer, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as exc:
-            text = payload[:200].decode("utf-8", "replace")
-            await self._fail(
-                send,
-                call,
-                GatewayError(
-                    502,
-                    f"upstream {call.upstream.name!r} answered with invalid JSON ({exc}): {text!r}",  # type: ignore[union-attr]
-                    "upstream_error",
-                    "bad_upstream_response",
-                    retries,
-                ),
-            )
-            return
-        problem = answer_problem(call.api, answer)
-        if problem is not None:
-            message = f"upstream {call.upstream.name!r} answered with a malformed response: {problem}"  # type: ignore[union-attr]
-            error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
-            return await self._fail(send, call, error)
-        answered = response_attributes(call.api, answer, version, call)  # before stripping
-        if added:
-            added.strip(answer)
-            payload = orjson.dumps(answer)
-        self._recording += 1
-        try:
-            await _send_json(send, 200, payload, version)
-        finally:
-            self._record(call, answered, None, retries)
-
-    async def _relay_stream(
-        self, send: Any, call: Call, response: Any, added: Added, version: str | None, retries: int, deadline: Deadline
-    ) -> None:
-        import aiohttp
-
-        headers = _SSE_HEADERS if version is None else [*_SSE_HEADERS, (_VERSION_KEY, version.encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        assembler: StreamAssembler | ResponsesStream | messages.MessagesStream = (
-            ResponsesStream()
-            if call.api == RESPONSES_API
-            else messages.MessagesStream()
-            if call.api == MESSAGES_API
-            else StreamAssembler(call.api)
-        )
-        error: GatewayError | None = None
-        pending = b""
-        redactor = StreamRedactor(call.api) if StreamRedactor.needed() else None  # a key streamed in pieces
-        try:
-            async with asyncio.timeout_at(deadline.ends):  # the call's deadline: a trickling stream ends too
-                async for data in response.content.iter_any():
-                    if b"\r" in data:
-                        data = data.replace(b"\r\n", b"\n")
-                    events = (pending + data).split(b"\n\n")
-                    pending = events.pop()
-                    relayed = [_relay_event(redact_known_bytes(event), assembler, added, call) for event in events]
-                    out = b"".join(relayed if redactor is None else [redactor.push(event) for event in relayed])
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-            if redactor is not None and (out := redactor.flush()):
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (TimeoutError, aiohttp.ClientError, _BadChunk) as exc:
-            if redactor is not None and (out := redactor.flush()):
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-            name = call.upstream.name if call.upstream else "?"
-            if isinstance(exc, asyncio.TimeoutError):
-                error = deadline.error(call.upstream, call.upstream.urls[call.api], exc, retries)  # type: ignore[union-attr,arg-type]
-            elif isinstance(exc, _BadChunk):
-                message = f"upstream {name!r} sent a malformed stream chunk: {exc}"
-                error = GatewayError(502, message, "upstream_error", "bad_upstream_response", retries)
-            else:
-                message = f"upstream {name!r} broke off the stream: {type(exc).__name__}: {exc}"
-                error = GatewayError(502, message, "upstream_error", "stream_interrupted", retries)
-            event = messages.error_event(error) if call.api == MESSAGES_API else b"data: " + error.body() + b"\n\n"
-            await send({"type": "http.response.body", "body": event, "more_body": True})
-        answered = response_attributes(call.api, assembler.result(), version, call)
-        self._recording += 1
-        try:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            self._record(call, answered, error, retries)
-
-    async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
-        self._recording += 1
-        try:
-            await _send_error(send, error, extra=[_NO_CLIENT_RETRY], api=call.api)
-        finally:
-            self._record(call, {}, error, error.retries)
-
-    def _record(self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int) -> None:
-        """Build the call's span and queue it for the store (after the client got its answer)."""
-        call.recorded = True
-        try:
-            self._sink.put(call_span(call, answered, error, retries))  # type: ignore[union-attr]
-        except Exception:
-            log.exception("could not record a call to %s", call.request.get("model"))
-        finally:
-            self._recording -= 1
-            if not self._recording:
-                self._recorded.set()
-
-
-class _BadChunk(ValueError):
-    """A stream chunk the gateway cannot relay or record: the stream ends with a 502 error event."""
-
-
-def _relay_event(
-    event: bytes, assembler: StreamAssembler | ResponsesStream | messages.MessagesStream, added: Added, call: Call
-) -> bytes:
-    """One SSE event on its way to the client: parsed for the record, stripped of what the gateway added."""
-    if isinstance(assembler, messages.MessagesStream):
-        relayed = messages.relay_event(event, assembler, added)
-        if call.first_token is None and assembler.generating:
-            call.first_token = time.perf_counter()
-        return relayed
-    if isinstance(assembler, ResponsesStream):
-        return _relay_responses_event(event, assembler, added, call)
-    if not event.startswith(b"data:"):
-        return event + b"\n\n" if event else b""
-    data = event[5:].strip()
-    if data == b"[DONE]":
-        return event + b"\n\n"
-    try:
-        chunk = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return event + b"\n\n"
-    if not isinstance(chunk, dict):
-        return event + b"\n\n"
-    problem = answer_problem(call.api, chunk, chunk=True)
-    if problem is not None:
-        raise _BadChunk(problem)
-    if call.first_token is None and chunk.get("choices"):
-        call.first_token = time.perf_counter()
-    assembler.add(chunk)
-    if not added:
-        return event + b"\n\n"
-    if not added.strip(chunk):
-        return b""
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-def _relay_responses_event(event: bytes, assembler: ResponsesStream, added: Added, call: Call) -> bytes:
-    """A Responses stream event (`event: <type>` and `data: <json>` lines): recorded; token ids the gateway
-    asked for are stripped from the final event's response."""
-    if not event:
-        return b""
-    parsed = Event.parse(event)
-    data = parsed.data
-    if not isinstance(data, dict):
-        return event + b"\n\n"
-    if call.first_token is None and str(data.get("type", "")).endswith(".delta"):
-        call.first_token = time.perf_counter()
-    assembler.add(data)
-    if added.token_ids and isinstance(data.get("response"), dict) and "token_ids" in data["response"]:
-        added.strip(data["response"])
-        return parsed.encode()
-    return event + b"\n\n"
 
 
 async def _disconnected(receive: Any) -> None:
@@ -694,25 +518,3 @@ async def _read_body(receive: Any) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-async def _send_json(
-    send: Any, status: int, body: bytes, version: str | None = None, extra: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
-    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode()), *extra]
-    if version is not None:
-        headers.append((_VERSION_KEY, version.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _send_error(
-    send: Any, error: GatewayError, extra: Iterable[tuple[bytes, bytes]] = (), api: str | None = None
-) -> None:
-    body = messages.error_body(error) if api == MESSAGES_API else error.body()  # each API's own error shape
-    await _send_json(send, error.status, body, extra=extra)
-
-
-async def _reject(send: Any, status: int, message: str, code: str | None = None, api: str | None = None) -> None:
-    """Refuse a request the gateway cannot make sense of (it never reaches an upstream)."""
-    await _send_error(send, GatewayError(status, message, "invalid_request_error", code), api=api)

@@ -7,12 +7,14 @@ their assistant turn as `tool_calls`, `function_call_output` items as `tool` mes
 item types are kept as they came), and the output items one assistant message. Token ids come
 from an upstream that returns them with `return_token_ids`: the agentgrad engine puts
 `prompt_token_ids`, `token_ids` and `token_logprobs` in the body (and in the response of the
-`response.completed` event, when streamed).
+`response.completed` event, when streamed); vLLM, asked for its raw turn (`enable_response_messages`, see
+`upstreams.Upstream.prepare`), returns the rendered prompt and the reply as text and token ids (`raw_turn`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from agentgrad import semconv as sc
@@ -101,6 +103,35 @@ def finish_reason(response: dict[str, Any], message: dict[str, Any]) -> str:
     return "tool_calls" if message.get("tool_calls") else "stop"
 
 
+@dataclass(frozen=True)
+class RawTurn:
+    """vLLM's raw turn of a Responses call: the prompt's token ids (None if not given), what the model wrote."""
+
+    prompt_ids: list[int] | None
+    token_ids: list[int]
+    text: str
+
+
+def _raw_messages(response: dict[str, Any], key: str) -> list[dict[str, Any]] | None:
+    entries = response.get(key)
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("message"), str) and isinstance(e.get("tokens"), list) for e in entries
+    ):
+        return None
+    return entries
+
+
+def raw_turn(response: dict[str, Any]) -> RawTurn | None:
+    """The prompt and reply of a one-turn Responses call as vLLM rendered and sampled them (`input_messages`,
+    `output_messages`: one each for a model vLLM does not run tools for itself); None when absent or multi-turn."""
+    outputs = _raw_messages(response, "output_messages")
+    if outputs is None or len(outputs) != 1:
+        return None
+    inputs = _raw_messages(response, "input_messages")
+    prompt = inputs[0]["tokens"] if inputs is not None and len(inputs) == 1 else None
+    return RawTurn(prompt, outputs[0]["tokens"], outputs[0]["message"])
+
+
 def output_attributes(response: dict[str, Any]) -> dict[str, Any]:
     """The answer's own attributes (one choice); `recording.response_attributes` adds the id, model, usage, version."""
     attributes: dict[str, Any] = {}
@@ -112,6 +143,10 @@ def output_attributes(response: dict[str, Any]) -> dict[str, Any]:
         attributes[sc.PROMPT_TOKEN_IDS] = response["prompt_token_ids"]
     if isinstance(response.get("token_ids"), list):
         attributes[sc.RESPONSE_TOKEN_IDS] = response["token_ids"]
+    elif (raw := raw_turn(response)) is not None:  # vLLM's
+        attributes[sc.RESPONSE_TOKEN_IDS] = raw.token_ids
+        if raw.prompt_ids is not None:
+            attributes[sc.PROMPT_TOKEN_IDS] = raw.prompt_ids
     if isinstance(response.get(sc.ALLOWED_TOKENS_FIELD), list):
         attributes[sc.RESPONSE_ALLOWED_TOKENS] = response[sc.ALLOWED_TOKENS_FIELD]
     logprobs = response.get("token_logprobs")

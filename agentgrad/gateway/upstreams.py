@@ -49,6 +49,8 @@ ANTHROPIC_SYSTEM = "anthropic"
 ANTHROPIC_VERSION = "2023-06-01"
 TOKEN_ID_SYSTEMS = frozenset({"agentgrad", "vllm"})
 """Upstreams that return token ids when asked (`return_token_ids`): the local engine and vLLM."""
+RAW_TURN_FIELDS = ("input_messages", "output_messages")
+"""Where vLLM puts a Responses call's raw prompt and reply, text and token ids, asked `enable_response_messages`."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ class Upstream:
 
     def prepare(self, request: dict[str, Any], api: str) -> tuple[bytes, Added]:
         """The body sent upstream: the client's request, asking also for token ids, logprobs and usage
-        where this upstream can give them (the Responses API: token ids, which carry their logprobs)."""
+        where this upstream can give them (the Responses API: token ids, which carry their logprobs; from vLLM,
+        its raw turn, `enable_response_messages`, which holds the token ids and the text the model wrote)."""
         outgoing = dict(request)
         backend = self.backend
         add_ids = backend.asks_token_ids and not request.get("return_token_ids")
@@ -190,11 +193,20 @@ class Upstream:
             and backend.asks_logprobs
             and (asked_logprobs is None or asked_logprobs is False)
         )
+        add_raw = (
+            api == RESPONSES_API
+            and backend.system == "vllm"
+            and backend.asks_token_ids
+            and not request.get("enable_response_messages")
+            and not request.get("background")  # vLLM returns its raw turn for foreground calls only
+        )
         add_usage = False
         if add_ids:
             outgoing["return_token_ids"] = True
         if add_logprobs:  # completions take a count of top logprobs; 0 means only the sampled token's
             outgoing["logprobs"] = True if api == CHAT_COMPLETIONS_API else 0
+        if add_raw:
+            outgoing["enable_response_messages"] = True
         if (
             request.get("stream")
             and api not in (RESPONSES_API, MESSAGES_API)
@@ -206,9 +218,9 @@ class Upstream:
                 add_usage = True
         if backend.model:
             outgoing["model"] = backend.model
-        if not (add_ids or add_logprobs or add_usage or backend.model):
+        if not (add_ids or add_logprobs or add_usage or add_raw or backend.model):
             return orjson.dumps(request), Added(False, False, False, asked=bool(request.get("return_token_ids")))
-        return orjson.dumps(outgoing), Added(add_ids, add_logprobs, add_usage, asked=True)
+        return orjson.dumps(outgoing), Added(add_ids, add_logprobs, add_usage, asked=True, raw_turn=add_raw)
 
 
 @dataclass(frozen=True)
@@ -220,9 +232,11 @@ class Added:
     usage: bool
     asked: bool = True
     """Whether the upstream was asked for token ids at all (by the gateway or by the client)."""
+    raw_turn: bool = False
+    """vLLM's raw prompt and reply of a Responses call (`enable_response_messages`: `RAW_TURN_FIELDS`)."""
 
     def __bool__(self) -> bool:
-        return self.token_ids or self.logprobs or self.usage
+        return self.token_ids or self.logprobs or self.usage or self.raw_turn
 
     def strip(self, answer: dict[str, Any]) -> bool:
         """Remove the added fields in place; False for a stream chunk that only carries added usage."""
@@ -237,6 +251,9 @@ class Added:
                 "token_logprobs",
                 ALLOWED_TOKENS_FIELD,
             ):  # the last three: a Responses body
+                answer.pop(key, None)
+        if self.raw_turn:
+            for key in RAW_TURN_FIELDS:
                 answer.pop(key, None)
         for choice in answer.get("choices") or ():
             if self.token_ids:

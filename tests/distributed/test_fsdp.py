@@ -13,7 +13,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.grpo import GRPOConfig, ShardedUpdate, grpo_update, open_update, sharded_grpo_step
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import ShardedUpdate, grpo_update, open_update, sharded_grpo_step
 from agentgrad.distributed.fsdp import split_by_tokens
 from agentgrad.distributed.group import SpawnedGroup
 from agentgrad.engine import Engine

@@ -186,3 +186,26 @@ def test_a_model_config_naming_the_engine_attention_builds_in_a_fresh_process() 
     )
     assert built.returncode == 0, built.stderr.decode()[-2000:]
     assert built.stdout.decode().split() == [ENGINE_ATTENTION]
+
+
+def test_a_pickled_config_naming_the_engine_attention_builds_with_transformers_alone_in_a_fresh_process() -> None:
+    """Unpickling the name registers the attention (`attention._RegisteringName`): a process that only calls
+    transformers on the config (no agentgrad builder, no `register()` call) builds the model."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentgrad.engine.attention import use_engine_attention
+
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2
+    )
+    model = LlamaForCausalLM(config)
+    use_engine_attention(model)
+    build = (
+        "import pickle, sys; from transformers import AutoModelForCausalLM; "
+        "print(AutoModelForCausalLM.from_config(pickle.load(sys.stdin.buffer)).config._attn_implementation)"
+    )
+    built = subprocess.run(
+        [sys.executable, "-c", build], input=pickle.dumps(model.config), capture_output=True, timeout=300
+    )
+    assert built.returncode == 0, built.stderr.decode()[-2000:]
+    assert built.stdout.decode().split() == [ENGINE_ATTENTION]

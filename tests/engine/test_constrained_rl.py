@@ -18,7 +18,8 @@ from openai import OpenAI
 
 import agentgrad as ag
 from agentgrad.adapters import to_trajectories
-from agentgrad.algorithms.grpo import GRPOConfig, grpo_update
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.grpo_update import grpo_update
 from agentgrad.engine import Engine
 from agentgrad.engine.constraints import json_schema_grammar
 from agentgrad.engine.params import SamplingParams

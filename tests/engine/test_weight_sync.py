@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentgrad.algorithms.grpo import tis_weights
+from agentgrad.algorithms.grpo_update import tis_weights
 from agentgrad.policy.config import PolicyConfig
 from agentgrad.policy.transports import (
     LORA_NAME,
