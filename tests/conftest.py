@@ -3,6 +3,7 @@ upstream with a gateway in front of it, each a real server on loopback."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,14 @@ from agentgrad.gateway import Backend, Gateway
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from tests.fake_upstream import FakeUpstream
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl+C as a terminal sends it: a suite started in the background of a non-interactive shell inherits SIGINT
+    ignored, and so would every process its tests start, which the Ctrl+C tests then wait on in vain."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 UPSTREAM_KEY = "sk-upstream-secret-1234"
 
