@@ -68,6 +68,17 @@ def input_messages(request: dict[str, Any]) -> list[Any]:
     return messages
 
 
+def tool_definitions(tools: list[Any]) -> list[Any]:
+    """Responses function tools (flat: `name`, `parameters` beside `type`) as OpenAI chat function definitions;
+    other tools as given (`messages.tool_definitions` does the same for Anthropic tools)."""
+    return [
+        {"type": "function", "function": {k: v for k, v in t.items() if k != "type"}}
+        if isinstance(t, dict) and t.get("type") == "function" and "function" not in t
+        else t
+        for t in tools
+    ]
+
+
 def output_message(response: dict[str, Any]) -> dict[str, Any]:
     """The output items as one assistant message: the text of its message items, its function calls."""
     texts, calls = [], []

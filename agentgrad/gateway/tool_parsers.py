@@ -79,7 +79,7 @@ def _responses_reading(request: dict[str, Any], response: dict[str, Any]) -> Rea
     raw = responses.raw_turn(response)
     text = raw.text if raw is not None else _uncalled_text(message)
     tools = request.get("tools")
-    chat_tools = [_chat_tool(t) for t in tools] if isinstance(tools, list) else tools
+    chat_tools = responses.tool_definitions(tools) if isinstance(tools, list) else tools
     reply = Reply(0, text, message.get("tool_calls") or [])
     return Reading(response.get(sc.TOOL_CALL_PARSER_FIELD), chat_tools, request.get("tool_choice") == "none", [reply])
 
@@ -100,13 +100,6 @@ _READERS = {
     sc.MESSAGES_API: _messages_reading,
 }
 """Each API whose replies can hold tool calls, read into the one shape a second parse compares."""
-
-
-def _chat_tool(tool: Any) -> Any:
-    """A Responses function tool (`{"type": "function", "name", "parameters"}`) in the chat shape; others as given."""
-    if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool:
-        return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
-    return tool
 
 
 def _uncalled_text(message: dict[str, Any]) -> str | None:

@@ -69,9 +69,7 @@ def emit_reward(value: float | Mapping[str, float], primary: str | None = None, 
 def record_returned_reward(value: float | Mapping[str, float]) -> float:
     """Record the reward an agent returned as `emit_reward` would (a mapping's first key as its primary: a return
     cannot name one); returns the value trained on, the attempt's reward."""
-    if isinstance(value, Mapping):
-        if not value:
-            raise ValueError("a reward with dimensions needs at least one")
+    if isinstance(value, Mapping):  # non-empty: `agent.as_reward` checked it
         primary = next(iter(value))
         emit_reward(value, primary=primary)
         return float(value[primary])
