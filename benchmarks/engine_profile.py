@@ -26,7 +26,7 @@ from engine_bench import prompts
 from torch.profiler import ProfilerActivity, profile
 
 from agentgrad.engine import Engine, SamplingParams
-from agentgrad.engine.engine import _Request, _Row
+from agentgrad.engine.rows import Request, Row
 from agentgrad.engine.threads import ThreadChooser
 
 
@@ -48,8 +48,8 @@ def main() -> None:
     requests = []
     for prompt in prompts(engine, args.batch):
         params = SamplingParams(max_tokens=100_000, temperature=1.0, ignore_eos=True, seed=0)
-        request = _Request(prompt, params, concurrent.futures.Future(), None)
-        request.rows.append(_Row(request, 0, torch.Generator().manual_seed(0)))
+        request = Request(prompt, params, concurrent.futures.Future(), None)
+        request.rows.append(Row(request, 0, torch.Generator().manual_seed(0)))
         requests.append(request)
     sampling, appending = [0.0, 0.0], [0.0, 0.0]  # wall, CPU seconds
     take_tokens, append = engine._take_tokens, engine._append

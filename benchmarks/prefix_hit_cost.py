@@ -23,14 +23,14 @@ from engine_bench import prompts
 
 import agentgrad.engine.engine as engine_module
 from agentgrad.engine import Engine, SamplingParams
-from agentgrad.engine.engine import _Request, _Row
+from agentgrad.engine.rows import Request, Row
 
 
 def requests(batch_prompts: list[list[int]]) -> list[Any]:
     made = []
     for prompt in batch_prompts:
-        request = _Request(prompt, SamplingParams(max_tokens=8, temperature=0), concurrent.futures.Future(), None)
-        request.rows.append(_Row(request, 0, None))
+        request = Request(prompt, SamplingParams(max_tokens=8, temperature=0), concurrent.futures.Future(), None)
+        request.rows.append(Row(request, 0, None))
         made.append(request)
     return made
 

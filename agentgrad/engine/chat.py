@@ -23,8 +23,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 import agentgrad.engine.tools as toolfmt
 from agentgrad.engine.api import ChatRequest, RequestError, read_json, text_of, validate
 from agentgrad.engine.constraints import json_object_grammar, json_schema_grammar
-from agentgrad.engine.engine import Completion, Engine, Generation
+from agentgrad.engine.engine import Engine
 from agentgrad.engine.params import SamplingParams
+from agentgrad.engine.rows import Completion, Generation
 from agentgrad.engine.wire import adapter_for, generate, headers, stream, token_logprobs, usage
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD, ENGINE_PARSER_PREFIX, TOOL_CALL_PARSER_FIELD, weights_fingerprint
 

@@ -21,10 +21,8 @@ import logging
 import threading
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +30,15 @@ import torch
 
 from agentgrad.engine.adapters import Adapters, forward_arguments
 from agentgrad.engine.attention import use_engine_attention
-from agentgrad.engine.detokenize import TextState, extend
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
-from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache
+from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache
 from agentgrad.engine.prepack import pack_linears
+from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.threads import ThreadChooser
+from agentgrad.engine.turns import SampledTurns
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,6 @@ BATCH_WINDOW_SECONDS = 0.01
 """When idle, how long to wait after a request for more to arrive before starting a batch."""
 MAX_BATCH_WINDOW_SECONDS = 0.1
 PREFIX_CACHE_SIZE = 4
-SAMPLED_TURNS = 512
-"""How many recent chat completions `chat_prompt_ids` remembers, to render them again with the ids sampled."""
 PREFIX_HIT_MIN_TOKENS = 32
 """A prompt that starts with at least this many tokens of a finished request's (`prefix_cache.py`) is
 prefilled alone from there; a shorter hit joins the other new prompts' forward instead, which costs less
@@ -58,62 +55,6 @@ FINISHED_SHARE_TO_DROP = 0.25
 """Finished rows ride along in a batch (computed, their tokens ignored) until they are this share of
 it, or new requests join: dropping them copies the whole KV cache, which cost a third of decoding
 when rows left one at a time."""
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finish_reason: str  # "stop" (end of turn or a stop string), "length", or "cancelled" (`Engine.cancel`)
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, when asked for
-    allowed_tokens: list[int] | None = (
-        None  # per token, how many tokens the grammar allowed (1: forced); None: no grammar
-    )
-
-
-@dataclass
-class Generation:
-    prompt_token_ids: list[int]
-    completions: list[Completion]
-    version: int
-    adapter: str | None = None  # the adapter that served it (`adapters.py`); None: the engine serves one set of weights
-
-
-TokenCallback = Callable[[int, int, float, str, list[tuple[int, float]]], None]
-"""Streaming: called from the engine thread with (choice index, token id, logprob, new text, top logprobs)."""
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: concurrent.futures.Future[Generation]
-    on_token: TokenCallback | None
-    version: int = 0
-    adapter: str | None = None  # the LoRA adapter serving it, or "base" (`adapters.py`); None: no adapters here
-    cached: tuple[int, LayerKV] = (0, [])  # leading prompt tokens found in the prefix cache, with their keys and values
-    rows: list[_Row] = field(default_factory=list)
-    cancelled: bool = False
-
-
-@dataclass
-class _Row:
-    """One sequence being generated (a request with n=4 has four)."""
-
-    request: _Request
-    index: int
-    generator: torch.Generator | None
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
-    allowed: list[int] = field(default_factory=list)  # per token, how many the grammar allowed (constrained rows)
-    matcher: Any = None  # an llguidance matcher when the request has a grammar
-    text: str = ""
-    decoded: TextState = field(default_factory=TextState)  # where `text` was last complete, to decode from there
-    streamed: int = 0
-    finish_reason: str | None = None
-    kept: bool = False  # its keys and values went to the prefix cache (or were not to)
 
 
 def default_sampling_dtype(device: str) -> torch.dtype:
@@ -173,15 +114,10 @@ class Engine:
         self.adapters: Adapters | None = None  # several LoRA adapters served together (`adapters.serve_adapters`)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self._constrainer: Any = None
-        self._live: dict[int, _Request] = {}  # id(future) -> request, for `cancel`
+        self._live: dict[int, Request] = {}  # id(future) -> request, for `cancel`
         self._prefixes: dict[tuple[int, str | None, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        # what `chat_prompt_ids` rendered (prompt ids -> text), and each chat completion since: the text of the prompt
-        # and what was sampled -> those exact ids (see `chat_prompt_ids`); least recently used first
-        self._rendered: OrderedDict[tuple[int, ...], str] = OrderedDict()
-        self._sampled: OrderedDict[str, list[int]] = OrderedDict()
-        self._sampled_lock = threading.Lock()
-        self._lossless: bool | None = None
-        self._waiting: list[_Request] = []
+        self._turns = SampledTurns(self.tokenizer)
+        self._waiting: list[Request] = []
         self._cv = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -231,77 +167,9 @@ class Engine:
     def chat_prompt_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> list[int]:
-        """Token ids of a chat, ready for the assistant's turn: the model's chat template, with tools
-        and tool calls rendered by it where it supports them, else in this model's built-in format (`tools.py`).
-
-        Where the rendered text begins with an earlier chat prompt of this engine plus what was sampled
-        for it (the agent sent the reply back unedited, and its tool results or next question follow),
-        those exact ids are reused and only the rest is tokenized: a model often samples a tokenization
-        that re-tokenizing the same text would not give (`")]` as two tokens), and the next call's
-        prompt then continues the previous prompt + completion token for token, so a tool round merges
-        into one trajectory (`adapters.to_trajectories`). An edited history falls back to tokenizing it all.
-        """
-        from agentgrad.engine.tools import format_for, render_history, template_supports_tools
-
-        if template_supports_tools(self.tokenizer):
-            rendered, tools_arg = list(messages), list(tools) if tools else None
-        else:
-            rendered = render_history(list(messages), list(tools) if tools else None, format_for(self.tokenizer))
-            tools_arg = None
-        text = self.tokenizer.apply_chat_template(rendered, tools=tools_arg, add_generation_prompt=True, tokenize=False)
-        if not isinstance(text, str) or not self._round_trips():
-            ids = self.tokenizer.apply_chat_template(
-                rendered, tools=tools_arg, add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                ids = ids["input_ids"]
-            return list(ids)
-        with self._sampled_lock:
-            known = max((k for k in self._sampled if text.startswith(k)), key=len, default="")
-            head = list(self._sampled[known]) if known else []
-            if known:
-                self._sampled.move_to_end(known)
-        ids = head + (self._tokenize(text[len(known) :]) if len(known) < len(text) else [])
-        with self._sampled_lock:
-            self._rendered[tuple(ids)] = text
-            self._rendered.move_to_end(tuple(ids))
-            while len(self._rendered) > SAMPLED_TURNS:
-                self._rendered.popitem(last=False)
-        return ids
-
-    def _tokenize(self, text: str) -> list[int]:
-        """Ids of rendered chat text, as `apply_chat_template(tokenize=True)` makes them."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _round_trips(self) -> bool:
-        """Whether decoding ids gives back the exact text they came from (byte-level BPE does), which
-        remembering sampled turns by their text relies on; checked once."""
-        if self._lossless is None:
-            probe = '<|im_start|>x\n [f(a="1 + 2")]  é\n\n\tdone.<|im_end|>\n'
-            ids = self._tokenize(probe)
-            self._lossless = self._detokenize(ids) == probe and self._tokenize(self._detokenize(ids)) == ids
-        return self._lossless
-
-    def _detokenize(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def _remember_sampled(self, request: _Request) -> None:
-        """A chat prompt's completions, by the text they render to, with the ids sampled (`chat_prompt_ids`)."""
-        with self._sampled_lock:
-            text = self._rendered.get(tuple(request.prompt_ids))
-        if text is None:
-            return
-        turns = {
-            text + self._detokenize(row.token_ids): request.prompt_ids + row.token_ids
-            for row in request.rows
-            if row.finish_reason in ("stop", "length") and row.token_ids
-        }
-        with self._sampled_lock:
-            for key, ids in turns.items():
-                self._sampled[key] = ids
-                self._sampled.move_to_end(key)
-            while len(self._sampled) > SAMPLED_TURNS:
-                self._sampled.popitem(last=False)
+        """Token ids of a chat, ready for the assistant's turn, continuing the ids an earlier turn of this
+        engine was sampled as where the agent sent it back unedited (`turns.py`)."""
+        return self._turns.prompt_ids(messages, tools)
 
     # ------------------------------------------------------------------ requests
 
@@ -334,14 +202,14 @@ class Engine:
         if self.adapters is not None:
             self.adapters.check(adapter)
             adapter = adapter or self.adapters.resolve(None)
-        request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token, adapter=adapter)
+        request = Request(list(prompt_ids), params, concurrent.futures.Future(), on_token, adapter=adapter)
         template = self.constrainer().matcher(params.grammar) if params.grammar is not None else None
         for index in range(params.n):
             generator = (
                 None if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed + index)
             )
             matcher = None if template is None else template.deep_copy()
-            request.rows.append(_Row(request, index, generator, matcher=matcher))
+            request.rows.append(Row(request, index, generator, matcher=matcher))
         with self._cv:
             if self._closed:
                 raise RuntimeError("the engine is closed")
@@ -392,7 +260,7 @@ class Engine:
 
     # ------------------------------------------------------------------ the generation loop
 
-    def _take_waiting(self, capacity: int, block: bool) -> list[_Request]:
+    def _take_waiting(self, capacity: int, block: bool) -> list[Request]:
         with self._cv:
             if block:
                 while not self._waiting and not self._closed:
@@ -404,7 +272,7 @@ class Engine:
                     if len(self._waiting) == seen or time.monotonic() - began > MAX_BATCH_WINDOW_SECONDS:
                         break
                     seen = len(self._waiting)
-            taken: list[_Request] = []
+            taken: list[Request] = []
             while self._waiting and self._waiting[0].params.n <= capacity:
                 request = self._waiting.pop(0)
                 capacity -= request.params.n
@@ -436,11 +304,11 @@ class Engine:
                         request.future.set_exception(exc)
                 batch = None
 
-    def _prefill(self, requests: list[_Request]) -> list[Batch]:
+    def _prefill(self, requests: list[Request]) -> list[Batch]:
         """Run the new prompts and sample their first tokens: those that start with a finished request's
         tokens (the prefix cache) one by one from there, the others together (`_prefill_together`), one
         prefill per adapter (a shared prefix's keys and values are the adapter's own)."""
-        together: dict[str | None, list[_Request]] = {}
+        together: dict[str | None, list[Request]] = {}
         batches: list[Batch] = []
         for request in requests:
             if self.prefix_cache.max_bytes:
@@ -453,14 +321,14 @@ class Engine:
                 together.setdefault(request.adapter, []).append(request)
         return [self._prefill_together(group) for group in together.values()] + batches
 
-    def _prefill_together(self, requests: list[_Request]) -> Batch:
+    def _prefill_together(self, requests: list[Request]) -> Batch:
         """Run these prompts and sample their first tokens.
 
         Identical prompts (a GRPO group, n > 1) are computed once, and the prefix all of them
         share (a system prompt, few-shot examples) once for the batch, reused while the weights
         stay the same.
         """
-        rows: list[_Row] = []
+        rows: list[Row] = []
         for request in requests:
             request.version = self.version
             self.stats["requests"] += 1
@@ -604,75 +472,26 @@ class Engine:
                 log.exception("a request failed while generating")
                 self._fail(row.request, exc)
 
-    def _fail(self, request: _Request, exc: BaseException) -> None:
+    def _fail(self, request: Request, exc: BaseException) -> None:
         for row in request.rows:
             row.finish_reason = row.finish_reason or "error"
         if not request.future.done():
             request.future.set_exception(exc)
 
-    def _append(self, row: _Row, token: int, logprob: float, top: list[tuple[int, float]] | None = None) -> None:
-        params = row.request.params
-        row.token_ids.append(token)
-        row.logprobs.append(logprob)
-        if params.top_logprobs:
-            row.top.append(top or [])
+    def _append(self, row: Row, token: int, logprob: float, top: list[tuple[int, float]] | None = None) -> None:
         self.stats["generated_tokens"] += 1
-        if token in self.eos_token_ids and not params.ignore_eos:
-            row.finish_reason = "stop"
-        else:
-            checked = len(row.decoded.stable_text)  # text before this cannot change: a stop ends after it
-            row.text = extend(self.tokenizer, row.decoded, row.token_ids)  # the full decode's text, in time linear
-            for stop in params.stop:
-                at = row.text.find(stop, max(0, checked - len(stop) + 1))
-                if at >= 0:
-                    row.text, row.finish_reason = row.text[:at], "stop"
-                    break
-            for marker in params.finish_after:
-                if row.finish_reason is None and row.text.find(marker, max(0, checked - len(marker) + 1)) >= 0:
-                    row.finish_reason = "stop"
-            if row.finish_reason is None and (
-                (params.max_tokens is not None and len(row.token_ids) >= params.max_tokens)
-                or len(row.request.prompt_ids) + len(row.token_ids) >= self.max_model_len
-            ):
-                row.finish_reason = "length"
-        if row.request.on_token is not None:
-            self._stream(row, token, logprob, top or [])
+        row.append(token, logprob, top or [], self.tokenizer, self.eos_token_ids, self.max_model_len)
 
-    def _stream(self, row: _Row, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
-        """Send the text that is certain: hold back a partial character or a possible stop string."""
-        text = row.text
-        if row.finish_reason is None:
-            holdback = max((len(s) - 1 for s in row.request.params.stop), default=0)
-            safe = len(text) - holdback
-            if text.endswith("\ufffd"):
-                safe = min(safe, len(text) - 1)
-            text = text[: max(safe, row.streamed)]
-        delta, row.streamed = text[row.streamed :], len(text)
-        try:
-            row.request.on_token(row.index, token, logprob, delta, top)  # type: ignore[misc]
-        except Exception:
-            log.exception("a streaming callback failed")
-
-    def _resolve(self, request: _Request) -> None:
+    def _resolve(self, request: Request) -> None:
         if not request.future.done():
             try:
-                self._remember_sampled(request)
+                finished = [row.token_ids for row in request.rows if row.finish_reason in ("stop", "length")]
+                self._turns.remember(request.prompt_ids, finished)
             except Exception:  # only a missed merge
                 log.exception("could not remember a completion's sampled ids")
-            completions = [
-                Completion(
-                    r.token_ids,
-                    r.logprobs,
-                    r.text,
-                    r.finish_reason or "cancelled",
-                    r.top,
-                    r.allowed if r.matcher is not None else None,
-                )
-                for r in request.rows
-            ]
-            request.future.set_result(Generation(request.prompt_ids, completions, request.version, request.adapter))
+            request.future.set_result(request.generation())
 
-    def _keep_prefix(self, batch: Batch, index: int, row: _Row) -> None:
+    def _keep_prefix(self, batch: Batch, index: int, row: Row) -> None:
         """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but
         its last token) are the rightmost columns of its cache row."""
         row.kept = True

@@ -98,7 +98,7 @@ def growing_layer_class() -> type:
 
 @dataclass
 class Batch:
-    """The rows being generated together (`engine._Row`), their KV cache and what the next step feeds."""
+    """The rows being generated together (`rows.Row`), their KV cache and what the next step feeds."""
 
     rows: list[Any]
     cache: Any

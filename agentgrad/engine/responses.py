@@ -26,8 +26,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agentgrad.engine.api import RequestError, _Strict, read_json, text_of, validate
 from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields, submit_checked
-from agentgrad.engine.engine import Completion, Engine, Generation
+from agentgrad.engine.engine import Engine
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
+from agentgrad.engine.rows import Completion, Generation
 from agentgrad.engine.tools import format_for
 from agentgrad.engine.wire import adapter_for, generate, headers, stream
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint

@@ -10,8 +10,9 @@ from urllib.parse import unquote
 from starlette.requests import Request
 
 from agentgrad.engine.api import RequestError
-from agentgrad.engine.engine import Engine, Generation
+from agentgrad.engine.engine import Engine
 from agentgrad.engine.params import SamplingParams
+from agentgrad.engine.rows import Generation
 from agentgrad.semconv import ADAPTER_HEADER, AGENT_HEADER, VERSION_HEADER
 
 Event = tuple[int, int, float, str, list[tuple[int, float]]] | Generation | BaseException

@@ -12,8 +12,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.detokenize import TextState, extend, full_text
-from agentgrad.engine.engine import _Request, _Row
 from agentgrad.engine.model import QWEN_MODEL, resolve_model
+from agentgrad.engine.rows import Request, Row
 
 TEXTS = [
     "Answer: 42 🎉🎉 naïve café — 東京タワー 👩‍👩‍👧 done.",
@@ -114,8 +114,8 @@ def test_stop_strings_stop_at_the_same_token_and_text_as_the_full_decode(engine:
     for ids in streams:
         for stop in stops:
             for params in (SamplingParams(stop=stop), SamplingParams(finish_after=stop)):
-                request = _Request([1, 2, 3], params, concurrent.futures.Future(), None)
-                row = _Row(request, 0, None)
+                request = Request([1, 2, 3], params, concurrent.futures.Future(), None)
+                row = Row(request, 0, None)
                 request.rows.append(row)
                 for token in ids:
                     engine._append(row, token, -rng.random())

@@ -142,7 +142,7 @@ def test_a_tool_round_sampled_in_a_non_canonical_tokenization_continues_its_prom
     re-tokenizing the same text gives other ids; an edited history is tokenized afresh."""
     import concurrent.futures as cf
 
-    from agentgrad.engine.engine import _Request, _Row
+    from agentgrad.engine.rows import Request, Row
     from agentgrad.engine.tools import PYTHONIC, render_history
 
     calc = {"type": "function", "function": {"name": "calculate", "parameters": {
@@ -159,8 +159,8 @@ def test_a_tool_round_sampled_in_a_non_canonical_tokenization_continues_its_prom
     sampled = canonical[:-1] + [t for ch in engine.tokenizer.decode(canonical[-1:]) for t in tokenize(ch)]
     assert sampled != canonical and engine.tokenizer.decode(sampled) == text
     eos = engine.tokenizer.eos_token_id
-    request = _Request(prompt, SamplingParams(), cf.Future(), None)
-    request.rows.append(_Row(request, 0, None, token_ids=sampled + [eos], finish_reason="stop"))
+    request = Request(prompt, SamplingParams(), cf.Future(), None)
+    request.rows.append(Row(request, 0, None, token_ids=sampled + [eos], finish_reason="stop"))
     engine._resolve(request)
 
     call = {"id": "call_1", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "123 + 456"}'}}
