@@ -23,7 +23,7 @@ from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.roles import RoleUpdate
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
 from agentgrad.distributed.group import TrainingGroup, deliver, open_group
-from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
+from agentgrad.engine.training import ScoredSequence, StepPrefix, checkpoint_activations, sequence_logprobs
 from agentgrad.policy.checkpoints import load_sharded_checkpoint, save_sharded_checkpoint
 from agentgrad.policy.local import LocalPolicy
 
@@ -216,7 +216,7 @@ class LocalUpdate:
         )
         self.reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.policy.lora_rank == 0 else None
         if cfg.gradient_checkpointing:  # less memory for ~1/3 more compute; training mode only, sampling is unchanged
-            policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_activations(policy.model)
 
     def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
         """One step's update; its statistics, with `sync_seconds` (new weights into the engine and servers)."""

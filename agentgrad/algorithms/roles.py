@@ -34,6 +34,7 @@ from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory, agent_of, to_trajectories
 from agentgrad.algorithms.credit import Advantage, useful_groups
 from agentgrad.engine.adapters import Adapters, adapter_parameters, save_adapter
+from agentgrad.engine.training import checkpoint_activations
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.policy.local import LocalPolicy
 from agentgrad.types import Rollout, Span
@@ -173,7 +174,7 @@ class RoleUpdate:
             for role in self.roles
         }
         if cfg.gradient_checkpointing:
-            policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_activations(policy.model)
 
     def step(self, batches: Mapping[str, Pairs]) -> dict[str, float]:
         """Update each role's adapter on its batch; statistics as `<role>/<name>`, a token-weighted `loss`,

@@ -122,10 +122,9 @@ def sequence_logprobs(
     # every sequence ends at the last column: keep the logits of the last `kept` positions only
     scored = [len(s.token_ids) - s.first_scored for s in sequences]
     kept = max(scored) + 1
+    reuse = {"cache": cache, "use_cache": True} if layers else {"use_cache": False}  # nothing to reuse, none to keep
     logits = (
-        model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=kept
-        )
+        model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept, **reuse)
         .logits[:, :-1]
         .float()
     )
@@ -138,6 +137,12 @@ def sequence_logprobs(
     )
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
+
+
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """Recompute each layer's activations in backward instead of keeping them: less memory for ~1/3 more
+    compute, in training mode only (sampling is unchanged)."""
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[operator]
 
 
 def _apart(model: torch.nn.Module) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
+from agentgrad.engine.training import ScoredSequence, StepPrefix, checkpoint_activations, sequence_logprobs
 
 
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:
@@ -88,7 +88,7 @@ def test_with_gradient_checkpointing_the_prefix_runs_in_each_sequence_and_gives_
     def run(checkpointing: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         model = tiny_model()
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_activations(model)
         model.train()
         step_prefix = StepPrefix(model, sequences)
         assert (step_prefix.token_ids == []) == checkpointing
