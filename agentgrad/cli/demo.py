@@ -197,7 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain, 6 for sql / 3)"
     )
     parser.add_argument(
-        "--val-size", type=int, help="held-out problems judged before and after (default: 256; 24 for sql)"
+        "--val-size", type=int, help="held-out problems judged before and after (default: 256; 100 for sql)"
     )
     parser.add_argument(
         "--val-every",
