@@ -41,6 +41,7 @@ from agentgrad.algorithms.roles import RoleBatch, RoleUpdate, role_batches, role
 from agentgrad.algorithms.rollback import RollbackGuard, after_validation
 from agentgrad.distributed.group import follow
 from agentgrad.engine import Engine
+from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.sampling import SamplingPlan
 from agentgrad.policy.checkpoints import (
     BestCheckpoint,
@@ -180,7 +181,7 @@ class GRPO(Algorithm["GRPOResult"]):
         checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         start, history, state = 0, [], {}
         if (found := latest_checkpoint(checkpoint_dir)) is not None:
-            state = update.load(found)
+            state = in_own_thread(update.load, found)
             start, history = state["step"], state.get("history", [])
             self.console.print(f"resumed from {found} (step {start})")
         best = BestCheckpoint.restored(state.get("best_checkpoint"))  # kept from pruning; serve it
@@ -264,7 +265,7 @@ class GRPO(Algorithm["GRPOResult"]):
                 work: Any = batch.scored
                 if isinstance(update, RoleUpdate):  # each role's adapter on its own batch
                     work = {role: b.scored for role, b in batch.roles.items()}
-                stats = await asyncio.to_thread(update.step, work) if batch.scored else {}
+                stats = await asyncio.to_thread(in_own_thread, update.step, work) if batch.scored else {}
                 update_seconds = time.perf_counter() - update_began
                 await pipeline.published(step)  # async: the runners go on through validation and checkpointing
                 sync_seconds = stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine

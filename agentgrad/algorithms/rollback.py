@@ -106,7 +106,9 @@ async def after_validation(algorithm: Any, guard: RollbackGuard, step: int, valu
     recorded as metrics (`train/rollback` 1, `train/learning_rate`) at its step. Returns whether to stop."""
     import asyncio
 
-    verdict = await asyncio.to_thread(guard.check, step, value, update)
+    from agentgrad.engine.threads import in_own_thread
+
+    verdict = await asyncio.to_thread(in_own_thread, guard.check, step, value, update)
     if verdict in ("rolled_back", "stop"):
         event = guard.events[-1]
         algorithm.console.print(guard.describe(event), highlight=False, markup=False)

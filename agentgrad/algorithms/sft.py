@@ -32,6 +32,7 @@ from agentgrad.algorithms.base import (
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
 from agentgrad.engine import Engine
+from agentgrad.engine.threads import in_own_thread
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.gateway.sampling import SamplingPlan, SamplingSource
 from agentgrad.policy.checkpoints import BestCheckpoint, complete_checkpoints, latest_checkpoint, prune_checkpoints
@@ -229,7 +230,11 @@ class SFT(Algorithm["SFTResult"]):
                 raise no_model_calls_error("SFT", len(read))
             data = list(kept.values())
             # ---- fine-tune: NLL of the model-written tokens
-            loss = await asyncio.to_thread(self._fine_tune, policy, optimizer, data, shuffle) if data else float("nan")
+            loss = (
+                await asyncio.to_thread(in_own_thread, self._fine_tune, policy, optimizer, data, shuffle)
+                if data
+                else float("nan")
+            )
             await pipeline.published(round_)  # async: the runners go on through validation
             metrics = {
                 "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,

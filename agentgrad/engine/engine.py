@@ -37,7 +37,7 @@ from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache
 from agentgrad.engine.prepack import pack_linears
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
-from agentgrad.engine.threads import ThreadChooser
+from agentgrad.engine.threads import ThreadChooser, in_own_thread
 from agentgrad.engine.turns import SampledTurns
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,11 @@ class Engine:
         `prefix_cache_bytes`: memory for finished requests' keys and values, reused by later prompts that
         start with them (`prefix_cache.py`); 0 turns that off."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model, self.tokenizer = load_model(model, device=self.device)
-        self.model.eval()
         self.name = name or (Path(str(model)).name if model else "smollm2-135m")
         if isinstance(sampling_dtype, str):
             sampling_dtype = getattr(torch, sampling_dtype)
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
-        self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
-        use_engine_attention(self._sampler)
+        in_own_thread(self._load, model)  # no OpenMP pool left in the caller's thread (`threads.in_own_thread`)
         self.max_batch_size = max_batch_size
         configured = getattr(self.model.config, "max_position_embeddings", 4096)
         self.max_model_len: int = max_model_len if max_model_len else configured
@@ -124,6 +121,12 @@ class Engine:
 
     # ------------------------------------------------------------------ weights
 
+    def _load(self, model: str | Path | None) -> None:
+        self.model, self.tokenizer = load_model(model, device=self.device)
+        self.model.eval()
+        self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
+        use_engine_attention(self._sampler)
+
     def _copy_for_sampling(self) -> torch.nn.Module:
         sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
         sampler.eval()
@@ -154,13 +157,17 @@ class Engine:
 
     def publish(self) -> int:
         """Serve the current trainable weights from the next request on; returns the new version."""
-        with self.weights_lock, torch.no_grad():
+        with self.weights_lock:
             if self._sampler is not self.model:
-                for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
-                    serving.copy_(trained)
-                pack_linears(self._sampler)
+                in_own_thread(self._copy_into_sampler)
             self.version += 1
         return self.version
+
+    @torch.no_grad()
+    def _copy_into_sampler(self) -> None:
+        for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
+            serving.copy_(trained)
+        pack_linears(self._sampler)
 
     # ------------------------------------------------------------------ prompts
 

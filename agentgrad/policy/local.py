@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgrad.engine import Engine
+from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
 from agentgrad.serving import ServerThread
@@ -83,20 +85,24 @@ class LocalPolicy:
 
             if lora_rank < 1:
                 raise ValueError("one adapter per role needs LoRA: set lora_rank to 1 or more (8, say)")
-            serve_adapters(
-                self.engine,
-                self.adapters,
-                rank=lora_rank,
-                alpha=lora_alpha,
-                targets=lora_targets,
-                default=default_adapter,
+            in_own_thread(  # no OpenMP pool left in this thread (`engine.threads.in_own_thread`)
+                functools.partial(
+                    serve_adapters,
+                    self.engine,
+                    self.adapters,
+                    rank=lora_rank,
+                    alpha=lora_alpha,
+                    targets=lora_targets,
+                    default=default_adapter,
+                )
             )
         elif default_adapter is not None:
             raise ValueError(f"default adapter {default_adapter!r} names one of the adapters: give adapters= too")
         elif lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
-            adapted = get_peft_model(
+            adapted = in_own_thread(
+                get_peft_model,
                 self.engine.model,
                 LoraConfig(r=lora_rank, lora_alpha=lora_alpha, target_modules=lora_targets, lora_dropout=0.0),
             )
@@ -119,7 +125,7 @@ class LocalPolicy:
         self.between_attempts = True
         if self._trainer is None:
             with self.engine.training() as model:
-                self._trainer = copy.deepcopy(model)
+                self._trainer = in_own_thread(copy.deepcopy, model)
             self._trainer.eval()
 
     @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -63,3 +64,67 @@ def test_a_fixed_count_is_applied_without_measuring(monkeypatch: pytest.MonkeyPa
     worker.start()
     worker.join()
     assert result == [1]
+
+
+OPENMP_WORKERS = """
+import os, sys, threading, time
+import torch
+
+torch.set_num_threads(2)
+before = set(os.listdir("/proc/self/task"))
+from agentgrad.engine import Engine, SamplingParams
+
+engine = Engine(sys.argv[1], sampling_dtype="bfloat16")
+engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4))
+engine.publish()  # copies the trained weights into the bf16 sampling copy and packs them again
+
+def workers():
+    python = {thread.native_id for thread in threading.enumerate()}
+    return {int(task) for task in set(os.listdir("/proc/self/task")) - before} - python
+
+deadline = time.monotonic() + 30  # the workers of an ended thread's pool exit on their own, soon after it
+while len(workers()) > 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(len(workers()))
+"""
+
+
+@pytest.mark.model
+def test_loading_and_publishing_leave_the_generation_loop_the_only_openmp_workers() -> None:
+    """Every thread that computes in parallel keeps a pool of OpenMP workers for as long as it lives, and once
+    the workers outnumber the cores they sleep between the hundreds of small regions of a decode step
+    (`threads.in_own_thread`). Loading and publishing in the caller's thread would leave it a pool: the new
+    threads the process keeps, Python's aside, must be the loop's one worker (2 threads) and nothing else."""
+    import subprocess
+    import sys
+
+    from agentgrad.engine.model import resolve_model
+
+    run = subprocess.run(
+        [sys.executable, "-c", OPENMP_WORKERS, str(resolve_model())],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "1", run.stdout
+
+
+def test_in_own_thread_returns_the_result_raises_the_exception_and_keeps_context_variables() -> None:
+    import contextvars
+
+    from agentgrad.engine.threads import in_own_thread
+
+    name: contextvars.ContextVar[str] = contextvars.ContextVar("name")
+    name.set("rollout-7")
+    callers: list[threading.Thread] = []
+
+    def work(suffix: str) -> str:
+        callers.append(threading.current_thread())
+        return name.get() + suffix
+
+    assert in_own_thread(work, "!") == "rollout-7!"
+    assert callers[0] is not threading.current_thread() and not callers[0].is_alive()
+    with pytest.raises(KeyError, match="missing"):
+        in_own_thread(lambda: {}["missing"])
