@@ -33,7 +33,7 @@ from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model
 from agentgrad.engine.params import SamplingParams
-from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache
+from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache, group_hits
 from agentgrad.engine.prepack import pack_linears
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
@@ -313,20 +313,28 @@ class Engine:
 
     def _prefill(self, requests: list[Request]) -> list[Batch]:
         """Run the new prompts and sample their first tokens: those that start with a finished request's
-        tokens (the prefix cache) one by one from there, the others together (`_prefill_together`), one
-        prefill per adapter (a shared prefix's keys and values are the adapter's own)."""
+        tokens (the prefix cache) from there, grouped by the prefix they share (`prefix_cache.group_hits`), the
+        others together (`_prefill_together`), one prefill per adapter (keys and values are the adapter's own)."""
         together: dict[str | None, list[Request]] = {}
-        batches: list[Batch] = []
+        hits: dict[str | None, list[Request]] = {}
         for request in requests:
             if self.prefix_cache.max_bytes:
                 request.cached = self.prefix_cache.longest(self.version, tuple(request.prompt_ids), request.adapter)
             if request.cached[0] >= PREFIX_HIT_MIN_TOKENS:
-                self.stats["prefix_cache_tokens"] += request.cached[0]
-                batches.append(self._prefill_together([request]))
+                hits.setdefault(request.adapter, []).append(request)
             else:
                 request.cached = (0, [])
                 together.setdefault(request.adapter, []).append(request)
-        return [self._prefill_together(group) for group in together.values()] + batches
+        batches = [self._prefill_together(group) for group in together.values()]
+        for adapter_hits in hits.values():
+            for shared, members in group_hits(
+                [(r.prompt_ids, r.cached[0]) for r in adapter_hits], PREFIX_HIT_MIN_TOKENS
+            ):
+                group = [adapter_hits[i] for i in members]
+                group[0].cached = (shared, group[0].cached[1])  # `_prefill_together` starts every member from it
+                self.stats["prefix_cache_tokens"] += shared * len(group)
+                batches.append(self._prefill_together(group))
+        return batches
 
     def _prefill_together(self, requests: list[Request]) -> Batch:
         """Run these prompts and sample their first tokens.
@@ -344,7 +352,7 @@ class Engine:
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
         prompts = list(distinct)
-        cached, cached_kv = requests[0].cached  # a lone request with a prefix cache hit
+        cached, cached_kv = requests[0].cached  # prefix cache hits (`_prefill`): every prompt starts with these
         adapter = requests[0].adapter  # the same for all (`_prefill`)
         shared = cached or min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         cache = new_cache()

@@ -11,6 +11,7 @@ Under several adapters (`adapters.py`) an entry also names the adapter that comp
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import torch
 
@@ -74,3 +75,25 @@ class PrefixCache:
         if key is not None:
             self._entries.move_to_end(key)
         return best, found
+
+
+HIT_GROUP_SLACK_TOKENS = 64
+"""A hit may be prefilled with other hits from a prefix up to this many tokens shorter than its own: recomputing a
+few tokens inside one forward costs less than a forward of its own (a GRPO step's rollouts all hit the system
+prompt, and prefilled one by one they took longer than their decoding)."""
+
+
+def group_hits(hits: Sequence[tuple[Sequence[int], int]], min_tokens: int) -> list[tuple[int, list[int]]]:
+    """Prompts with prefix cache hits (prompt, cached tokens), grouped to be prefilled together: each group as
+    (tokens its members share and its first member has cached, member indices). A group's members share its
+    leading tokens, and none gives up more than `HIT_GROUP_SLACK_TOKENS` of its own hit or goes below `min_tokens`."""
+    groups: list[tuple[int, int, list[int]]] = []  # (shared, fewest shared tokens its members allow, members)
+    for index, (prompt, cached) in enumerate(hits):
+        for position, (shared, floor, members) in enumerate(groups):
+            together = min(shared, cached, common_prefix_length([hits[members[0]][0], prompt]))
+            if together >= max(min_tokens, floor, cached - HIT_GROUP_SLACK_TOKENS):
+                groups[position] = (together, max(floor, cached - HIT_GROUP_SLACK_TOKENS), [*members, index])
+                break
+        else:
+            groups.append((cached, cached - HIT_GROUP_SLACK_TOKENS, [index]))
+    return [(shared, members) for shared, _, members in groups]

@@ -130,3 +130,65 @@ def test_a_hit_shorter_than_the_minimum_joins_the_other_prompts_and_changes_no_t
         assert engine.stats["prefix_cache_tokens"] == before["prefix_cache_tokens"]  # shares 31 tokens: not taken
     finally:
         engine.prefix_cache = kept
+
+
+def test_hits_that_share_a_prefix_are_grouped_and_none_gives_up_more_than_the_slack() -> None:
+    from agentgrad.engine.prefix_cache import HIT_GROUP_SLACK_TOKENS, group_hits
+
+    system = list(range(1000, 1040))  # 40 tokens every rollout's prompt starts with
+    first_turns = [(system + [7, i, 8], 40) for i in range(3)]  # hits of the system prompt alone
+    groups = group_hits(first_turns, min_tokens=32)
+    assert groups == [(40, [0, 1, 2])]
+    # a next turn that hit its own earlier turn (200 tokens) would give up more than the slack: a group of its own
+    next_turn = (system + list(range(160)) + [5], 200)
+    assert group_hits([*first_turns, next_turn], 32) == [(40, [0, 1, 2]), (200, [3])]
+    # within the slack it joins, and the group starts from what all of them share
+    near = (system + list(range(2000, 2000 + HIT_GROUP_SLACK_TOKENS - 10)) + [5], 40 + HIT_GROUP_SLACK_TOKENS - 10)
+    assert group_hits([near, *first_turns], 32) == [(40, [0, 1, 2, 3])]
+    # prompts that share fewer than the minimum are never grouped, whatever their hits
+    other = (list(range(3000, 3050)), 49)
+    assert group_hits([*first_turns, other], 32) == [(40, [0, 1, 2]), (49, [3])]
+    assert group_hits([(system[:20] + [1] * 30, 45), (system[:20] + [2] * 30, 45)], 32) == [(45, [0]), (45, [1])]
+
+
+@pytest.mark.model
+def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forward_and_change_no_token(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GRPO step's rollouts all start with the system prompt an earlier rollout left in the cache: prefilled
+    one by one they cost a forward each (a step's rollout phase took twice as long)."""
+    from agentgrad.engine.engine import PREFIX_HIT_MIN_TOKENS
+    from agentgrad.engine.kv_cache import common_prefix_length
+
+    system = {
+        "role": "system",
+        "content": "You are a careful assistant for a quiz. Read each question, think about it, and answer with "
+        "one short sentence, no more: no lists, no code, no greetings.",
+    }
+    questions = ["What is 12 + 30?", "Name a colour.", "What is the capital of France?", "Say hello."]
+    prompts = [engine.chat_prompt_ids([system, {"role": "user", "content": q}]) for q in questions]
+    assert common_prefix_length(prompts) >= PREFIX_HIT_MIN_TOKENS
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    groups: list[int] = []
+    prefill_together = engine._prefill_together
+
+    def counted(requests: list) -> object:
+        groups.append(len(requests))
+        return prefill_together(requests)
+
+    kept = engine.prefix_cache
+    try:
+        engine.prefix_cache = PrefixCache(0)
+        expected = [g.completions[0].token_ids for g in engine.generate(prompts, greedy)]
+        engine.prefix_cache = PrefixCache()
+        engine.generate([engine.chat_prompt_ids([system, {"role": "user", "content": "Count to three."}])], greedy)
+        monkeypatch.setattr(engine, "_prefill_together", counted)
+        before = engine.stats["prefix_cache_tokens"]
+        with engine._cv:  # the loop takes all four at once (submitting re-enters this lock)
+            futures = [engine.submit(prompt, greedy) for prompt in prompts]
+        assert [f.result().completions[0].token_ids for f in futures] == expected
+        assert groups == [4]
+        reused = engine.stats["prefix_cache_tokens"] - before
+        assert reused > 0 and reused % 4 == 0  # each started from the shared system prompt's cached tokens
+    finally:
+        engine.prefix_cache = kept
