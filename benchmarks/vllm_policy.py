@@ -1,9 +1,11 @@
 """The rollout phase of the demo's GRPO steps, built-in engine vs vLLM, interleaved in one run; and weight syncs.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/vllm_policy.py [--steps 2] [--prompts 8] [--group 8]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/vllm_policy.py [--model smollm2-135m] [--task function]
+        [--first-call required] [--steps 2] [--prompts 8] [--group 8]
 
 Both run the calc agent through runners → gateway → policy with the demo's sampling (T=1,
-48 tokens), the same tasks in the same order. The two policies share one trainer model and run
+48 tokens), the same tasks in the same order (`--task`: the demo's task; `--first-call required` forces
+the first call's tool, as Qwen2.5-Coder-0.5B needs to call in its own format). The two policies share one trainer model and run
 their steps alternately (built-in, vLLM, vLLM, built-in, ...), so load from other jobs on a
 shared machine falls on both alike; the load average is printed with each step. vLLM servers
 come from .venv-vllm (`make vllm`); `--vllm-url` attaches to a running one instead of starting
@@ -30,6 +32,7 @@ import agentgrad as ag  # noqa: E402
 from agentgrad.policy.local import LocalPolicy  # noqa: E402
 from agentgrad.policy.vllm import VLLMPolicy  # noqa: E402
 from agentgrad.engine import Engine  # noqa: E402
+from agentgrad.engine.model import resolve_model  # noqa: E402
 from examples.calc_agent import calc_agent, make_splits  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 48}
@@ -65,6 +68,9 @@ def output_tokens(store: ag.MemoryStore) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--task", default="function", choices=["function", "tool", "plain"])
+    parser.add_argument("--first-call", default=None, help="the first call's tool_choice (task function), e.g. required")
     parser.add_argument("--steps", type=int, default=2, help="rollout phases timed per engine")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
@@ -72,13 +78,17 @@ def main() -> None:
     parser.add_argument("--syncs", type=int, default=3)
     parser.add_argument("--vllm-url", action="append", default=[])
     args = parser.parse_args()
-    train, _ = make_splits(n_train=args.steps * args.prompts, n_val=1)
+    train, _ = make_splits(n_train=args.steps * args.prompts, n_val=1, demo=args.task)
+    for task in train:
+        if args.first_call:
+            task["first_call"] = args.first_call
     batches = [[t for t in train[s * args.prompts : (s + 1) * args.prompts] for _ in range(args.group)]
                for s in range(args.steps)]
     load_before = os.getloadavg()
-    engine = Engine()  # bf16 sampling copy for the built-in engine; its fp32 weights are what vLLM is synced to
+    path = resolve_model(args.model)
+    engine = Engine(path)  # bf16 sampling copy for the built-in engine; its fp32 weights are what vLLM is synced to
     with LocalPolicy(ag.MemoryStore(), engine) as local, \
-         VLLMPolicy(ag.MemoryStore(), engine, replicas=args.replicas, urls=args.vllm_url, transport="file") as vllm:
+         VLLMPolicy(ag.MemoryStore(), engine, path, replicas=args.replicas, urls=args.vllm_url, transport="file") as vllm:
         phases = [Phase("built-in engine", local), Phase(f"vLLM ×{len(vllm.servers)}", vllm)]
         for phase in phases:
             phase.run(batches[0][:2], timed=False)  # warm-up: connections, first request
@@ -92,7 +102,8 @@ def main() -> None:
         capabilities = vllm.capabilities
     engine.close()
 
-    table = Table(title=f"rollout phase of a GRPO step: {args.prompts} tasks × {args.group}, calc agent, T=1, ≤48 tokens")
+    table = Table(title=f"rollout phase of a GRPO step: {args.model}, {args.prompts} tasks × {args.group}, calc agent ({args.task}), "
+                        "T=1, ≤48 tokens")
     for column in ("engine", "seconds per step (median)", "tokens/s", "tokens per step"):
         table.add_column(column, justify="right")
     for phase in phases:

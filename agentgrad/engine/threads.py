@@ -117,8 +117,8 @@ class ThreadChooser:
         return self.threads
 
 
-def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` in a thread that ends with it (context variables kept): its result, or its exception raised here.
+def in_own_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a thread that ends with it (context variables kept): its result, or its exception raised here.
 
     PyTorch's CPU kernels run on OpenMP, and libgomp gives each thread that computes in parallel a pool of
     worker threads that lives as long as that thread. Once the workers of all pools outnumber the cores, every
@@ -132,7 +132,7 @@ def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
 
     def run() -> None:
         try:
-            outcome.append((True, context.run(fn, *args)))
+            outcome.append((True, context.run(fn, *args, **kwargs)))
         except BaseException as exc:  # handed to the caller
             outcome.append((False, exc))
 

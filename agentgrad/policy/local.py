@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import json
 import logging
 import time
@@ -86,15 +85,13 @@ class LocalPolicy:
             if lora_rank < 1:
                 raise ValueError("one adapter per role needs LoRA: set lora_rank to 1 or more (8, say)")
             in_own_thread(  # no OpenMP pool left in this thread (`engine.threads.in_own_thread`)
-                functools.partial(
-                    serve_adapters,
-                    self.engine,
-                    self.adapters,
-                    rank=lora_rank,
-                    alpha=lora_alpha,
-                    targets=lora_targets,
-                    default=default_adapter,
-                )
+                serve_adapters,
+                self.engine,
+                self.adapters,
+                rank=lora_rank,
+                alpha=lora_alpha,
+                targets=lora_targets,
+                default=default_adapter,
             )
         elif default_adapter is not None:
             raise ValueError(f"default adapter {default_adapter!r} names one of the adapters: give adapters= too")

@@ -25,6 +25,7 @@ import torch
 
 from agentgrad.engine import Engine
 from agentgrad.engine.model import resolve_model
+from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS, ReplicaPool
 from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
 from agentgrad.policy.local import LocalPolicy
@@ -179,7 +180,7 @@ class VLLMPolicy(LocalPolicy):
             for server in self.servers:
                 self._post(server, "/pause", params={"mode": "wait"})
             try:
-                self.transport.push(self.model, version)
+                in_own_thread(self.transport.push, self.model, version)  # no OpenMP pool left here (`threads.py`)
                 if self.transport.name != "lora":  # an adapter has its own cache entries
                     for server in self.servers:
                         self._post(server, "/reset_prefix_cache")

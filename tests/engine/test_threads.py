@@ -120,11 +120,12 @@ def test_in_own_thread_returns_the_result_raises_the_exception_and_keeps_context
     name.set("rollout-7")
     callers: list[threading.Thread] = []
 
-    def work(suffix: str) -> str:
+    def work(suffix: str, *, repeat: int = 1) -> str:
         callers.append(threading.current_thread())
-        return name.get() + suffix
+        return name.get() + suffix * repeat
 
     assert in_own_thread(work, "!") == "rollout-7!"
+    assert in_own_thread(work, "!", repeat=2) == "rollout-7!!"
     assert callers[0] is not threading.current_thread() and not callers[0].is_alive()
     with pytest.raises(KeyError, match="missing"):
         in_own_thread(lambda: {}["missing"])
