@@ -297,3 +297,25 @@ def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(
     rollouts = asyncio.run(store.query_rollouts(mode="train"))
     assert len(rollouts) == 2 * 4
     assert [r.status for r in rollouts if r.status != RolloutStatus.SUCCEEDED] == []
+
+
+def test_a_policy_given_only_an_engine_starts_its_servers_from_that_engines_model(tmp_path: Path) -> None:
+    """Given the trainer's engine and no model name, the servers must serve the engine's model, not the default."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from agentgrad.engine import Engine
+
+    smollm2 = resolve_model()
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = Engine(tmp_path, sampling_dtype="float32")
+    try:
+        assert engine.source == str(tmp_path)
+        policy = VLLMPolicy(MemoryStore(), engine)
+        assert policy.model_path == str(tmp_path) != smollm2
+    finally:
+        engine.close()

@@ -31,7 +31,7 @@ import torch
 from agentgrad.engine.adapters import Adapters, forward_arguments
 from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
-from agentgrad.engine.model import load_model
+from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache, group_hits
 from agentgrad.engine.prepack import pack_linears
@@ -88,7 +88,8 @@ class Engine:
         if isinstance(sampling_dtype, str):
             sampling_dtype = getattr(torch, sampling_dtype)
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
-        in_own_thread(self._load, model)  # no OpenMP pool left in the caller's thread (`threads.in_own_thread`)
+        self.source = resolve_model(model)  # the folder loaded: what a vLLM server of this model starts from
+        in_own_thread(self._load, self.source)  # no OpenMP pool left in the caller's thread (`threads.in_own_thread`)
         self.max_batch_size = max_batch_size
         configured = getattr(self.model.config, "max_position_embeddings", 4096)
         self.max_model_len: int = max_model_len if max_model_len else configured

@@ -24,7 +24,6 @@ import httpx
 import torch
 
 from agentgrad.engine import Engine
-from agentgrad.engine.model import resolve_model
 from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS, ReplicaPool
 from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
@@ -91,7 +90,7 @@ class VLLMPolicy(LocalPolicy):
             raise ValueError(
                 f"role {self.engine.name!r} has the name the vLLM servers serve the base model under: rename the role"
             )
-        self.model_path = resolve_model(model)
+        self.model_path = self.engine.source  # the trainer's model, also when only its engine was given
         self.replicas, self.urls, self.transport_kind, self.vllm_args = replicas, list(urls), transport, list(vllm_args)
         self.servers: list[VLLMServer] = []
         self.pool: ReplicaPool | None = None
