@@ -37,7 +37,7 @@ from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache, group
 from agentgrad.engine.prepack import pack_linears
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
-from agentgrad.engine.threads import ThreadChooser, in_own_thread
+from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas
 from agentgrad.engine.turns import SampledTurns
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class Engine:
         if isinstance(sampling_dtype, str):
             sampling_dtype = getattr(torch, sampling_dtype)
         self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
+        limit_malloc_arenas()  # before the threads below take arenas of their own
         self.source = resolve_model(model)  # the folder loaded: what a vLLM server of this model starts from
         in_own_thread(self._load, self.source)  # no OpenMP pool left in the caller's thread (`threads.in_own_thread`)
         self.max_batch_size = max_batch_size

@@ -129,3 +129,16 @@ def test_in_own_thread_returns_the_result_raises_the_exception_and_keeps_context
     assert callers[0] is not threading.current_thread() and not callers[0].is_alive()
     with pytest.raises(KeyError, match="missing"):
         in_own_thread(lambda: {}["missing"])
+
+
+@pytest.mark.parametrize("env", [{}, {"MALLOC_ARENA_MAX": "4"}])
+def test_malloc_arenas_are_capped_unless_the_environment_sets_them(env: dict[str, str]) -> None:
+    """Threads that end (`in_own_thread`) would each keep an arena with their peak in it; a user's setting wins."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from agentgrad.engine.threads import limit_malloc_arenas; print(limit_malloc_arenas())"
+    environment = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
+    out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("False" if env else "True")
