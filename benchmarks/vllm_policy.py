@@ -32,7 +32,6 @@ import agentgrad as ag  # noqa: E402
 from agentgrad.policy.local import LocalPolicy  # noqa: E402
 from agentgrad.policy.vllm import VLLMPolicy  # noqa: E402
 from agentgrad.engine import Engine  # noqa: E402
-from agentgrad.engine.model import resolve_model  # noqa: E402
 from examples.calc_agent import calc_agent, make_splits  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 48}
@@ -79,16 +78,15 @@ def main() -> None:
     parser.add_argument("--vllm-url", action="append", default=[])
     args = parser.parse_args()
     train, _ = make_splits(n_train=args.steps * args.prompts, n_val=1, demo=args.task)
-    for task in train:
-        if args.first_call:
+    if args.first_call:
+        for task in train:
             task["first_call"] = args.first_call
     batches = [[t for t in train[s * args.prompts : (s + 1) * args.prompts] for _ in range(args.group)]
                for s in range(args.steps)]
     load_before = os.getloadavg()
-    path = resolve_model(args.model)
-    engine = Engine(path)  # bf16 sampling copy for the built-in engine; its fp32 weights are what vLLM is synced to
+    engine = Engine(args.model)  # bf16 sampling copy for the built-in engine; its fp32 weights are what vLLM is synced to
     with LocalPolicy(ag.MemoryStore(), engine) as local, \
-         VLLMPolicy(ag.MemoryStore(), engine, path, replicas=args.replicas, urls=args.vllm_url, transport="file") as vllm:
+         VLLMPolicy(ag.MemoryStore(), engine, replicas=args.replicas, urls=args.vllm_url, transport="file") as vllm:
         phases = [Phase("built-in engine", local), Phase(f"vLLM ×{len(vllm.servers)}", vllm)]
         for phase in phases:
             phase.run(batches[0][:2], timed=False)  # warm-up: connections, first request

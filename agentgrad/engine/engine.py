@@ -33,7 +33,7 @@ from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
-from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, PrefixCache, group_hits
+from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache, group_hits
 from agentgrad.engine.prepack import pack_linears
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
@@ -333,17 +333,17 @@ class Engine:
                 [(r.prompt_ids, r.cached[0]) for r in adapter_hits], PREFIX_HIT_MIN_TOKENS
             ):
                 group = [adapter_hits[i] for i in members]
-                group[0].cached = (shared, group[0].cached[1])  # `_prefill_together` starts every member from it
                 self.stats["prefix_cache_tokens"] += shared * len(group)
-                batches.append(self._prefill_together(group))
+                batches.append(self._prefill_together(group, (shared, group[0].cached[1])))
         return batches
 
-    def _prefill_together(self, requests: list[Request]) -> Batch:
+    def _prefill_together(self, requests: list[Request], cached: tuple[int, LayerKV] = (0, [])) -> Batch:
         """Run these prompts and sample their first tokens.
 
         Identical prompts (a GRPO group, n > 1) are computed once, and the prefix all of them
         share (a system prompt, few-shot examples) once for the batch, reused while the weights
-        stay the same.
+        stay the same; `cached`: prefix cache hits (`_prefill`), the tokens every prompt starts with and
+        their keys and values (longer than that: sliced).
         """
         rows: list[Row] = []
         for request in requests:
@@ -354,9 +354,9 @@ class Engine:
         distinct: dict[tuple[int, ...], int] = {}
         row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
         prompts = list(distinct)
-        cached, cached_kv = requests[0].cached  # prefix cache hits (`_prefill`): every prompt starts with these
         adapter = requests[0].adapter  # the same for all (`_prefill`)
-        shared = cached or min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        cached_tokens, cached_kv = cached
+        shared = cached_tokens or min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         cache = new_cache()
         if shared >= MIN_SHARED_PREFIX:
             kv = [(k[:, :, :shared], v[:, :, :shared]) for k, v in cached_kv] or self._prefix_kv(

@@ -172,9 +172,9 @@ def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forw
     groups: list[int] = []
     prefill_together = engine._prefill_together
 
-    def counted(requests: list) -> object:
+    def counted(requests: list, *cached: object) -> object:
         groups.append(len(requests))
-        return prefill_together(requests)
+        return prefill_together(requests, *cached)
 
     kept = engine.prefix_cache
     try:
