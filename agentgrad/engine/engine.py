@@ -30,6 +30,7 @@ import torch
 
 from agentgrad.engine.adapters import Adapters, forward_arguments
 from agentgrad.engine.attention import use_engine_attention
+from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
@@ -128,6 +129,7 @@ class Engine:
         self.model.eval()
         self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
         use_engine_attention(self._sampler)
+        self._decoder = LeanDecoder.build(self._sampler)
 
     def _copy_for_sampling(self) -> torch.nn.Module:
         sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
@@ -142,6 +144,7 @@ class Engine:
             self.model = model
             self.model.eval()
             self._sampler = model
+            self._decoder = None  # it would hold copies of weights that training now changes in place
             use_engine_attention(model)
             self.sampling_dtype = next(model.parameters()).dtype
             self._prefixes.clear()
@@ -170,6 +173,7 @@ class Engine:
         for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
             serving.copy_(trained)
         pack_linears(self._sampler)
+        self._decoder = LeanDecoder.build(self._sampler)
 
     # ------------------------------------------------------------------ prompts
 
@@ -435,20 +439,23 @@ class Engine:
 
     def _decode(self, batch: Batch) -> Batch:
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        adapters: list[str | None] = []
-        if self.adapters is not None:  # each row its own adapter, in one forward pass
-            adapters = [row.request.adapter for row in batch.rows]
-            self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
-        out = self._sampler(
-            input_ids=batch.last[:, None],
-            attention_mask=batch.mask,
-            position_ids=batch.positions[:, None],
-            cache=batch.cache,
-            use_cache=True,
-            **forward_arguments(self.adapters, adapters),
-        )
+        if self._decoder is not None and self.adapters is None:
+            logits = self._decoder(batch.last, batch.positions, batch.mask, batch.cache)
+        else:
+            adapters: list[str | None] = []
+            if self.adapters is not None:  # each row its own adapter, in one forward pass
+                adapters = [row.request.adapter for row in batch.rows]
+                self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
+            logits = self._sampler(
+                input_ids=batch.last[:, None],
+                attention_mask=batch.mask,
+                position_ids=batch.positions[:, None],
+                cache=batch.cache,
+                use_cache=True,
+                **forward_arguments(self.adapters, adapters),
+            ).logits[:, -1, :]
         batch.positions = batch.positions + 1
-        self._take_tokens(batch, out.logits[:, -1, :])
+        self._take_tokens(batch, logits)
         return batch
 
     def _take_tokens(self, batch: Batch, logits: torch.Tensor) -> None:

@@ -1,0 +1,123 @@
+"""The engine's written-out decode step (`agentgrad.engine.decode`): bit-identical logits to transformers' forward
+on the same cache, for Llama and Qwen2 (biased projections), padded or not; the same generations through the
+engine with it and without it, also after `publish` brings new weights; and no decoder where it would not be exact."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgrad.engine import Engine, SamplingParams
+from agentgrad.engine.decode import LeanDecoder
+from agentgrad.engine.kv_cache import new_cache
+from agentgrad.engine.prepack import pack_linears
+
+
+def _tiny(architecture: str, **overrides: object) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    shape = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=128)
+    shape.update(overrides)
+    if architecture == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**shape))  # biased query, key and value projections
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for linear in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    linear.bias.normal_()
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**shape))
+    model = model.to(torch.bfloat16).eval()
+    pack_linears(model)
+    return model
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_logits_are_bit_identical_to_transformers_forward(architecture: str, padded: bool) -> None:
+    model = _tiny(architecture)
+    decoder = LeanDecoder.build(model)
+    assert decoder is not None
+    ids = torch.randint(0, 300, (5, 11), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, :4] = mask[3, :7] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        theirs = new_cache()
+        model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs, use_cache=True)
+        mine = copy.deepcopy(theirs)
+        tokens, positions = ids[:, -1], positions[:, -1] + 1
+        for step in range(6):
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            expected = model(
+                input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None], cache=theirs,
+                use_cache=True,
+            ).logits[:, -1]
+            found = decoder(tokens, positions, mask, mine)
+            assert torch.equal(found, expected), f"step {step}: {(found - expected).abs().max()}"
+            for layer_theirs, layer_mine in zip(theirs.layers, mine.layers):
+                assert torch.equal(layer_theirs.keys, layer_mine.keys)
+                assert torch.equal(layer_theirs.values, layer_mine.values)
+            tokens, positions = expected.argmax(-1), positions + 1
+
+
+def test_no_decoder_where_it_would_not_be_exact() -> None:
+    assert LeanDecoder.build(_tiny("llama").float()) is None
+    unpacked = _tiny("llama")
+    for module in unpacked.modules():
+        module.__dict__.pop("packed_weight", None)
+    assert LeanDecoder.build(unpacked) is None
+    assert LeanDecoder.build(_tiny("llama", hidden_act="gelu")) is None
+    from peft import LoraConfig, get_peft_model
+
+    assert LeanDecoder.build(get_peft_model(_tiny("llama"), LoraConfig(r=2, target_modules=["q_proj"]))) is None
+
+
+def _generations(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+    params = [SamplingParams(max_tokens=24, temperature=0), SamplingParams(max_tokens=24, temperature=1.0, seed=3, n=2)]
+    return [
+        (completion.token_ids, completion.logprobs)
+        for p in params
+        for generation in engine.generate(prompts, p)
+        for completion in generation.completions
+    ]
+
+
+def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from agentgrad.engine.model import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model())
+    model = _tiny("qwen2", vocab_size=len(tokenizer))
+    model.float().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = Engine(tmp_path, sampling_dtype="bfloat16", device="cpu", prefix_cache_bytes=0)  # each run prefills alike
+    try:
+        assert engine._decoder is not None
+        prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in ("Hi", "What is 2+3? Think.")]
+        for publish in (False, True):
+            if publish:
+                with torch.no_grad():
+                    for layer in engine.model.model.layers:
+                        layer.mlp.up_proj.weight.mul_(-2.0)
+                        layer.self_attn.k_proj.bias.add_(1.0)
+                engine.publish()
+            decoder = engine._decoder
+            lean = _generations(engine, prompts)
+            engine._decoder = None
+            try:
+                plain = _generations(engine, prompts)
+            finally:
+                engine._decoder = decoder
+            assert lean == plain
+            if publish:
+                assert lean != before
+            before = lean
+    finally:
+        engine.close()
