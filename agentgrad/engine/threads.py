@@ -1,6 +1,6 @@
-"""How many threads the generation loop computes with (every core by default, or measured: `auto`), and
-keeping its OpenMP workers the only ones alive (`in_own_thread`) and the other threads' freed memory reused
-(`limit_malloc_arenas`).
+"""How many threads the generation loop computes with (every core by default, or measured: `auto`), set
+without `torch.set_num_threads` (`set_threads`), and keeping its OpenMP workers the only ones alive
+(`in_own_thread`) and the other threads' freed memory reused (`limit_malloc_arenas`).
 
 On a CPU shared with other processes, a matrix product split over every core waits at each
 barrier for the thread the scheduler took away: on 2 cores with one kept busy elsewhere, a decode
@@ -64,9 +64,35 @@ decoded 5x slower than 1)."""
 PROBE_ROUNDS = 3
 
 
+@functools.cache
+def _openmp_set_num_threads() -> Callable[[int], Any] | None:
+    """The OpenMP runtime's `omp_set_num_threads` that torch's kernels run on, where the process exports it."""
+    try:
+        return ctypes.CDLL(None).omp_set_num_threads
+    except (OSError, AttributeError):
+        return None
+
+
+def set_threads(count: int) -> None:
+    """Compute with `count` threads in the calling thread, as `torch.set_num_threads` would, without what that
+    also does to MKL: it turns MKL's dynamic threading off and has every thread that computes later (OpenMP's
+    workers included) ask MKL for `count` threads of its own. The CPU flash attention kernel calls MKL's bf16
+    matrix-vector products inside its own parallel loop, so each of them then started a nested parallel region:
+    SmolLM2's decode attention took 1.0 ms a layer at 64 rows instead of 0.73, and a decode step 103 ms instead
+    of 62 (8 rows: 32 against 23; `docs/engine.md`). Setting only OpenMP's count leaves MKL to run sequentially
+    inside torch's parallel loops. Where the runtime cannot be reached (no `omp_set_num_threads` exported), it
+    falls back to `torch.set_num_threads`."""
+    torch.get_num_threads()  # torch's per-thread set-up first: run later, it would reset the count
+    openmp = _openmp_set_num_threads()
+    if openmp is None:
+        torch.set_num_threads(count)
+    else:
+        openmp(count)
+
+
 def _products(threads: int, weight: torch.Tensor, rows: torch.Tensor) -> tuple[int, float]:
     """How many products `threads` threads compute in about `PROBE_SECONDS`, and the seconds they took."""
-    torch.set_num_threads(threads)
+    set_threads(threads)
     torch.nn.functional.linear(rows, weight)  # warm up this thread count
     began = time.perf_counter()
     count, elapsed = 0, 0.0
@@ -81,7 +107,7 @@ def fastest_threads(dtype: torch.dtype, most: int, rounds: int = PROBE_ROUNDS) -
     """1 or `most`, whichever computes decode-sized matrix products faster right now (rounds alternated, so a
     burst of load elsewhere falls on both), set on the calling thread."""
     if most <= 1:
-        torch.set_num_threads(1)
+        set_threads(1)
         return 1
     weight = torch.randn(4 * PROBE_WIDTH, PROBE_WIDTH).to(dtype)
     rows = torch.randn(PROBE_ROWS, PROBE_WIDTH).to(dtype)
@@ -92,7 +118,7 @@ def fastest_threads(dtype: torch.dtype, most: int, rounds: int = PROBE_ROUNDS) -
             totals[threads][0] += count
             totals[threads][1] += seconds
     chosen = max(totals, key=lambda t: totals[t][0] / totals[t][1])
-    torch.set_num_threads(chosen)
+    set_threads(chosen)
     return chosen
 
 
@@ -114,7 +140,7 @@ class ThreadChooser:
         """Set the calling thread's torch threads (measuring if due); returns the count in use."""
         if self.fixed is not None:
             if self.threads != self.fixed:
-                torch.set_num_threads(self.fixed)
+                set_threads(self.fixed)
                 self.threads = self.fixed
             return self.fixed
         now = self.clock()

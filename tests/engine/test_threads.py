@@ -142,3 +142,35 @@ def test_malloc_arenas_are_capped_unless_the_environment_sets_them(env: dict[str
     environment = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
     out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ("False" if env else "True")
+
+
+SET_THREADS = """
+import threading, torch
+from agentgrad.engine.threads import set_threads
+
+set_threads(1)
+seen = []
+worker = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+worker.start()
+worker.join()
+print(torch.get_num_threads(), seen[0])
+"""
+
+
+def test_set_threads_sets_the_calling_thread_only_not_torchs_process_wide_count() -> None:
+    """`torch.set_num_threads` records its count for the whole process: every thread that computes afterwards,
+    OpenMP's workers included, sets it again on itself, MKL's per-thread count with it, and turns MKL's dynamic
+    threading off, which made the CPU attention kernel's MKL calls start nested parallel regions
+    (`threads.set_threads`). A thread started after `set_threads(1)` must keep the default count (2 here)."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", SET_THREADS],
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["1", "2"]
