@@ -192,3 +192,47 @@ def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forw
         assert reused > 0 and reused % 4 == 0  # each started from the shared system prompt's cached tokens
     finally:
         engine.prefix_cache = kept
+
+
+@pytest.mark.model
+def test_short_hits_arriving_together_join_one_forward_instead_of_one_each(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chats resubmitted together, each hitting only its own short earlier prompt, had a forward and a restack
+    each (`PREFIX_HIT_ALONE_TOKENS`): 64 of them made 36 forwards and decoded 17 % slower round after round."""
+    from agentgrad.engine.engine import PREFIX_HIT_ALONE_TOKENS, PREFIX_HIT_MIN_TOKENS
+    from agentgrad.engine.kv_cache import common_prefix_length
+
+    questions = [
+        "What is twelve plus thirty, in words?",
+        "Name one colour of the rainbow, please.",
+        "Which city is the capital of France?",
+        "Could you say hello to me politely?",
+    ]
+    prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in questions]
+    assert common_prefix_length(prompts) < PREFIX_HIT_MIN_TOKENS  # the hits cannot be grouped
+    assert all(PREFIX_HIT_MIN_TOKENS <= len(p) - 1 < PREFIX_HIT_ALONE_TOKENS for p in prompts)
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    groups: list[int] = []
+    prefill_together = engine._prefill_together
+
+    def counted(requests: list, *cached: object) -> object:
+        groups.append(len(requests))
+        return prefill_together(requests, *cached)
+
+    kept = engine.prefix_cache
+    try:
+        engine.prefix_cache = PrefixCache(0)
+        expected = [g.completions[0].token_ids for g in engine.generate(prompts, greedy)]
+        engine.prefix_cache = PrefixCache()
+        for prompt in prompts:  # each finished alone: each prompt is then a hit of its own earlier run
+            engine.generate([prompt], greedy)
+        monkeypatch.setattr(engine, "_prefill_together", counted)
+        before = engine.stats["prefix_cache_tokens"]
+        with engine._cv:  # the loop takes all four at once (submitting re-enters this lock)
+            futures = [engine.submit(prompt, greedy) for prompt in prompts]
+        assert [f.result().completions[0].token_ids for f in futures] == expected
+        assert groups == [4]
+        assert engine.stats["prefix_cache_tokens"] == before
+    finally:
+        engine.prefix_cache = kept
