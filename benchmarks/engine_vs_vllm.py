@@ -9,13 +9,16 @@ once, greedy, exactly `new-tokens` tokens each (end of turn ignored), to one eng
 alternating which goes first each round, so load from other jobs falls on both alike; the load average
 is printed beside each row. The exact-token check: every completion has exactly `new-tokens` tokens
 on both (`all_exact`), and how many completions' first 16 tokens agree between the two engines.
-The GRPO rollout phase (calc agent through the gateway) is `benchmarks/vllm_policy.py`.
+The vLLM server is stopped (SIGSTOP) while the engine is timed: after serving, its worker polls for about a
+second at a full core, which would be charged to the engine (`engine_bench.frozen`; `--no-freeze` keeps it
+running). The GRPO rollout phase (calc agent through the gateway) is `benchmarks/vllm_policy.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import statistics
 import sys
@@ -26,7 +29,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine_bench import prompts
+from engine_bench import frozen, prompts
 
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.model import resolve_model
@@ -65,6 +68,8 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2, help="timed runs per engine and cell (median)")
+    parser.add_argument("--no-freeze", dest="freeze", action="store_false",
+                        help="leave the vLLM server running while the engine is timed (`engine_bench.frozen`)")
     args = parser.parse_args()
     rows = []
     for model in args.models.split(","):
@@ -83,7 +88,8 @@ def main() -> None:
                     order = ["engine", "vllm"] if round_index % 2 == 0 else ["vllm", "engine"]
                     for which in order:
                         if which == "engine":
-                            wall, tokens[which] = run_engine(engine, batch, args.new_tokens)
+                            with frozen(servers) if args.freeze else contextlib.nullcontext():
+                                wall, tokens[which] = run_engine(engine, batch, args.new_tokens)
                         else:
                             wall, tokens[which] = run_vllm(servers[0], model, batch, args.new_tokens)
                         seconds[which].append(wall)

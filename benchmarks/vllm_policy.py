@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -32,6 +33,7 @@ import agentgrad as ag  # noqa: E402
 from agentgrad.policy.local import LocalPolicy  # noqa: E402
 from agentgrad.policy.vllm import VLLMPolicy  # noqa: E402
 from agentgrad.engine import Engine  # noqa: E402
+from engine_bench import frozen  # noqa: E402
 from examples.calc_agent import calc_agent, make_splits  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 48}
@@ -76,6 +78,8 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--syncs", type=int, default=3)
     parser.add_argument("--vllm-url", action="append", default=[])
+    parser.add_argument("--no-freeze", dest="freeze", action="store_false",
+                        help="leave the vLLM servers running while the built-in engine is timed (`engine_bench.frozen`)")
     args = parser.parse_args()
     train, _ = make_splits(n_train=args.steps * args.prompts, n_val=1, demo=args.task)
     if args.first_call:
@@ -92,7 +96,8 @@ def main() -> None:
             phase.run(batches[0][:2], timed=False)  # warm-up: connections, first request
         for step, batch in enumerate(batches):
             for phase in phases if step % 2 == 0 else phases[::-1]:
-                phase.run(batch)
+                with frozen(vllm.servers) if phase is phases[0] and args.freeze else contextlib.nullcontext():
+                    phase.run(batch)
         syncs = []
         for _ in range(args.syncs):
             engine.publish()
