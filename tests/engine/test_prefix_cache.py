@@ -151,6 +151,24 @@ def test_hits_that_share_a_prefix_are_grouped_and_none_gives_up_more_than_the_sl
     assert group_hits([(system[:20] + [1] * 30, 45), (system[:20] + [2] * 30, 45)], 32) == [(45, [0]), (45, [1])]
 
 
+def _submitted_at_once(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], params: SamplingParams
+) -> tuple[list[list[int]], list[int]]:
+    """Submit `prompts` so the loop takes them all in one go: their completions' tokens, and how many requests
+    each `_prefill_together` that ran them held."""
+    groups: list[int] = []
+    prefill_together = engine._prefill_together
+
+    def counted(requests: list, *cached: object) -> object:
+        groups.append(len(requests))
+        return prefill_together(requests, *cached)
+
+    monkeypatch.setattr(engine, "_prefill_together", counted)
+    with engine._cv:  # the loop waits for this lock, so it takes them together (submitting re-enters it)
+        futures = [engine.submit(prompt, params) for prompt in prompts]
+    return [f.result().completions[0].token_ids for f in futures], groups
+
+
 @pytest.mark.model
 def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forward_and_change_no_token(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
@@ -169,25 +187,14 @@ def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forw
     prompts = [engine.chat_prompt_ids([system, {"role": "user", "content": q}]) for q in questions]
     assert common_prefix_length(prompts) >= PREFIX_HIT_MIN_TOKENS
     greedy = SamplingParams(max_tokens=8, temperature=0)
-    groups: list[int] = []
-    prefill_together = engine._prefill_together
-
-    def counted(requests: list, *cached: object) -> object:
-        groups.append(len(requests))
-        return prefill_together(requests, *cached)
-
     kept = engine.prefix_cache
     try:
         engine.prefix_cache = PrefixCache(0)
         expected = [g.completions[0].token_ids for g in engine.generate(prompts, greedy)]
         engine.prefix_cache = PrefixCache()
         engine.generate([engine.chat_prompt_ids([system, {"role": "user", "content": "Count to three."}])], greedy)
-        monkeypatch.setattr(engine, "_prefill_together", counted)
         before = engine.stats["prefix_cache_tokens"]
-        with engine._cv:  # the loop takes all four at once (submitting re-enters this lock)
-            futures = [engine.submit(prompt, greedy) for prompt in prompts]
-        assert [f.result().completions[0].token_ids for f in futures] == expected
-        assert groups == [4]
+        assert _submitted_at_once(engine, monkeypatch, prompts, greedy) == (expected, [4])
         reused = engine.stats["prefix_cache_tokens"] - before
         assert reused > 0 and reused % 4 == 0  # each started from the shared system prompt's cached tokens
     finally:
@@ -213,13 +220,6 @@ def test_short_hits_arriving_together_join_one_forward_instead_of_one_each(
     assert common_prefix_length(prompts) < PREFIX_HIT_MIN_TOKENS  # the hits cannot be grouped
     assert all(PREFIX_HIT_MIN_TOKENS <= len(p) - 1 < PREFIX_HIT_ALONE_TOKENS for p in prompts)
     greedy = SamplingParams(max_tokens=8, temperature=0)
-    groups: list[int] = []
-    prefill_together = engine._prefill_together
-
-    def counted(requests: list, *cached: object) -> object:
-        groups.append(len(requests))
-        return prefill_together(requests, *cached)
-
     kept = engine.prefix_cache
     try:
         engine.prefix_cache = PrefixCache(0)
@@ -227,12 +227,8 @@ def test_short_hits_arriving_together_join_one_forward_instead_of_one_each(
         engine.prefix_cache = PrefixCache()
         for prompt in prompts:  # each finished alone: each prompt is then a hit of its own earlier run
             engine.generate([prompt], greedy)
-        monkeypatch.setattr(engine, "_prefill_together", counted)
         before = engine.stats["prefix_cache_tokens"]
-        with engine._cv:  # the loop takes all four at once (submitting re-enters this lock)
-            futures = [engine.submit(prompt, greedy) for prompt in prompts]
-        assert [f.result().completions[0].token_ids for f in futures] == expected
-        assert groups == [4]
+        assert _submitted_at_once(engine, monkeypatch, prompts, greedy) == (expected, [4])
         assert engine.stats["prefix_cache_tokens"] == before
     finally:
         engine.prefix_cache = kept
