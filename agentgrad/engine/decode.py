@@ -20,14 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentgrad.engine.prepack import PACK_ROWS, packing_available
+from agentgrad.engine.prepack import pack_weight, packed_linear, packing_available
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
 """Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
-
-
-def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
 def _fused(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -37,7 +33,7 @@ def _fused(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor |
     if any(linear.bias is not None for linear in linears):
         zeros = [linear.weight.new_zeros(linear.out_features) for linear in linears]
         bias = torch.cat([zero if linear.bias is None else linear.bias for linear, zero in zip(linears, zeros)])
-    return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS), bias
+    return pack_weight(weight), bias
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -124,7 +120,7 @@ class LeanDecoder:
         for index, layer in enumerate(self.layers):
             attention = layer.attention
             h = _rms_norm(x, layer.input_norm)
-            qkv = _linear(h, layer.qkv, layer.qkv_bias)
+            qkv = packed_linear(h, layer.qkv, layer.qkv_bias)
             qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             values = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, 1, dim)
@@ -134,6 +130,6 @@ class LeanDecoder:
             )
             x = x + attention.o_proj(out.view(rows, heads * dim))
             h = _rms_norm(x, layer.post_attention_norm)
-            gate_up = _linear(h, layer.gate_up, layer.gate_up_bias)
+            gate_up = packed_linear(h, layer.gate_up, layer.gate_up_bias)
             x = x + layer.mlp.down_proj(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :])
         return self.model.lm_head(_rms_norm(x, base.norm))

@@ -13,7 +13,7 @@ one more bf16 copy of the linear layers (~0.27 GB for SmolLM2 with its output la
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -26,8 +26,18 @@ def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out × in, bf16, CPU) laid out once in oneDNN's blocked format, for `packed_linear`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
+
+
+def packed_linear(input: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear` with a weight from `pack_weight`."""
+    return torch.ops.mkldnn._linear_pointwise(input, packed, bias, "none", [], "")
+
+
 def _packed_forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(input, self.packed_weight, self.bias, "none", [], "")
+    return packed_linear(input, cast(torch.Tensor, self.packed_weight), self.bias)
 
 
 def pack_linears(model: Any) -> int:
@@ -43,7 +53,7 @@ def pack_linears(model: Any) -> int:
                 continue
             if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
                 continue
-            module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
+            module.packed_weight = pack_weight(weight.detach())
             module.forward = types.MethodType(_packed_forward, module)  # type: ignore[method-assign]  # this layer only
             packed += 1
     return packed
