@@ -31,7 +31,14 @@ import torch
 from agentgrad.engine.adapters import Adapters, forward_arguments
 from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
-from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, Batch, common_prefix_length, new_cache, restack
+from agentgrad.engine.kv_cache import (
+    MIN_SHARED_PREFIX,
+    Batch,
+    common_prefix_length,
+    drop_finished,
+    new_cache,
+    restack,
+)
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache, group_hits
@@ -59,8 +66,9 @@ tokens again costs less than a forward and a restack of its own. 64 chats resubm
 own ~40 cached tokens, had made 36 forwards: prefill 0.43 s → 1.23 s, and 1,025 → 851 tok/s over five rounds."""
 FINISHED_SHARE_TO_DROP = 0.25
 """Finished rows ride along in a batch (computed, their tokens ignored) until they are this share of
-it, or new requests join: dropping them copies the whole KV cache, which cost a third of decoding
-when rows left one at a time."""
+it, or new requests join: dropping them moves later rows' KV caches into their places
+(`kv_cache.drop_finished`); when that copied the whole cache, dropping rows one at a time cost a third
+of decoding."""
 
 
 def default_sampling_dtype(device: str) -> torch.dtype:
@@ -309,7 +317,7 @@ class Engine:
                     self.stats["threads"] = self._threads.apply()
                 with self.weights_lock, torch.inference_mode():
                     for added in self._prefill(new) if new else []:
-                        batch = added if batch is None else restack(batch, added)
+                        batch = added if batch is None else restack(batch, added, self.max_batch_size)
                         batch = self._drop_finished(batch)
                     if batch is not None:
                         batch = self._drop_finished(self._decode(batch))
@@ -564,10 +572,12 @@ class Engine:
             if row.finish_reason is not None and all(r.finish_reason is not None for r in row.request.rows):
                 self._resolve(row.request)
         if not keep:
+            for layer in batch.cache.layers:
+                layer.release()
             return None
         if len(batch.rows) - len(keep) < FINISHED_SHARE_TO_DROP * len(batch.rows):
             return batch
-        return restack(batch)
+        return drop_finished(batch)
 
 
 def _close_at_exit(engine: weakref.ref[Engine]) -> None:
