@@ -32,6 +32,7 @@ from agentgrad.engine.adapters import Adapters, forward_arguments
 from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import (
+    KV_POOL,
     MIN_SHARED_PREFIX,
     Batch,
     common_prefix_length,
@@ -165,8 +166,10 @@ class Engine:
 
     @contextmanager
     def training(self) -> Iterator[torch.nn.Module]:
-        """The trainable model, with generation held off while it may change (fp32 sampling shares it)."""
+        """The trainable model, with generation held off while it may change (fp32 sampling shares it). The retired
+        KV buffers kept for the next batch (`kv_cache.KV_POOL`) are freed for the update's memory."""
         with self.weights_lock:
+            KV_POOL.clear()
             self.model.train()
             try:
                 yield self.model
@@ -283,6 +286,7 @@ class Engine:
             self._cv.notify()
         if self._thread is not None:
             self._thread.join(30)
+        KV_POOL.clear()
 
     # ------------------------------------------------------------------ the generation loop
 
