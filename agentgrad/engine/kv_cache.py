@@ -208,26 +208,20 @@ def growing_layer_class() -> type:
                 buffer[rows : rows + len(part), :, end - part.shape[2] : end] = part
             self._place(rows + len(keys), left, wider)
 
-        def assemble(
-            self, parts: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]], width: int, capacity: int = 0
-        ) -> None:
-            """Become these parts' rows (`index`, or all) stacked, each right-aligned in `width` columns with zeros
-            on its left (masked padding; zeros, since 0 × garbage in attention could be NaN), in one copy; with
-            room for `capacity` rows and `KV_SPARE_TOKENS` more columns on the left, to `join` in place."""
+        def assemble(self, parts: Sequence[tuple[torch.Tensor, torch.Tensor]], width: int, capacity: int = 0) -> None:
+            """Become these parts' rows stacked, each right-aligned in `width` columns with zeros on its left (masked
+            padding; zeros, since 0 × garbage in attention could be NaN), in one copy; with room for `capacity`
+            rows and `KV_SPARE_TOKENS` more columns on the left, to `join` in place."""
             first = parts[0][0]
-            rows = sum(keys.shape[0] if index is None else len(index) for keys, _, index in parts)
+            rows = sum(keys.shape[0] for keys, _ in parts)
             left = KV_SPARE_TOKENS
             buffers = self._allocate(max(rows, capacity), width, left, first)
             start = 0
-            for keys, values, index in parts:
-                count, pad = keys.shape[0] if index is None else len(index), width - keys.shape[2]
+            for keys, values in parts:
+                count, pad = keys.shape[0], width - keys.shape[2]
                 for buffer, part in zip(buffers, (keys, values)):
                     buffer[start : start + count, :, left : left + pad] = 0
-                    target = buffer[start : start + count, :, left + pad : left + width]
-                    if index is None:
-                        target.copy_(part)
-                    else:
-                        torch.index_select(part, 0, index, out=target)
+                    buffer[start : start + count, :, left + pad : left + width] = part
                 start += count
             self._adopt(buffers, rows, left, width)
 
@@ -289,7 +283,7 @@ def restack(running: Batch, added: Batch, capacity: int = 0) -> Batch:
             theirs.release()
     else:
         for mine, theirs in layers:
-            mine.assemble([(mine.keys, mine.values, None), (theirs.keys, theirs.values, None)], width, capacity)
+            mine.assemble([(mine.keys, mine.values), (theirs.keys, theirs.values)], width, capacity)
             theirs.release()
 
     def pad(tensor: torch.Tensor) -> torch.Tensor:
