@@ -208,7 +208,7 @@ def growing_layer_class() -> type:
                 buffer[rows : rows + len(part), :, end - part.shape[2] : end] = part
             self._place(rows + len(keys), left, wider)
 
-        def assemble(self, parts: Sequence[tuple[torch.Tensor, torch.Tensor]], width: int, capacity: int = 0) -> None:
+        def assemble(self, parts: Sequence[tuple[torch.Tensor, torch.Tensor]], width: int, capacity: int) -> None:
             """Become these parts' rows stacked, each right-aligned in `width` columns with zeros on its left (masked
             padding; zeros, since 0 × garbage in attention could be NaN), in one copy; with room for `capacity`
             rows and `KV_SPARE_TOKENS` more columns on the left, to `join` in place."""
@@ -269,7 +269,7 @@ def drop_finished(running: Batch) -> Batch:
     )
 
 
-def restack(running: Batch, added: Batch, capacity: int = 0) -> Batch:
+def restack(running: Batch, added: Batch, capacity: int) -> Batch:
     """One batch of the running batch's unfinished rows and the added batch's rows, left-padded with masked zeros
     to one width (no column that is padding in every row). In place where the running cache has the room
     (`GrowingLayer.can_join`), copying only the added rows; else stacked in one copy, with room for `capacity` rows."""
