@@ -150,6 +150,17 @@ async def test_an_agent_calling_os_exit_in_process_isolation_fails_its_attempt_w
     assert len(messages) == 1  # what the agent wrote before it went reached the store
 
 
+async def test_attempts_ending_at_once_in_process_isolation_each_report_their_own_exit_code() -> None:
+    # a worker starting its next process reads the exit codes of finished ones while other workers read theirs:
+    # unserialized, multiprocessing hands one of the two readers 255 (CI saw it as 'code 255' for 'code 5')
+    codes = list(range(1, 101))
+    _, runner, _, attempts = await _run(process_agents.exits_hard, [{"code": c} for c in codes],
+                                        isolation="process", concurrency=8)
+    assert [a.error for a in attempts] == [
+        f"the agent's process exited with code {c} before it returned (isolation='process')" for c in codes]
+    assert runner.completed == len(codes)
+
+
 async def test_an_agent_in_process_isolation_reports_its_reward_and_spans_from_its_own_process() -> None:
     store, _, rollouts, _ = await _run(process_agents.rewards_in_a_process, [{"n": 2}, {"n": 3}],
                                               isolation="process", concurrency=2)

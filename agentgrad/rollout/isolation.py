@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import multiprocessing.connection
 import signal
 import threading
 import time
@@ -33,6 +34,10 @@ TIMEOUT_GRACE_SECONDS = 1.0
 
 _context: Any = None
 _context_lock = threading.Lock()
+_reaping = threading.Lock()
+"""multiprocessing reads a fork-server child's exit code from a pipe, once, and every `Process.start` reads those
+of earlier children that ended: two threads reading the same child's race, and the loser records 255 (CPython's
+`popen_forkserver.poll`). So the runner's worker threads start processes and read exit codes in turn."""
 
 
 def process_context() -> Any:
@@ -134,7 +139,8 @@ class AttemptProcesses:
             name=f"{self.worker_id}-{rollout.attempt.attempt_id}",
         )
         try:
-            process.start()  # pickles the agent, task and resources: an error here says which did not pickle
+            with _reaping:
+                process.start()  # pickles the agent, task and resources: an error here says which did not pickle
         finally:
             send.close()
         with self._lock:
@@ -159,7 +165,9 @@ class AttemptProcesses:
                     answer = message
         finally:
             receive.close()
-            process.join()
+            multiprocessing.connection.wait([process.sentinel])
+            with _reaping:
+                process.join()
             with self._lock:
                 self._live.discard(process)
         if overdue:
@@ -173,5 +181,7 @@ class AttemptProcesses:
         with self._lock:
             live = list(self._live)
         for process in live:
-            if process.is_alive():
+            with _reaping:
+                alive = process.is_alive()
+            if alive:
                 process.kill()
