@@ -8,12 +8,13 @@ is the same dot product, so the results are identical), rotary embeddings, RMSNo
 written as transformers writes them. A SmolLM2 decode step went from 28.8 to 23.5 ms at 1 row, 37.9 to 33.1 at 8
 and 112.5 to 107.0 at 64 (`benchmarks/engine_profile.py --warm 64`, 2 threads). The logits are bit-identical to
 transformers' forward on the same cache (`tests/engine/test_decode.py`). It serves only what it covers exactly:
-the bf16 sampling copy with packed weights (`prepack.py`), on CPU, without LoRA adapters; anything else decodes
-through transformers' forward.
+the bf16 sampling copy on CPU, its weights packed where oneDNN packs bf16 (`prepack.py`; plain on AVX2 alone),
+without LoRA adapters; anything else decodes through transformers' forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +27,14 @@ ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
 """Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
 
 
-def _fused(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One packed weight (and bias) computing these layers' outputs side by side."""
+def _fused(linears: list[torch.nn.Linear], packed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) computing these layers' outputs side by side, packed like the layers are."""
     weight = torch.cat([linear.weight for linear in linears])
     bias = None
     if any(linear.bias is not None for linear in linears):
         zeros = [linear.weight.new_zeros(linear.out_features) for linear in linears]
         bias = torch.cat([zero if linear.bias is None else linear.bias for linear, zero in zip(linears, zeros)])
-    return pack_weight(weight), bias
+    return (pack_weight(weight) if packed else weight), bias
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -65,6 +66,10 @@ class LeanDecoder:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.intermediate = config.intermediate_size
+        packed = packing_available()
+        self.linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor] = (
+            packed_linear if packed else F.linear
+        )
         with torch.no_grad():
             self.layers = [
                 _Layer(
@@ -72,8 +77,8 @@ class LeanDecoder:
                     layer.mlp,
                     layer.input_layernorm,
                     layer.post_attention_layernorm,
-                    *_fused([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
-                    *_fused([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                    *_fused([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], packed),
+                    *_fused([layer.mlp.gate_proj, layer.mlp.up_proj], packed),
                 )
                 for layer in model.model.layers
             ]
@@ -81,8 +86,9 @@ class LeanDecoder:
     @classmethod
     def build(cls, model: Any) -> LeanDecoder | None:
         """A decoder over `model`'s current weights (build again after they change), or None where it would not
-        compute exactly what transformers does: another architecture or configuration, weights not packed bf16 on CPU."""
-        if type(model).__name__ not in ARCHITECTURES or not packing_available():
+        compute exactly what transformers does: another architecture or configuration, weights not bf16 on CPU, or
+        not packed where this machine packs them."""
+        if type(model).__name__ not in ARCHITECTURES:
             return None
         config = model.config
         if (
@@ -98,7 +104,7 @@ class LeanDecoder:
             linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
             if any(
                 type(linear) is not torch.nn.Linear
-                or not hasattr(linear, "packed_weight")
+                or hasattr(linear, "packed_weight") != packing_available()
                 or linear.weight.dtype != torch.bfloat16
                 or linear.weight.device.type != "cpu"
                 for linear in linears
@@ -120,7 +126,7 @@ class LeanDecoder:
         for index, layer in enumerate(self.layers):
             attention = layer.attention
             h = _rms_norm(x, layer.input_norm)
-            qkv = packed_linear(h, layer.qkv, layer.qkv_bias)
+            qkv = self.linear(h, layer.qkv, layer.qkv_bias)
             qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             values = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, 1, dim)
@@ -130,6 +136,6 @@ class LeanDecoder:
             )
             x = x + attention.o_proj(out.view(rows, heads * dim))
             h = _rms_norm(x, layer.post_attention_norm)
-            gate_up = packed_linear(h, layer.gate_up, layer.gate_up_bias)
+            gate_up = self.linear(h, layer.gate_up, layer.gate_up_bias)
             x = x + layer.mlp.down_proj(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :])
         return self.model.lm_head(_rms_norm(x, base.norm))

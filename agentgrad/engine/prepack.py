@@ -22,8 +22,14 @@ PACK_ROWS = 64
 
 
 def packing_available() -> bool:
-    """Whether this PyTorch build can pack linear weights for oneDNN (CPU builds with mkldnn)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    """Whether bf16 linear weights can be packed for oneDNN here: a CPU build with mkldnn, on a processor whose
+    bf16 oneDNN supports (AVX-512 or AVX-NE-CONVERT; on AVX2 alone the reorder raises, and layers stay plain)."""
+    mkldnn = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(mkldnn, "_reorder_linear_weight")
+        and bool(getattr(mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+    )
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import new_cache
-from agentgrad.engine.prepack import pack_linears
+from agentgrad.engine.prepack import pack_linears, packing_available
 
 
 def _tiny(architecture: str, **overrides: object) -> torch.nn.Module:
@@ -71,7 +71,8 @@ def test_no_decoder_where_it_would_not_be_exact() -> None:
     unpacked = _tiny("llama")
     for module in unpacked.modules():
         module.__dict__.pop("packed_weight", None)
-    assert LeanDecoder.build(unpacked) is None
+    # plain layers where this machine packs them (AVX-512): not what the engine serves; on AVX2 alone, they are
+    assert (LeanDecoder.build(unpacked) is None) == packing_available()
     assert LeanDecoder.build(_tiny("llama", hidden_act="gelu")) is None
     from peft import LoraConfig, get_peft_model
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentgrad.engine import Engine
-from agentgrad.engine.prepack import pack_linears
+from agentgrad.engine.prepack import pack_linears, packing_available
 
 
 def _tiny_model() -> torch.nn.Module:
@@ -30,7 +30,8 @@ def _tiny_model() -> torch.nn.Module:
 def test_packed_layers_compute_what_plain_layers_compute() -> None:
     plain = _tiny_model()
     packed = copy.deepcopy(plain)
-    assert pack_linears(packed) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the output layer
+    # q, k, v, o, gate, up, down per layer, and the output layer; none where oneDNN has no bf16 (AVX2 alone)
+    assert pack_linears(packed) == (2 * 7 + 1 if packing_available() else 0)
     ids = torch.randint(0, 300, (5, 9), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     mask[1, :4] = 0
