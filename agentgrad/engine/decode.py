@@ -91,6 +91,7 @@ class LeanDecoder:
         if type(model).__name__ not in ARCHITECTURES:
             return None
         config = model.config
+        packed = packing_available()
         if (
             config.hidden_act != "silu"
             or getattr(config, "pretraining_tp", 1) not in (None, 1)
@@ -104,7 +105,7 @@ class LeanDecoder:
             linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
             if any(
                 type(linear) is not torch.nn.Linear
-                or hasattr(linear, "packed_weight") != packing_available()
+                or hasattr(linear, "packed_weight") != packed
                 or linear.weight.dtype != torch.bfloat16
                 or linear.weight.device.type != "cpu"
                 for linear in linears

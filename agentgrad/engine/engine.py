@@ -43,7 +43,7 @@ from agentgrad.engine.kv_cache import (
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache, group_hits
-from agentgrad.engine.prepack import pack_linears
+from agentgrad.engine.prepack import bf16_supported, pack_linears
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas
@@ -75,8 +75,7 @@ of decoding."""
 def default_sampling_dtype(device: str) -> torch.dtype:
     if device.startswith("cuda"):
         return torch.bfloat16
-    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    return torch.bfloat16 if supported() else torch.float32
+    return torch.bfloat16 if bf16_supported() else torch.float32
 
 
 class Engine:

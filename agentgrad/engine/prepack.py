@@ -21,14 +21,18 @@ PACK_ROWS = 64
 """The row count oneDNN lays the packed weights out for (any count works; the engine's default batch)."""
 
 
+def bf16_supported() -> bool:
+    """Whether oneDNN has a bf16 path on this CPU (AVX-512 or AVX-NE-CONVERT); on AVX2 alone bf16 is emulated, slowly."""
+    return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+
+
 def packing_available() -> bool:
-    """Whether bf16 linear weights can be packed for oneDNN here: a CPU build with mkldnn, on a processor whose
-    bf16 oneDNN supports (AVX-512 or AVX-NE-CONVERT; on AVX2 alone the reorder raises, and layers stay plain)."""
-    mkldnn = torch.ops.mkldnn
+    """Whether bf16 linear weights can be packed for oneDNN here: a CPU build with mkldnn, on a processor with
+    oneDNN's bf16 path (`bf16_supported`; on AVX2 alone the reorder raises, and layers stay plain)."""
     return (
         torch.backends.mkldnn.is_available()
-        and hasattr(mkldnn, "_reorder_linear_weight")
-        and bool(getattr(mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and bf16_supported()
     )
 
 

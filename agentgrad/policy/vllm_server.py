@@ -135,10 +135,11 @@ def default_dtype() -> str:
     """
     import torch  # the core's torch: the servers run on this machine, so it sees the same CPU
 
+    from agentgrad.engine.prepack import bf16_supported
+
     if torch.cuda.is_available():
         return "auto"
-    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    return "auto" if supported() else "float32"
+    return "auto" if bf16_supported() else "float32"
 
 
 def serve_command(
