@@ -169,6 +169,8 @@ class Engine:
         KV buffers kept for the next batch (`kv_cache.KV_POOL`) are freed for the update's memory."""
         with self.weights_lock:
             KV_POOL.clear()
+            if self._sampler is self.model:
+                self._decoder = None  # its packed copies would go stale; `publish` builds it again
             self.model.train()
             try:
                 yield self.model
@@ -180,6 +182,8 @@ class Engine:
         with self.weights_lock:
             if self._sampler is not self.model:
                 in_own_thread(self._copy_into_sampler)
+            else:  # the weights may have changed in place: the decoder's packed copies are rebuilt from them
+                self._decoder = in_own_thread(LeanDecoder.build, self._sampler)
             self.version += 1
         return self.version
 

@@ -8,6 +8,7 @@ weights too many to stay in the processor's cache; `docs/benchmarks.md`), with i
 decode step took 20-23 % less CPU at 1, 8 and 64 rows with the same greedy tokens. Only the sampling copy is
 packed (the trained fp32 weights keep plain layers), again at each `Engine.publish`; the packed weights are
 one more bf16 copy of the linear layers (~0.27 GB for SmolLM2 with its output layer, ~1 GB for Qwen2.5-0.5B).
+fp32 weights pack too (on AVX2 as well); the decoder packs its own copies of those (`decode.LeanDecoder`).
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ def bf16_supported() -> bool:
     return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
 
 
-def packing_available() -> bool:
-    """Whether bf16 linear weights can be packed for oneDNN here: a CPU build with mkldnn, on a processor with
-    oneDNN's bf16 path (`bf16_supported`; on AVX2 alone the reorder raises, and layers stay plain)."""
+def packing_available(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Whether linear weights of `dtype` can be packed for oneDNN here: a CPU build with mkldnn; for bf16, on a
+    processor with oneDNN's bf16 path (`bf16_supported`; on AVX2 alone the reorder raises, and layers stay plain)."""
     return (
         torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-        and bf16_supported()
+        and (dtype == torch.float32 or bf16_supported())
     )
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` (out × in, bf16, CPU) laid out once in oneDNN's blocked format, for `packed_linear`."""
+    """`weight` (out × in, bf16 or fp32, CPU) laid out once in oneDNN's blocked format, for `packed_linear`."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
 
 

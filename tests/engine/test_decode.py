@@ -1,6 +1,7 @@
 """The engine's written-out decode step (`agentgrad.engine.decode`): bit-identical logits to transformers' forward
-on the same cache, for Llama and Qwen2 (biased projections), padded or not; the same generations through the
-engine with it and without it, also after `publish` brings new weights; and no decoder where it would not be exact."""
+on the same cache in bf16 (fp32: oneDNN's packed products, equal to the last bits), for Llama and Qwen2 (biased
+projections), padded or not; the same generations through the engine with it and without it, also after `publish`
+brings new weights (and never a stale decoder while fp32 weights train in place); no decoder where it would not fit."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from agentgrad.engine.kv_cache import new_cache
 from agentgrad.engine.prepack import pack_linears, packing_available
 
 
-def _tiny(architecture: str, **overrides: object) -> torch.nn.Module:
+def _tiny(architecture: str, dtype: torch.dtype = torch.bfloat16, **overrides: object) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -31,15 +32,24 @@ def _tiny(architecture: str, **overrides: object) -> torch.nn.Module:
                     linear.bias.normal_()
     else:
         model = LlamaForCausalLM(LlamaConfig(**shape))
-    model = model.to(torch.bfloat16).eval()
-    pack_linears(model)
+    model = model.to(dtype).eval()
+    pack_linears(model)  # the bf16 sampling copy's layers, as the engine packs them (fp32 layers stay plain)
     return model
+
+
+def _assert_same(found: torch.Tensor, expected: torch.Tensor, exact: bool, what: str) -> None:
+    if exact:
+        assert torch.equal(found, expected), f"{what}: {(found - expected).abs().max()}"
+    else:  # fp32 through oneDNN's packed weights against MKL's plain ones: the same sums, rounded apart
+        torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5, msg=what)
 
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
 @pytest.mark.parametrize("padded", [True, False])
-def test_logits_are_bit_identical_to_transformers_forward(architecture: str, padded: bool) -> None:
-    model = _tiny(architecture)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_logits_match_transformers_forward(architecture: str, padded: bool, dtype: torch.dtype) -> None:
+    model = _tiny(architecture, dtype)
+    exact = dtype == torch.bfloat16 or not packing_available(torch.float32)
     decoder = LeanDecoder.build(model)
     assert decoder is not None
     ids = torch.randint(0, 300, (5, 11), generator=torch.Generator().manual_seed(1))
@@ -59,15 +69,18 @@ def test_logits_are_bit_identical_to_transformers_forward(architecture: str, pad
                 use_cache=True,
             ).logits[:, -1]
             found = decoder(tokens, positions, mask, mine)
-            assert torch.equal(found, expected), f"step {step}: {(found - expected).abs().max()}"
+            _assert_same(found, expected, exact, f"step {step}")
             for layer_theirs, layer_mine in zip(theirs.layers, mine.layers):
-                assert torch.equal(layer_theirs.keys, layer_mine.keys)
-                assert torch.equal(layer_theirs.values, layer_mine.values)
+                _assert_same(layer_mine.keys, layer_theirs.keys, exact, f"step {step} keys")
+                _assert_same(layer_mine.values, layer_theirs.values, exact, f"step {step} values")
             tokens, positions = expected.argmax(-1), positions + 1
 
 
-def test_no_decoder_where_it_would_not_be_exact() -> None:
-    assert LeanDecoder.build(_tiny("llama").float()) is None
+def test_no_decoder_where_it_would_not_fit() -> None:
+    assert LeanDecoder.build(_tiny("llama", torch.float16)) is None
+    packed_fp32 = _tiny("llama", torch.float32)
+    packed_fp32.lm_head.packed_weight = packed_fp32.lm_head.weight  # fp32 layers the engine never packs itself
+    assert LeanDecoder.build(packed_fp32) is None
     unpacked = _tiny("llama")
     for module in unpacked.modules():
         module.__dict__.pop("packed_weight", None)
@@ -89,7 +102,8 @@ def _generations(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[in
     ]
 
 
-def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tmp_path: Path, dtype: str) -> None:
     from transformers import AutoTokenizer
 
     from agentgrad.engine.model import resolve_model
@@ -98,17 +112,21 @@ def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tm
     model = _tiny("qwen2", vocab_size=len(tokenizer))
     model.float().save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    engine = Engine(tmp_path, sampling_dtype="bfloat16", device="cpu", prefix_cache_bytes=0)  # each run prefills alike
+    engine = Engine(tmp_path, sampling_dtype=dtype, device="cpu", prefix_cache_bytes=0)  # each run prefills alike
     try:
         assert engine._decoder is not None
         prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in ("Hi", "What is 2+3? Think.")]
+        before: list[tuple[list[int], list[float]]] = []
         for publish in (False, True):
             if publish:
-                with torch.no_grad():
-                    for layer in engine.model.model.layers:
+                with engine.training() as trained, torch.no_grad():
+                    # fp32 sampling trains the served weights in place: no decoder over stale copies meanwhile
+                    assert (engine._decoder is None) == (dtype == "float32")
+                    for layer in trained.model.layers:
                         layer.mlp.up_proj.weight.mul_(-2.0)
                         layer.self_attn.k_proj.bias.add_(1.0)
                 engine.publish()
+                assert engine._decoder is not None
             decoder = engine._decoder
             lean = _generations(engine, prompts)
             engine._decoder = None
@@ -116,7 +134,12 @@ def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tm
                 plain = _generations(engine, prompts)
             finally:
                 engine._decoder = decoder
-            assert lean == plain
+            if dtype == "bfloat16":
+                assert lean == plain
+            else:
+                assert [tokens for tokens, _ in lean] == [tokens for tokens, _ in plain]
+                for (_, found), (_, expected) in zip(lean, plain):
+                    assert found == pytest.approx(expected, abs=1e-4)
             if publish:
                 assert lean != before
             before = lean
