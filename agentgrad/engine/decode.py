@@ -1,26 +1,24 @@
-"""A decode step written out for Llama-family models (Llama, Qwen2): transformers' operators, in one function.
+"""A decode step written out for Llama-family models (Llama, Qwen2): transformers' operators, bit for bit.
 
 transformers' forward is general: per layer it dispatches through modules, hooks, the attention interface, the
 cache's bookkeeping and the rotary helper, and it multiplies the query, key and value projections (and the MLP's
 gate and up projections) as separate products. `LeanDecoder` runs the same arithmetic in one function per step:
-the query, key and value weights fused into one packed product and gate and up into another (each output column
-is the same dot product, so the results are identical), rotary embeddings, RMSNorm, attention and the residuals
-written as transformers writes them. A SmolLM2 decode step went from 28.8 to 23.5 ms at 1 row, 37.9 to 33.1 at 8
-and 112.5 to 107.0 at 64 (`benchmarks/engine_profile.py --warm 64`, 2 threads). It serves, without LoRA adapters:
-- the bf16 sampling copy on CPU, with its layers' own packed weights where oneDNN packs bf16 (`prepack.py`; plain
-  on AVX2 alone): logits bit-identical to transformers' forward on the same cache (`tests/engine/test_decode.py`);
-- fp32 weights (processors without oneDNN's bf16 path sample with the trained weights themselves): the decoder
-  holds packed fp32 copies of its own, built again at each `Engine.publish`, since oneDNN's packed product beats
-  MKL's plain one at decode's few rows (a SmolLM2 step 133.6 → 72.2 ms at 8 rows on AVX2). Its sums round apart
-  from MKL's in the last bits (logits within 1e-5), so fp32 is close to transformers' forward, not bit-identical.
-Anything else decodes through transformers' forward.
+in bf16 the query, key and value weights fused into one packed product and gate and up into another (each output
+column is the same dot product, and oneDNN's bf16 results are identical; its packed fp32 ones are not, so fp32
+keeps the separate products), rotary embeddings, RMSNorm, attention and the residuals written as transformers
+writes them. A SmolLM2 decode step went from 28.8 to 23.5 ms at 1 row, 37.9 to 33.1 at 8 and 112.5 to 107.0 at
+64 (bf16, `benchmarks/engine_profile.py --warm 64`, 2 threads). The logits are bit-identical to transformers'
+forward with the engine's attention on the same cache (`tests/engine/test_decode.py`). It serves only what it
+covers exactly, without LoRA adapters: the bf16 sampling copy or the fp32 weights' packed twin on CPU, their
+layers packed where oneDNN packs their dtype (`prepack.py`; bf16 stays plain on AVX2 alone); anything else
+decodes through transformers' forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,23 +29,24 @@ ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
 """Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
 
 
-def _weight(linear: torch.nn.Linear, pack: bool) -> torch.Tensor:
-    """`linear`'s weight as the decoder multiplies it: the layer's own packed weight where it has one (the bf16
-    sampling copy, `prepack.pack_linears`), else packed here where `pack` (a copy the decoder holds), else plain."""
-    packed = getattr(linear, "packed_weight", None)
-    if packed is not None:
-        return cast(torch.Tensor, packed)
-    return pack_weight(linear.weight) if pack else linear.weight
+Product = tuple[torch.Tensor, torch.Tensor | None]
+"""A weight (packed or plain) and its bias."""
 
 
-def _fused(linears: list[torch.nn.Linear], pack: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) computing these layers' outputs side by side, packed where `pack`."""
+def _products(linears: list[torch.nn.Linear], fuse: bool, pack: bool) -> list[Product]:
+    """What computes these layers' outputs side by side: one fused weight (packed where `pack`), or each layer's own
+    weight as its forward multiplies it (packed where `prepack.pack_linears` packed it)."""
+    if not fuse or len(linears) == 1:
+        return [
+            (linear.weight if (packed := getattr(linear, "packed_weight", None)) is None else packed, linear.bias)
+            for linear in linears
+        ]
     weight = torch.cat([linear.weight for linear in linears])
     bias = None
     if any(linear.bias is not None for linear in linears):
         zeros = [linear.weight.new_zeros(linear.out_features) for linear in linears]
         bias = torch.cat([zero if linear.bias is None else linear.bias for linear, zero in zip(linears, zeros)])
-    return (pack_weight(weight) if pack else weight), bias
+    return [(pack_weight(weight) if pack else weight, bias)]
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -62,14 +61,10 @@ class _Layer:
     scaling: float
     input_norm: torch.nn.Module
     post_attention_norm: torch.nn.Module
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
-    o_bias: torch.Tensor | None
-    gate_up: torch.Tensor
-    gate_up_bias: torch.Tensor | None
-    down: torch.Tensor
-    down_bias: torch.Tensor | None
+    qkv: list[Product]
+    o: list[Product]
+    gate_up: list[Product]
+    down: list[Product]
 
 
 class LeanDecoder:
@@ -82,7 +77,9 @@ class LeanDecoder:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.intermediate = config.intermediate_size
-        pack = packing_available(model.lm_head.weight.dtype)
+        pack = hasattr(model.lm_head, "packed_weight")  # all layers are alike (`build`)
+        # fused q/k/v and gate/up products are bit-identical to separate ones in bf16; packed fp32 ones are not
+        fuse = model.lm_head.weight.dtype == torch.bfloat16
         self.linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor] = (
             packed_linear if pack else F.linear
         )
@@ -92,28 +89,30 @@ class LeanDecoder:
                     layer.self_attn.scaling,
                     layer.input_layernorm,
                     layer.post_attention_layernorm,
-                    *_fused([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], pack),
-                    _weight(layer.self_attn.o_proj, pack),
-                    layer.self_attn.o_proj.bias,
-                    *_fused([layer.mlp.gate_proj, layer.mlp.up_proj], pack),
-                    _weight(layer.mlp.down_proj, pack),
-                    layer.mlp.down_proj.bias,
+                    _products([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], fuse, pack),
+                    _products([layer.self_attn.o_proj], fuse, pack),
+                    _products([layer.mlp.gate_proj, layer.mlp.up_proj], fuse, pack),
+                    _products([layer.mlp.down_proj], fuse, pack),
                 )
                 for layer in model.model.layers
             ]
-            self.head = _weight(model.lm_head, pack)
-            self.head_bias = model.lm_head.bias
+            self.head = _products([model.lm_head], fuse, pack)
+
+    def _multiply(self, x: torch.Tensor, products: list[Product]) -> torch.Tensor:
+        if len(products) == 1:
+            return self.linear(x, *products[0])
+        return torch.cat([self.linear(x, weight, bias) for weight, bias in products], dim=-1)
 
     @classmethod
     def build(cls, model: Any) -> LeanDecoder | None:
         """A decoder over `model`'s current weights (build again after they change), or None where it would not
-        compute what the engine's forward does: another architecture or configuration, weights not bf16 or fp32 on
-        CPU, bf16 layers not packed where this machine packs them, fp32 layers packed."""
+        compute exactly what transformers does: another architecture or configuration, weights not bf16 or fp32 on
+        CPU, or not packed where this machine packs them."""
         if type(model).__name__ not in ARCHITECTURES or type(model.lm_head) is not torch.nn.Linear:
             return None
         config = model.config
         dtype = model.lm_head.weight.dtype
-        layers_packed = dtype == torch.bfloat16 and packing_available(dtype)
+        layers_packed = packing_available(dtype)
         if (
             config.hidden_act != "silu"
             or getattr(config, "pretraining_tp", 1) not in (None, 1)
@@ -149,7 +148,7 @@ class LeanDecoder:
         attend = mask[:, None, None, :].bool()
         for index, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm)
-            qkv = self.linear(h, layer.qkv, layer.qkv_bias)
+            qkv = self._multiply(h, layer.qkv)
             qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             values = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, 1, dim)
@@ -157,9 +156,9 @@ class LeanDecoder:
             out = F.scaled_dot_product_attention(
                 qk[:, :heads, None], keys, values, attn_mask=attend, scale=layer.scaling, enable_gqa=True
             )
-            x = x + self.linear(out.view(rows, heads * dim), layer.o, layer.o_bias)
+            x = x + self._multiply(out.view(rows, heads * dim), layer.o)
             h = _rms_norm(x, layer.post_attention_norm)
-            gate_up = self.linear(h, layer.gate_up, layer.gate_up_bias)
+            gate_up = self._multiply(h, layer.gate_up)
             gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
-            x = x + self.linear(gated, layer.down, layer.down_bias)
-        return self.linear(_rms_norm(x, base.norm), self.head, self.head_bias)
+            x = x + self._multiply(gated, layer.down)
+        return self._multiply(_rms_norm(x, base.norm), self.head)
