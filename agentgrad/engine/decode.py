@@ -3,13 +3,15 @@
 transformers' forward is general: per layer it dispatches through modules, hooks, the attention interface, the
 cache's bookkeeping and the rotary helper, and it multiplies the query, key and value projections (and the MLP's
 gate and up projections) as separate products. `LeanDecoder` runs the same arithmetic in one function per step:
-the query, key and value weights fused into one packed product and gate and up into another (each output column
-is the same dot product, so the results are identical), rotary embeddings, RMSNorm, attention and the residuals
-written as transformers writes them. A SmolLM2 decode step went from 28.8 to 23.5 ms at 1 row, 37.9 to 33.1 at 8
-and 112.5 to 107.0 at 64 (`benchmarks/engine_profile.py --warm 64`, 2 threads). The logits are bit-identical to
-transformers' forward on the same cache (`tests/engine/test_decode.py`). It serves only what it covers exactly:
-the bf16 sampling copy on CPU, its weights packed where oneDNN packs bf16 (`prepack.py`; plain on AVX2 alone),
-without LoRA adapters; anything else decodes through transformers' forward.
+in bf16 the query, key and value weights fused into one packed product and gate and up into another (each output
+column is the same dot product, and oneDNN's bf16 results are identical; its packed fp32 ones are not, so fp32
+keeps the separate products), rotary embeddings, RMSNorm, attention and the residuals written as transformers
+writes them. A SmolLM2 decode step went from 28.8 to 23.5 ms at 1 row, 37.9 to 33.1 at 8 and 112.5 to 107.0 at
+64 (bf16, `benchmarks/engine_profile.py --warm 64`, 2 threads). The logits are bit-identical to transformers'
+forward with the engine's attention on the same cache (`tests/engine/test_decode.py`). It serves only what it
+covers exactly, without LoRA adapters: the bf16 sampling copy or the fp32 weights' packed twin on CPU, their
+layers packed where oneDNN packs their dtype (`prepack.py`; bf16 stays plain on AVX2 alone); anything else
+decodes through transformers' forward.
 """
 
 from __future__ import annotations
@@ -27,14 +29,24 @@ ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
 """Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
 
 
-def _fused(linears: list[torch.nn.Linear], packed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) computing these layers' outputs side by side, packed like the layers are."""
+Product = tuple[torch.Tensor, torch.Tensor | None]
+"""A weight (packed or plain) and its bias."""
+
+
+def _products(linears: list[torch.nn.Linear], fuse: bool, pack: bool) -> list[Product]:
+    """What computes these layers' outputs side by side: one fused weight (packed where `pack`), or each layer's own
+    weight as its forward multiplies it (packed where `prepack.pack_linears` packed it)."""
+    if not fuse or len(linears) == 1:
+        return [
+            (linear.weight if (packed := getattr(linear, "packed_weight", None)) is None else packed, linear.bias)
+            for linear in linears
+        ]
     weight = torch.cat([linear.weight for linear in linears])
     bias = None
     if any(linear.bias is not None for linear in linears):
         zeros = [linear.weight.new_zeros(linear.out_features) for linear in linears]
         bias = torch.cat([zero if linear.bias is None else linear.bias for linear, zero in zip(linears, zeros)])
-    return (pack_weight(weight) if packed else weight), bias
+    return [(pack_weight(weight) if pack else weight, bias)]
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -46,14 +58,13 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
 
 @dataclass
 class _Layer:
-    attention: Any
-    mlp: Any
+    scaling: float
     input_norm: torch.nn.Module
     post_attention_norm: torch.nn.Module
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    gate_up: torch.Tensor
-    gate_up_bias: torch.Tensor | None
+    qkv: list[Product]
+    o: list[Product]
+    gate_up: list[Product]
+    down: list[Product]
 
 
 class LeanDecoder:
@@ -66,47 +77,58 @@ class LeanDecoder:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.intermediate = config.intermediate_size
-        packed = packing_available()
+        pack = hasattr(model.lm_head, "packed_weight")  # all layers are alike (`build`)
+        # fused q/k/v and gate/up products are bit-identical to separate ones in bf16; packed fp32 ones are not
+        fuse = model.lm_head.weight.dtype == torch.bfloat16
         self.linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor] = (
-            packed_linear if packed else F.linear
+            packed_linear if pack else F.linear
         )
         with torch.no_grad():
             self.layers = [
                 _Layer(
-                    layer.self_attn,
-                    layer.mlp,
+                    layer.self_attn.scaling,
                     layer.input_layernorm,
                     layer.post_attention_layernorm,
-                    *_fused([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], packed),
-                    *_fused([layer.mlp.gate_proj, layer.mlp.up_proj], packed),
+                    _products([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], fuse, pack),
+                    _products([layer.self_attn.o_proj], fuse, pack),
+                    _products([layer.mlp.gate_proj, layer.mlp.up_proj], fuse, pack),
+                    _products([layer.mlp.down_proj], fuse, pack),
                 )
                 for layer in model.model.layers
             ]
+            self.head = _products([model.lm_head], fuse, pack)
+
+    def _multiply(self, x: torch.Tensor, products: list[Product]) -> torch.Tensor:
+        if len(products) == 1:
+            return self.linear(x, *products[0])
+        return torch.cat([self.linear(x, weight, bias) for weight, bias in products], dim=-1)
 
     @classmethod
     def build(cls, model: Any) -> LeanDecoder | None:
         """A decoder over `model`'s current weights (build again after they change), or None where it would not
-        compute exactly what transformers does: another architecture or configuration, weights not bf16 on CPU, or
-        not packed where this machine packs them."""
-        if type(model).__name__ not in ARCHITECTURES:
+        compute exactly what transformers does: another architecture or configuration, weights not bf16 or fp32 on
+        CPU, or not packed where this machine packs them."""
+        if type(model).__name__ not in ARCHITECTURES or type(model.lm_head) is not torch.nn.Linear:
             return None
         config = model.config
-        packed = packing_available()
+        dtype = model.lm_head.weight.dtype
+        layers_packed = packing_available(dtype)
         if (
             config.hidden_act != "silu"
             or getattr(config, "pretraining_tp", 1) not in (None, 1)
             or getattr(config, "use_sliding_window", False)
             or any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or [])
+            or dtype not in (torch.bfloat16, torch.float32)
         ):
             return None
         for layer in model.model.layers:
             attention, mlp = layer.self_attn, layer.mlp
             linears = [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
-            linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+            linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj, model.lm_head]
             if any(
                 type(linear) is not torch.nn.Linear
-                or hasattr(linear, "packed_weight") != packed
-                or linear.weight.dtype != torch.bfloat16
+                or hasattr(linear, "packed_weight") != layers_packed
+                or linear.weight.dtype != dtype
                 or linear.weight.device.type != "cpu"
                 for linear in linears
             ):
@@ -125,18 +147,18 @@ class LeanDecoder:
         sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
         attend = mask[:, None, None, :].bool()
         for index, layer in enumerate(self.layers):
-            attention = layer.attention
             h = _rms_norm(x, layer.input_norm)
-            qkv = self.linear(h, layer.qkv, layer.qkv_bias)
+            qkv = self._multiply(h, layer.qkv)
             qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             values = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, 1, dim)
             keys, values = cache.layers[index].update(qk[:, heads:, None], values)
             out = F.scaled_dot_product_attention(
-                qk[:, :heads, None], keys, values, attn_mask=attend, scale=attention.scaling, enable_gqa=True
+                qk[:, :heads, None], keys, values, attn_mask=attend, scale=layer.scaling, enable_gqa=True
             )
-            x = x + attention.o_proj(out.view(rows, heads * dim))
+            x = x + self._multiply(out.view(rows, heads * dim), layer.o)
             h = _rms_norm(x, layer.post_attention_norm)
-            gate_up = self.linear(h, layer.gate_up, layer.gate_up_bias)
-            x = x + layer.mlp.down_proj(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :])
-        return self.model.lm_head(_rms_norm(x, base.norm))
+            gate_up = self._multiply(h, layer.gate_up)
+            gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
+            x = x + self._multiply(gated, layer.down)
+        return self._multiply(_rms_norm(x, base.norm), self.head)

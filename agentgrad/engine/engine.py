@@ -43,7 +43,7 @@ from agentgrad.engine.kv_cache import (
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache, group_hits
-from agentgrad.engine.prepack import bf16_supported, pack_linears
+from agentgrad.engine.prepack import bf16_supported, pack_linears, packed_twin, packing_available
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas
@@ -140,8 +140,14 @@ class Engine:
     def _load(self, model: str | Path | None) -> None:
         self.model, self.tokenizer = load_model(model, device=self.device)
         self.model.eval()
-        self._sampler = self.model if self.sampling_dtype == torch.float32 else self._copy_for_sampling()
-        use_engine_attention(self._sampler)
+        # fp32 samples from the trained weights themselves, through a twin with packed layers where this CPU packs
+        self._twin = self.sampling_dtype == torch.float32 and self.device == "cpu" and packing_available(torch.float32)
+        if self.sampling_dtype != torch.float32:
+            self._sampler = self._copy_for_sampling()
+            use_engine_attention(self._sampler)
+        else:
+            use_engine_attention(self.model)
+            self._sampler = packed_twin(self.model) if self._twin else self.model
         self._decoder = LeanDecoder.build(self._sampler)
 
     def _copy_for_sampling(self) -> torch.nn.Module:
@@ -156,7 +162,7 @@ class Engine:
         with self.weights_lock:
             self.model = model
             self.model.eval()
-            self._sampler = model
+            self._sampler, self._twin = model, False
             self._decoder = None  # it would hold copies of weights that training now changes in place
             use_engine_attention(model)
             self.sampling_dtype = next(model.parameters()).dtype
@@ -169,6 +175,8 @@ class Engine:
         KV buffers kept for the next batch (`kv_cache.KV_POOL`) are freed for the update's memory."""
         with self.weights_lock:
             KV_POOL.clear()
+            if self._twin:  # its packed copies would go stale: the plain weights serve until `publish` packs anew
+                self._sampler, self._decoder = self.model, None
             self.model.train()
             try:
                 yield self.model
@@ -178,7 +186,10 @@ class Engine:
     def publish(self) -> int:
         """Serve the current trainable weights from the next request on; returns the new version."""
         with self.weights_lock:
-            if self._sampler is not self.model:
+            if self._twin:  # the weights may have changed in place: pack them again
+                self._sampler = in_own_thread(packed_twin, self.model)
+                self._decoder = in_own_thread(LeanDecoder.build, self._sampler)
+            elif self._sampler is not self.model:
                 in_own_thread(self._copy_into_sampler)
             self.version += 1
         return self.version

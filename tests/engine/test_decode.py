@@ -1,6 +1,8 @@
 """The engine's written-out decode step (`agentgrad.engine.decode`): bit-identical logits to transformers' forward
-on the same cache, for Llama and Qwen2 (biased projections), padded or not; the same generations through the
-engine with it and without it, also after `publish` brings new weights; and no decoder where it would not be exact."""
+as the engine runs it (its attention, its packed layers) on the same cache, bf16 and fp32, for Llama and Qwen2
+(biased projections), padded or not; the same generations through the engine with it and without it, also after
+`publish` brings new weights (fp32: never stale packed weights while training changes them in place); and no
+decoder where it would not be exact."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ import pytest
 import torch
 
 from agentgrad.engine import Engine, SamplingParams
+from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import new_cache
 from agentgrad.engine.prepack import pack_linears, packing_available
 
 
-def _tiny(architecture: str, **overrides: object) -> torch.nn.Module:
+def _tiny(architecture: str, dtype: torch.dtype = torch.bfloat16, **overrides: object) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -31,15 +34,17 @@ def _tiny(architecture: str, **overrides: object) -> torch.nn.Module:
                     linear.bias.normal_()
     else:
         model = LlamaForCausalLM(LlamaConfig(**shape))
-    model = model.to(torch.bfloat16).eval()
-    pack_linears(model)
+    model = model.to(dtype).eval()
+    pack_linears(model)  # as the engine packs its sampling model
+    use_engine_attention(model)  # and attends with it (fp32 padded rows: transformers' own SDPA rounds apart)
     return model
 
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
 @pytest.mark.parametrize("padded", [True, False])
-def test_logits_are_bit_identical_to_transformers_forward(architecture: str, padded: bool) -> None:
-    model = _tiny(architecture)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_logits_are_bit_identical_to_transformers_forward(architecture: str, padded: bool, dtype: torch.dtype) -> None:
+    model = _tiny(architecture, dtype)
     decoder = LeanDecoder.build(model)
     assert decoder is not None
     ids = torch.randint(0, 300, (5, 11), generator=torch.Generator().manual_seed(1))
@@ -67,12 +72,13 @@ def test_logits_are_bit_identical_to_transformers_forward(architecture: str, pad
 
 
 def test_no_decoder_where_it_would_not_be_exact() -> None:
-    assert LeanDecoder.build(_tiny("llama").float()) is None
-    unpacked = _tiny("llama")
-    for module in unpacked.modules():
-        module.__dict__.pop("packed_weight", None)
-    # plain layers where this machine packs them (AVX-512): not what the engine serves; on AVX2 alone, they are
-    assert (LeanDecoder.build(unpacked) is None) == packing_available()
+    assert LeanDecoder.build(_tiny("llama", torch.float16)) is None
+    for dtype in (torch.bfloat16, torch.float32):
+        unpacked = _tiny("llama", dtype)
+        for module in unpacked.modules():
+            module.__dict__.pop("packed_weight", None)
+        # plain layers where this machine packs them: not what the engine serves (bf16 on AVX2 alone: it is)
+        assert (LeanDecoder.build(unpacked) is None) == packing_available(dtype)
     assert LeanDecoder.build(_tiny("llama", hidden_act="gelu")) is None
     from peft import LoraConfig, get_peft_model
 
@@ -89,7 +95,8 @@ def _generations(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[in
     ]
 
 
-def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tmp_path: Path, dtype: str) -> None:
     from transformers import AutoTokenizer
 
     from agentgrad.engine.model import resolve_model
@@ -98,17 +105,23 @@ def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tm
     model = _tiny("qwen2", vocab_size=len(tokenizer))
     model.float().save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    engine = Engine(tmp_path, sampling_dtype="bfloat16", device="cpu", prefix_cache_bytes=0)  # each run prefills alike
+    engine = Engine(tmp_path, sampling_dtype=dtype, device="cpu", prefix_cache_bytes=0)  # each run prefills alike
     try:
         assert engine._decoder is not None
         prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in ("Hi", "What is 2+3? Think.")]
+        before: list[tuple[list[int], list[float]]] = []
         for publish in (False, True):
             if publish:
-                with torch.no_grad():
-                    for layer in engine.model.model.layers:
+                with engine.training() as trained, torch.no_grad():
+                    # fp32 sampling trains the served weights in place: its packed twin is set aside meanwhile
+                    assert (engine._decoder is None) == (dtype == "float32")
+                    for layer in trained.model.layers:
                         layer.mlp.up_proj.weight.mul_(-2.0)
                         layer.self_attn.k_proj.bias.add_(1.0)
+                if dtype == "float32":  # before the publish: the new weights, plain
+                    assert engine._sampler is engine.model and _generations(engine, prompts) != before
                 engine.publish()
+                assert engine._decoder is not None
             decoder = engine._decoder
             lean = _generations(engine, prompts)
             engine._decoder = None

@@ -1,5 +1,6 @@
-"""The bf16 sampling copy's linear layers packed once for oneDNN (`agentgrad.engine.prepack`): the same
-outputs as plain layers, and packed again when `publish` brings new weights."""
+"""The sampling model's linear layers packed once for oneDNN (`agentgrad.engine.prepack`): in bf16 the same
+outputs as plain layers, in fp32 the same within rounding; fp32 packed in a twin over the trained parameters,
+whose own layers stay plain; and packed again when `publish` brings new weights."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from agentgrad.engine import Engine
-from agentgrad.engine.prepack import pack_linears, packing_available
+from agentgrad.engine.prepack import pack_linears, packed_twin, packing_available
 
 
 def _tiny_model() -> torch.nn.Module:
@@ -41,9 +42,37 @@ def test_packed_layers_compute_what_plain_layers_compute() -> None:
     assert torch.equal(found, expected)
 
 
-def test_fp32_layers_are_left_plain() -> None:
+def test_fp32_layers_pack_too_and_compute_what_plain_layers_compute_within_rounding() -> None:
+    plain = _tiny_model().float()
+    packed = copy.deepcopy(plain)
+    assert pack_linears(packed) == (2 * 7 + 1 if packing_available(torch.float32) else 0)
+    assert pack_linears(_tiny_model().half()) == 0
+    ids = torch.randint(0, 300, (5, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        expected = plain(input_ids=ids).logits
+        found = packed(input_ids=ids).logits
+    # oneDNN's packed sums and MKL's plain ones round apart in the last bits
+    torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_twin_shares_the_parameters_and_follows_them_when_made_again() -> None:
     model = _tiny_model().float()
-    assert pack_linears(model) == 0
+    twin = packed_twin(model)
+    assert all(a is b for a, b in zip(twin.parameters(), model.parameters(), strict=True))
+    assert not any(hasattr(module, "packed_weight") for module in model.modules())  # training's layers stay plain
+    assert sum(hasattr(module, "packed_weight") for module in twin.modules()) == (
+        2 * 7 + 1 if packing_available(torch.float32) else 0
+    )
+    ids = torch.randint(0, 300, (2, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.up_proj.weight.mul_(-2.0)
+        with torch.inference_mode():
+            again = packed_twin(model)(input_ids=ids).logits
+            reference = copy.deepcopy(model)
+            pack_linears(reference)
+            assert torch.equal(again, reference(input_ids=ids).logits)
+            torch.testing.assert_close(again, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.model
