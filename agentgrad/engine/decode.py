@@ -23,9 +23,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentgrad.engine.prepack import pack_weight, packed_linear, packing_available
+from agentgrad.engine.prepack import PackedLinear, pack_weight, packed_linear, packing_available
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
+LINEARS = (torch.nn.Linear, PackedLinear)
+"""The layer types the decoder multiplies as transformers would (not peft's, not quantized ones)."""
 """Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
 
 
@@ -38,7 +40,7 @@ def _products(linears: list[torch.nn.Linear], fuse: bool, pack: bool) -> list[Pr
     weight as its forward multiplies it (packed where `prepack.pack_linears` packed it)."""
     if not fuse or len(linears) == 1:
         return [
-            (linear.weight if (packed := getattr(linear, "packed_weight", None)) is None else packed, linear.bias)
+            (linear.packed_weight if isinstance(linear, PackedLinear) else linear.weight, linear.bias)
             for linear in linears
         ]
     weight = torch.cat([linear.weight for linear in linears])
@@ -77,7 +79,7 @@ class LeanDecoder:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.intermediate = config.intermediate_size
-        pack = hasattr(model.lm_head, "packed_weight")  # all layers are alike (`build`)
+        pack = isinstance(model.lm_head, PackedLinear)  # all layers are alike (`build`)
         # fused q/k/v and gate/up products are bit-identical to separate ones in bf16; packed fp32 ones are not
         fuse = model.lm_head.weight.dtype == torch.bfloat16
         self.linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor] = (
@@ -108,7 +110,7 @@ class LeanDecoder:
         """A decoder over `model`'s current weights (build again after they change), or None where it would not
         compute exactly what transformers does: another architecture or configuration, weights not bf16 or fp32 on
         CPU, or not packed where this machine packs them."""
-        if type(model).__name__ not in ARCHITECTURES or type(model.lm_head) is not torch.nn.Linear:
+        if type(model).__name__ not in ARCHITECTURES or type(model.lm_head) not in LINEARS:
             return None
         config = model.config
         dtype = model.lm_head.weight.dtype
@@ -126,8 +128,8 @@ class LeanDecoder:
             linears = [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
             linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj, model.lm_head]
             if any(
-                type(linear) is not torch.nn.Linear
-                or hasattr(linear, "packed_weight") != layers_packed
+                type(linear) not in LINEARS
+                or isinstance(linear, PackedLinear) != layers_packed
                 or linear.weight.dtype != dtype
                 or linear.weight.device.type != "cpu"
                 for linear in linears

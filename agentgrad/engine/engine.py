@@ -253,8 +253,9 @@ class Engine:
             if self._closed:
                 raise RuntimeError("the engine is closed")
             self._waiting.append(request)
-            self._live[id(request.future)] = request
-            request.future.add_done_callback(lambda f: self._live.pop(id(f), None))
+            live = self._live  # not `self`: the future would hold the engine in a cycle, its weights until a full GC
+            live[id(request.future)] = request
+            request.future.add_done_callback(lambda f: live.pop(id(f), None))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentgrad-engine", daemon=True)
                 self._thread.start()

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-import types
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -53,24 +52,31 @@ def packed_linear(input: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor 
     return torch.ops.mkldnn._linear_pointwise(input, packed, bias, "none", [], "")
 
 
-def _packed_forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
-    return packed_linear(input, cast(torch.Tensor, self.packed_weight), self.bias)
+class PackedLinear(torch.nn.Linear):
+    """An `nn.Linear` that multiplies with `packed_weight` (its `weight`, laid out by `pack_weight`). A class, not a
+    bound `forward`: a method bound on the layer would be a reference cycle, and a closed engine's packed weights
+    would then wait for the cyclic garbage collector (in a test suite, gigabytes of them)."""
+
+    packed_weight: torch.Tensor
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return packed_linear(input, self.packed_weight, self.bias)
 
 
 def pack_linears(model: Any) -> int:
     """Pack (again, after its weights changed) every bf16 or fp32 CPU `nn.Linear` of `model` whose dtype this machine
-    packs, and compute with the packed weight; returns how many. The plain weights stay the parameters (`publish`
-    copies into them)."""
+    packs, making it a `PackedLinear`; returns how many. The plain weights stay the parameters (`publish` copies
+    into them)."""
     packed = 0
     with torch.no_grad():
         for module in model.modules():
             weight = getattr(module, "weight", None)
-            if type(module) is not torch.nn.Linear or weight is None or weight.device.type != "cpu":
+            if type(module) not in (torch.nn.Linear, PackedLinear) or weight is None or weight.device.type != "cpu":
                 continue
             if weight.dtype not in (torch.bfloat16, torch.float32) or not packing_available(weight.dtype):
                 continue
             module.packed_weight = pack_weight(weight.detach())
-            module.forward = types.MethodType(_packed_forward, module)  # type: ignore[method-assign]  # this layer only
+            module.__class__ = PackedLinear
             packed += 1
     return packed
 
