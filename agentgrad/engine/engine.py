@@ -46,7 +46,7 @@ from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCac
 from agentgrad.engine.prepack import bf16_supported, pack_linears, packed_twin, packing_available
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
-from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas
+from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas, return_free_memory
 from agentgrad.engine.turns import SampledTurns
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,7 @@ class Engine:
                 yield self.model
             finally:
                 self.model.eval()
+                return_free_memory()  # the update's activations and temporaries
 
     def publish(self) -> int:
         """Serve the current trainable weights from the next request on; returns the new version."""
@@ -192,6 +193,7 @@ class Engine:
             elif self._sampler is not self.model:
                 in_own_thread(self._copy_into_sampler)
             self.version += 1
+        return_free_memory()  # the old twin's packed weights
         return self.version
 
     @torch.no_grad()
@@ -298,6 +300,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join(30)
         KV_POOL.clear()
+        return_free_memory()
 
     # ------------------------------------------------------------------ the generation loop
 

@@ -1,6 +1,7 @@
 """How many threads the generation loop computes with (every core by default, or measured: `auto`), set
 without `torch.set_num_threads` (`set_threads`), and keeping its OpenMP workers the only ones alive
-(`in_own_thread`) and the other threads' freed memory reused (`limit_malloc_arenas`).
+(`in_own_thread`) and the other threads' freed memory reused (`limit_malloc_arenas`) or given back
+(`return_free_memory`).
 
 On a CPU shared with other processes, a matrix product split over every core waits at each
 barrier for the thread the scheduler took away: on 2 cores with one kept busy elsewhere, a decode
@@ -191,3 +192,16 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas))
     except (OSError, AttributeError):  # not glibc
         return False
+
+
+def return_free_memory() -> None:
+    """Give the pages glibc's malloc holds free back to the system (`malloc_trim`), after a burst of large frees:
+    an update's activations and optimizer temporaries, an old packed twin, a closed engine. Tensors of a few MB
+    come from malloc's heap, not their own mappings, and freed there they stayed resident: over a test suite's
+    GRPO and SFT steps a process held 4.2 GB resident where a trim left 1.8 GB (`docs/engine.md`)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
