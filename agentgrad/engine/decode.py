@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from agentgrad.engine.prepack import PackedLinear, pack_weight, packed_linear, packing_available
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
+"""Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
 LINEARS = (torch.nn.Linear, PackedLinear)
 """The layer types the decoder multiplies as transformers would (not peft's, not quantized ones)."""
-"""Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
 
 
 Product = tuple[torch.Tensor, torch.Tensor | None]
