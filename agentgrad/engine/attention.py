@@ -55,6 +55,36 @@ def engine_attention(
     return output.transpose(1, 2).contiguous(), None
 
 
+def shared_prefix_attention(
+    query: torch.Tensor,
+    prefix_keys: torch.Tensor,
+    prefix_values: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Cascade attention for one query token a row (`[rows, heads, 1, dim]`): over a prefix every row shares, held
+    once (`[1, kv_heads, shared, dim]`), then over each row's own keys and values (`[rows, kv_heads, cols, dim]`,
+    additive `mask` `[rows, 1, 1, cols]`). The prefix is read once for all rows instead of once a row; the two
+    softmaxes are joined by their log-sum-exps, so this is attention over both parts (to rounding, not bit for bit)."""
+    rows, heads, _, dim = query.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    grouped = query.view(rows, kv_heads, group, dim)  # query head h attends with key/value head h // group
+    everyone = grouped.transpose(0, 1).reshape(1, kv_heads, rows * group, dim)
+    shared_out, shared_lse = flash(everyone, prefix_keys, prefix_values, scale=scale)[:2]
+    shared_out = shared_out.view(kv_heads, rows, group, dim).transpose(0, 1)
+    shared_lse = shared_lse.view(kv_heads, rows, group).transpose(0, 1)
+    own_out, own_lse = flash(grouped, keys, values, attn_mask=mask, scale=scale)[:2]
+    lse = torch.logaddexp(shared_lse, own_lse)
+    out = (
+        own_out.float() * (own_lse - lse).exp_()[..., None] + shared_out.float() * (shared_lse - lse).exp_()[..., None]
+    )
+    return out.to(query.dtype).contiguous().view(rows, heads, 1, dim)
+
+
 class _RegisteringName(str):
     """The engine attention's name as a model's config holds it. A config is pickled to build a model in another
     process (a training rank: `distributed.group.FromConfig`); unpickled there, the name registers the attention

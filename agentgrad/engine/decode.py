@@ -12,6 +12,11 @@ forward with the engine's attention on the same cache (`tests/engine/test_decode
 covers exactly, without LoRA adapters: the bf16 sampling copy or the fp32 weights' packed twin on CPU, their
 layers packed where oneDNN packs their dtype (`prepack.py`; bf16 stays plain on AVX2 alone); anything else
 decodes through transformers' forward.
+
+Rows that start with the same prompt tokens (a GRPO step's system prompt) can hold that prefix's keys and values
+once (`kv_cache.SharedPrefix`): the step then reads it once for all rows instead of once a row
+(`attention.shared_prefix_attention`), which is the same attention to rounding, not bit for bit. Attention at 64
+rows of ~330 cached tokens, 260 of them shared, took 50-55 ms a SmolLM2 step instead of 111 (fp32, AVX2).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentgrad.engine.attention import shared_prefix_attention
+from agentgrad.engine.kv_cache import SharedPrefix
 from agentgrad.engine.prepack import PackedLinear, pack_weight, packed_linear, packing_available
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
@@ -137,9 +144,17 @@ class LeanDecoder:
                 return None
         return cls(model)
 
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any) -> torch.Tensor:
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        prefix: SharedPrefix | None = None,
+    ) -> torch.Tensor:
         """Logits `[rows, vocab]` for `tokens` `[rows]` at `positions` `[rows]`; `mask` `[rows, cached + 1]` is 1 where
-        a token is real (the new one included); the keys and values of `tokens` are appended to `cache`."""
+        a token is real (the new one included); the keys and values of `tokens` are appended to `cache`. With a
+        `prefix` held once, every row attends to it and then to its own cached columns (`shared_prefix_attention`)."""
         rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         base = self.model.model
         x = base.embed_tokens(tokens)
@@ -148,6 +163,8 @@ class LeanDecoder:
         # rotate_half(q) * sin, where rotate_half(q) = [-q2, q1], is roll(q) * [-sin1, sin2]: the same products
         sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
         attend = mask[:, None, None, :].bool()
+        if prefix is not None:
+            attend = torch.zeros(attend.shape, dtype=x.dtype).masked_fill_(~attend, float("-inf"))
         for index, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm)
             qkv = self._multiply(h, layer.qkv)
@@ -155,9 +172,14 @@ class LeanDecoder:
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             values = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, 1, dim)
             keys, values = cache.layers[index].update(qk[:, heads:, None], values)
-            out = F.scaled_dot_product_attention(
-                qk[:, :heads, None], keys, values, attn_mask=attend, scale=layer.scaling, enable_gqa=True
-            )
+            if prefix is None:
+                out = F.scaled_dot_product_attention(
+                    qk[:, :heads, None], keys, values, attn_mask=attend, scale=layer.scaling, enable_gqa=True
+                )
+            else:
+                out = shared_prefix_attention(
+                    qk[:, :heads, None], *prefix.kv[index], keys, values, attend, layer.scaling
+                )
             x = x + self._multiply(out.view(rows, heads * dim), layer.o)
             h = _rms_norm(x, layer.post_attention_norm)
             gate_up = self._multiply(h, layer.gate_up)

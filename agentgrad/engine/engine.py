@@ -33,12 +33,16 @@ from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import (
     KV_POOL,
+    MIN_HELD_ONCE_PREFIX,
     MIN_SHARED_PREFIX,
     Batch,
+    SharedPrefix,
     common_prefix_length,
     drop_finished,
+    hold_prefix_once,
     new_cache,
     restack,
+    unshare_prefix,
 )
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
@@ -123,6 +127,7 @@ class Engine:
             "requests": 0,
             "cancelled": 0,
             "mixed_adapter_steps": 0,  # decode steps whose batch held rows of several adapters (`adapters.py`)
+            "held_once_steps": 0,  # decode steps that read their rows' shared prefix once (`kv_cache.SharedPrefix`)
         }
         self.adapters: Adapters | None = None  # several LoRA adapters served together (`adapters.serve_adapters`)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
@@ -440,6 +445,8 @@ class Engine:
             cache.batch_select_indices(index)
             mask, logits = mask[index], logits[index]
         batch = Batch(rows, cache, mask, mask.sum(-1), ids[:1, -1].expand(len(rows)))
+        if shared >= MIN_HELD_ONCE_PREFIX and self._lean_decoder() is not None:
+            hold_prefix_once(batch, SharedPrefix(tuple(prompts[0][:shared]), kv, self.version))
         self._take_tokens(batch, logits)
         return batch
 
@@ -482,10 +489,18 @@ class Engine:
             self._prefixes.pop(next(iter(self._prefixes)))
         return kv
 
+    def _lean_decoder(self) -> LeanDecoder | None:
+        """The written-out decode step, where it serves: it alone reads a prefix held once (`kv_cache.SharedPrefix`)."""
+        return self._decoder if self.adapters is None else None
+
     def _decode(self, batch: Batch) -> Batch:
+        decoder = self._lean_decoder()
+        if decoder is None:
+            unshare_prefix(batch, 0)
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        if self._decoder is not None and self.adapters is None:
-            logits = self._decoder(batch.last, batch.positions, batch.mask, batch.cache)
+        if decoder is not None:
+            self.stats["held_once_steps"] += batch.prefix is not None
+            logits = decoder(batch.last, batch.positions, batch.mask, batch.cache, batch.prefix)
         else:
             adapters: list[str | None] = []
             if self.adapters is not None:  # each row its own adapter, in one forward pass
@@ -562,20 +577,25 @@ class Engine:
 
     def _keep_prefix(self, batch: Batch, index: int, row: Row) -> None:
         """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but
-        its last token) are the rightmost columns of its cache row."""
+        its last token) are the batch's prefix held once, if any, and the rightmost columns of its cache row."""
         row.kept = True
-        length = len(row.request.prompt_ids) + len(row.token_ids) - 1
+        held = len(batch.prefix.tokens) if batch.prefix is not None else 0
+        own = len(row.request.prompt_ids) + len(row.token_ids) - 1 - held  # the rest is the prefix held once
         width = batch.mask.shape[1]
-        if not self.prefix_cache.max_bytes or row.finish_reason not in ("stop", "length") or length > width:
+        if not self.prefix_cache.max_bytes or row.finish_reason not in ("stop", "length") or own > width:
             return
         if any(layer.keys.shape[2] != width for layer in batch.cache.layers):
             return
-        if not bool(batch.mask[index, width - length :].all()):
+        if not bool(batch.mask[index, width - own :].all()):
             return  # not laid out as expected: keep nothing rather than something wrong
-        kv = [
-            (layer.keys[index : index + 1, :, -length:].clone(), layer.values[index : index + 1, :, -length:].clone())
-            for layer in batch.cache.layers
-        ]
+        kv = []
+        for layer_index, layer in enumerate(batch.cache.layers):
+            keys, values = (part[index : index + 1, :, width - own :] for part in (layer.keys, layer.values))
+            if batch.prefix is not None:
+                held_keys, held_values = batch.prefix.kv[layer_index]
+                kv.append((torch.cat([held_keys, keys], 2), torch.cat([held_values, values], 2)))
+            else:
+                kv.append((keys.clone(), values.clone()))  # a copy: the batch goes on
         self.prefix_cache.put(self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv, row.request.adapter)
 
     def _drop_finished(self, batch: Batch) -> Batch | None:

@@ -19,6 +19,9 @@ import torch
 
 MIN_SHARED_PREFIX = 8
 """Sequences sharing at least this many leading tokens compute them once (generation and training)."""
+MIN_HELD_ONCE_PREFIX = 64
+"""A running batch whose rows all start with at least this many tokens holds their keys and values once
+(`SharedPrefix`); shorter, the second attention call costs more than reading the prefix once a row saves."""
 KV_SPARE_TOKENS = 64
 """Room left in each KV buffer, so a decode step writes in place; it grows by this much when full."""
 
@@ -191,6 +194,21 @@ def growing_layer_class() -> type:
                 self._values[target, :, leading:width] = self._values[source, :, leading:width]
             self._place(rows, self._left + leading, width - leading)
 
+        def prepend(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            """Put these columns (`[1, heads, n, dim]`, the same for every row) before every row's columns: in place
+            where there are columns to spare on the left."""
+            rows, width, added = self.keys.shape[0], self.keys.shape[2], keys.shape[2]
+            if added <= self._left:
+                for buffer, part in zip(self._base, (keys, values)):
+                    buffer[:rows, :, self._left - added : self._left] = part
+                self._place(rows, self._left - added, width + added)
+            else:
+                self.replace(
+                    torch.cat([keys.expand(rows, -1, -1, -1), self.keys], 2),
+                    torch.cat([values.expand(rows, -1, -1, -1), self.values], 2),
+                    room=True,
+                )
+
         def can_join(self, rows: int, width: int) -> bool:
             """Whether `rows` rows of `width` columns can `join` in place."""
             return self.keys.shape[0] + rows <= self._base[0].shape[0] and width - self.keys.shape[2] <= self._left
@@ -229,19 +247,66 @@ def growing_layer_class() -> type:
 
 
 @dataclass
+class SharedPrefix:
+    """The leading tokens every row of a batch starts with, their keys and values held once (`[1, kv_heads, tokens,
+    dim]` a layer) instead of in every row: a decode step reads them once for all rows
+    (`attention.shared_prefix_attention`). `version`: the weights that computed them."""
+
+    tokens: tuple[int, ...]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    version: int
+
+
+@dataclass
 class Batch:
     """The rows being generated together (`rows.Row`), their KV cache and what the next step feeds."""
 
     rows: list[Any]
     cache: Any
-    mask: torch.Tensor  # (rows, cached length): 1 where a real token is cached
+    mask: torch.Tensor  # (rows, cached length): 1 where a real token is cached, after `prefix`
     positions: torch.Tensor  # (rows,): position id of the next token
     last: torch.Tensor  # (rows,): the token to feed next
+    prefix: SharedPrefix | None = None  # leading tokens of every row, held once; the cache holds what follows
 
     @property
     def live(self) -> int:
         """Rows still generating (the others finished and are dropped later, see `engine.FINISHED_SHARE_TO_DROP`)."""
         return sum(row.finish_reason is None for row in self.rows)
+
+
+def hold_prefix_once(batch: Batch, prefix: SharedPrefix) -> None:
+    """Hold the prefix every row's cache starts with (its first columns) once, in `batch.prefix`: the rows keep
+    the columns after it (in place, nothing copied)."""
+    shared = len(prefix.tokens)
+    rows = batch.mask.shape[0]
+    for layer in batch.cache.layers:
+        layer.keep_rows([], rows, shared)
+    batch.mask = batch.mask[:, shared:]
+    batch.prefix = prefix
+
+
+def unshare_prefix(batch: Batch, keep: int) -> None:
+    """Hold only the first `keep` tokens of `batch.prefix` once (none: 0), copying the rest into every row's
+    cache before its own columns."""
+    prefix = batch.prefix
+    if prefix is None or keep == len(prefix.tokens):
+        return
+    for layer, (keys, values) in zip(batch.cache.layers, prefix.kv):
+        layer.prepend(keys[:, :, keep:], values[:, :, keep:])
+    batch.mask = torch.cat([batch.mask.new_ones(batch.mask.shape[0], len(prefix.tokens) - keep), batch.mask], dim=1)
+    batch.prefix = (
+        SharedPrefix(prefix.tokens[:keep], [(k[:, :, :keep], v[:, :, :keep]) for k, v in prefix.kv], prefix.version)
+        if keep
+        else None
+    )
+
+
+def _common_held_prefix(one: SharedPrefix | None, other: SharedPrefix | None) -> int:
+    """How many of two batches' once-held prefix tokens they can go on holding once together."""
+    if one is None or other is None or one.version != other.version:
+        return 0
+    common = common_prefix_length([one.tokens, other.tokens])
+    return common if common >= MIN_HELD_ONCE_PREFIX else 0
 
 
 def drop_finished(running: Batch) -> Batch:
@@ -266,6 +331,7 @@ def drop_finished(running: Batch) -> Batch:
         mask=mask[:, leading:],
         positions=running.positions[index],
         last=running.last[index],
+        prefix=running.prefix,
     )
 
 
@@ -275,6 +341,9 @@ def restack(running: Batch, added: Batch, capacity: int) -> Batch:
     (`GrowingLayer.can_join`), copying only the added rows; else stacked in one copy, with room for `capacity` rows."""
     if any(row.finish_reason is not None for row in running.rows):
         running = drop_finished(running)
+    common = _common_held_prefix(running.prefix, added.prefix)
+    unshare_prefix(running, common)
+    unshare_prefix(added, common)
     layers = list(zip(running.cache.layers, added.cache.layers))
     width = max(running.mask.shape[1], added.mask.shape[1])
     if all(mine.can_join(theirs.keys.shape[0], theirs.keys.shape[2]) for mine, theirs in layers):
@@ -295,4 +364,5 @@ def restack(running: Batch, added: Batch, capacity: int) -> Batch:
         mask=torch.cat([pad(running.mask), pad(added.mask)], dim=0),
         positions=torch.cat([running.positions, added.positions]),
         last=torch.cat([running.last, added.last]),
+        prefix=running.prefix,
     )

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agentgrad.engine import Engine, SamplingParams
-from agentgrad.engine.attention import ENGINE_ATTENTION, engine_attention, register
+from agentgrad.engine.attention import ENGINE_ATTENTION, engine_attention, register, shared_prefix_attention
 from agentgrad.engine.kv_cache import new_cache
 from agentgrad.engine.model import DEFAULT_MODEL, QWEN_MODEL, load_model, resolve_model
 
@@ -209,3 +209,29 @@ def test_a_pickled_config_naming_the_engine_attention_builds_with_transformers_a
     )
     assert built.returncode == 0, built.stderr.decode()[-2000:]
     assert built.stdout.decode().split() == [ENGINE_ATTENTION]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_prefix_held_once_gives_attention_over_the_prefix_and_each_rows_own_columns(dtype: torch.dtype) -> None:
+    query, keys, values, mask = _padded(4, 40, dtype)
+    generator = torch.Generator().manual_seed(1)
+    prefix_keys, prefix_values = (torch.randn(1, 3, 70, 64, generator=generator).to(dtype) for _ in range(2))
+    whole_keys = torch.cat([prefix_keys.expand(4, -1, -1, -1), keys], 2)
+    whole_values = torch.cat([prefix_values.expand(4, -1, -1, -1), values], 2)
+    whole_mask = torch.cat([torch.ones(4, 1, 1, 70, dtype=torch.bool), mask], 3)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, whole_keys, whole_values, attn_mask=whole_mask, scale=0.125, enable_gqa=True
+    )
+    additive = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
+    output = shared_prefix_attention(query, prefix_keys, prefix_values, keys, values, additive, 0.125)
+    assert output.shape == expected.shape and output.dtype == dtype and output.is_contiguous()
+    tolerance = 1e-6 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(output.float(), expected.float(), atol=tolerance)
+    own_only = torch.nn.functional.scaled_dot_product_attention(
+        query, keys, values, attn_mask=mask, scale=0.125, enable_gqa=True
+    )
+    prefix_only = torch.nn.functional.scaled_dot_product_attention(
+        query, prefix_keys, prefix_values, scale=0.125, enable_gqa=True
+    )
+    assert not torch.allclose(output.float(), own_only.float(), atol=0.05)
+    assert not torch.allclose(output.float(), prefix_only.float(), atol=0.05)

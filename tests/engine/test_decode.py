@@ -7,6 +7,7 @@ decoder where it would not be exact."""
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import new_cache
+from agentgrad.engine.prefix_cache import PrefixCache
+from agentgrad.engine.rows import Completion
 from agentgrad.engine.prepack import pack_linears, packing_available
 
 
@@ -136,3 +139,56 @@ def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tm
             before = lean
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_rows_sharing_a_long_system_prompt_read_it_once_and_generate_what_whole_rows_do(
+    tmp_path: Path, dtype: str
+) -> None:
+    """A GRPO step's rows share a system prompt: held once (`kv_cache.SharedPrefix`), it is read once a step for
+    all rows. Rows join the running batch mid-way (another task's prompt) and the next turns reuse the finished
+    turns (the prefix cache keeps the held prefix with each row's own columns): the tokens are those of whole
+    rows through transformers' forward, the logprobs to rounding (a tiny Qwen2 model with the real tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from agentgrad.engine.model import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model())
+    _tiny("qwen2", vocab_size=len(tokenizer), max_position_embeddings=512).float().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = Engine(tmp_path, sampling_dtype=dtype, device="cpu")
+    system = "You are a careful assistant. Answer in one short sentence, and check your arithmetic twice. " * 5
+    questions = ["What is 2+3?", "Name a colour.", "Say hi.", "Count to three.", "Spell cat.", "What is 7*6?"]
+    prompts = [
+        engine.chat_prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
+        for q in questions
+    ]
+    params = SamplingParams(max_tokens=12, temperature=0)
+
+    def run(with_cache: bool) -> list[list[Completion]]:
+        engine.prefix_cache = PrefixCache() if with_cache else PrefixCache(0)
+        started = threading.Event()
+        first = [engine.submit(p, params, on_token=lambda *_: started.set()) for p in prompts[:3]]
+        assert started.wait(120)  # the first rows are generating: the others join their batch
+        turns = [[f.result().completions[0] for f in first + [engine.submit(p, params) for p in prompts[3:]]]]
+        follow_ups = [p + c.token_ids + engine.tokenizer.encode("\nAnd why?") for p, c in zip(prompts, turns[0])]
+        turns.append([g.completions[0] for g in engine.generate(follow_ups, params)])
+        return turns
+
+    try:
+        decoder = engine._decoder
+        assert decoder is not None
+        lean = run(with_cache=True)
+        assert engine.stats["held_once_steps"] > 0
+        assert engine.stats["prefix_cache_tokens"] > 0  # the next turns reused the first
+        engine._decoder = None  # transformers' forward over whole rows: nothing held once
+        held = engine.stats["held_once_steps"]
+        whole = run(with_cache=False)
+        assert engine.stats["held_once_steps"] == held
+    finally:
+        engine.close()
+    tolerance = 1e-4 if dtype == "float32" else 2e-2  # a few bf16 roundings of the logits apart
+    for lean_turn, whole_turn in zip(lean, whole):
+        for a, b in zip(lean_turn, whole_turn):
+            assert a.token_ids == b.token_ids
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < tolerance

@@ -7,7 +7,17 @@ from dataclasses import dataclass
 
 import torch
 
-from agentgrad.engine.kv_cache import Batch, BufferPool, drop_finished, new_cache, restack
+from agentgrad.engine.kv_cache import (
+    MIN_HELD_ONCE_PREFIX,
+    Batch,
+    BufferPool,
+    SharedPrefix,
+    drop_finished,
+    hold_prefix_once,
+    new_cache,
+    restack,
+    unshare_prefix,
+)
 
 HEADS, DIM, LAYERS = 2, 4, 2
 
@@ -105,6 +115,97 @@ def test_rows_leave_and_join_in_place_with_the_layout_of_a_fresh_stack() -> None
         running = restack(running, prefilled(rows(*g)), capacity=8)
         assert_laid_out(running, rows(d, *g))
         assert buffer_of(running) != buffer
+
+
+def with_prefix_held_once(
+    tokens: tuple[int, ...], prefix: list[torch.Tensor], rows: list[tuple[Row, list[torch.Tensor]]], version: int = 0
+) -> Batch:
+    """A batch as a prefill of prompts sharing `tokens` leaves it (the prefix, then each row's own columns
+    left-padded), with the prefix then held once."""
+    own = prefilled(rows)
+    cache = new_cache()
+    for layer, keys in enumerate(own.cache.layers):
+        whole = torch.cat([prefix[layer].expand(len(rows), -1, -1, -1), keys.keys], 2)
+        cache.update(whole, -whole, layer)
+    mask = torch.cat([own.mask.new_ones(len(rows), len(tokens)), own.mask], 1)
+    batch = Batch(own.rows, cache, mask, mask.sum(-1), own.last)
+    hold_prefix_once(batch, SharedPrefix(tokens, [(keys, -keys) for keys in prefix], version))
+    return batch
+
+
+def assert_holds(batch: Batch, whole: dict[str, list[torch.Tensor]]) -> None:
+    """Every row's keys and values, the held prefix's then its own real columns in order, are the row's whole
+    sequence; padding columns are zeros (0 × garbage in attention could be NaN)."""
+    for index, row in enumerate(batch.rows):
+        real = batch.mask[index].bool()
+        for layer, cache_layer in enumerate(batch.cache.layers):
+            held = [batch.prefix.kv[layer]] if batch.prefix is not None else []
+            keys = torch.cat([k for k, _ in held] + [cache_layer.keys[index : index + 1, :, real]], 2)
+            values = torch.cat([v for _, v in held] + [cache_layer.values[index : index + 1, :, real]], 2)
+            assert torch.equal(keys, whole[row.name][layer]) and torch.equal(values, -whole[row.name][layer])
+            assert not cache_layer.keys[index, :, ~real].any() and not cache_layer.values[index, :, ~real].any()
+
+
+def test_a_prefix_held_once_stays_held_as_far_as_joining_batches_share_it_and_no_row_changes() -> None:
+    system = own_kv(MIN_HELD_ONCE_PREFIX + 6, 20)  # a system prompt, then a few tokens of each task
+    task_one, task_two = own_kv(6, 21), own_kv(4, 22)
+    one = tuple(range(MIN_HELD_ONCE_PREFIX + 6)) + (100, 101, 102, 103, 104, 105)
+    two = tuple(range(MIN_HELD_ONCE_PREFIX + 6)) + (200, 201, 202, 203)
+    a, b, c, d, e = (Row(name) for name in "abcde")
+    own = {a: own_kv(5, 1), b: own_kv(3, 2), c: own_kv(4, 3), d: own_kv(2, 4), e: own_kv(7, 5)}
+    first = [torch.cat([s, t], 2) for s, t in zip(system, task_one)]
+    second = [torch.cat([s, t], 2) for s, t in zip(system, task_two)]
+    whole = {row.name: [torch.cat([p, o], 2) for p, o in zip(first if row in (a, b) else second, own[row])]
+             for row in (a, b, c, d)}
+    whole["e"] = own[e]
+
+    with torch.inference_mode():
+        running = with_prefix_held_once(one, first, [(a, own[a]), (b, own[b])])
+        assert running.prefix is not None and running.cache.layers[0].keys.shape[2] == 5  # the rows hold their own
+        assert_holds(running, whole)
+
+        # another task's rows join: the system prompt they share stays held once, each task's own tokens go into
+        # its rows
+        running = restack(running, with_prefix_held_once(two, second, [(c, own[c]), (d, own[d])]), capacity=8)
+        assert running.prefix is not None and running.prefix.tokens == one[: MIN_HELD_ONCE_PREFIX + 6]
+        assert_holds(running, whole)
+
+        # a decode step appends a token to every row; a finished row leaves
+        for layer, cache_layer in enumerate(running.cache.layers):
+            token = torch.full((4, HEADS, 1, DIM), float(layer + 7))
+            cache_layer.update(token, -token)
+            for name in "abcd":
+                whole[name][layer] = torch.cat([whole[name][layer], token[:1]], 2)
+        running.mask = torch.cat([running.mask, torch.ones_like(running.mask[:, :1])], 1)
+        a.finish_reason = "stop"
+        running = drop_finished(running)
+        del whole["a"]
+        assert running.prefix is not None
+        assert_holds(running, whole)
+
+        # rows computed by other weights share nothing with these, whatever their tokens: all go back into the rows
+        later = with_prefix_held_once(two, second, [(e, own[e])], version=1)
+        whole["e"] = [torch.cat([p, o], 2) for p, o in zip(second, own[e])]
+        running = restack(running, later, capacity=8)
+        assert running.prefix is None
+        assert_holds(running, whole)
+
+
+def test_a_prefix_shorter_than_the_minimum_is_not_held_once_by_a_join() -> None:
+    shared = MIN_HELD_ONCE_PREFIX - 1
+    base = own_kv(shared + 2, 30)
+    ones, twos = [k[:, :, : shared + 1] for k in base], [torch.cat([k[:, :, :shared], k[:, :, shared + 1 :]], 2) for k in base]
+    a, b = Row("a"), Row("b")
+    whole = {"a": [torch.cat([p, o], 2) for p, o in zip(ones, own_kv(2, 31))],
+             "b": [torch.cat([p, o], 2) for p, o in zip(twos, own_kv(3, 32))]}
+    with torch.inference_mode():
+        running = with_prefix_held_once(tuple(range(shared + 1)), ones, [(a, own_kv(2, 31))])
+        joining = with_prefix_held_once(tuple(range(shared)) + (999,), twos, [(b, own_kv(3, 32))])
+        running = restack(running, joining, capacity=4)
+        assert running.prefix is None
+        assert_holds(running, whole)
+        unshare_prefix(running, 0)  # nothing held: nothing to do
+        assert_holds(running, whole)
 
 
 def test_a_retired_buffer_is_handed_out_again_in_inference_mode_only() -> None:
