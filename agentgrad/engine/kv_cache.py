@@ -21,7 +21,8 @@ MIN_SHARED_PREFIX = 8
 """Sequences sharing at least this many leading tokens compute them once (generation and training)."""
 MIN_HELD_ONCE_PREFIX = 64
 """A running batch whose rows all start with at least this many tokens holds their keys and values once
-(`SharedPrefix`); shorter, the second attention call costs more than reading the prefix once a row saves."""
+(`SharedPrefix`). A chosen floor, not a measured crossover: a shorter prefix saves little reading, and holding it
+costs a second attention call a layer."""
 KV_SPARE_TOKENS = 64
 """Room left in each KV buffer, so a decode step writes in place; it grows by this much when full."""
 
