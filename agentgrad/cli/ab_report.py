@@ -72,12 +72,10 @@ async def collect(store: Store, mode: str | None = None, success_threshold: floa
     """The report over the store's finished rollouts (of `mode`, when given) whose calls went through a split."""
     rewards: dict[str, list[float]] = {}
     mixed = unsplit = 0
-    for rollout in await store.query_rollouts(mode=mode):
-        if rollout.status is not RolloutStatus.SUCCEEDED:
-            continue
-        arms = {
-            s.attributes[sc.AB_ARM] for s in await store.query_spans(rollout.rollout_id) if sc.AB_ARM in s.attributes
-        }
+    succeeded = [r for r in await store.query_rollouts(mode=mode) if r.status is RolloutStatus.SUCCEEDED]
+    spans_of = await store.query_spans_of([r.rollout_id for r in succeeded])
+    for rollout in succeeded:
+        arms = {s.attributes[sc.AB_ARM] for s in spans_of[rollout.rollout_id] if sc.AB_ARM in s.attributes}
         if not arms:
             unsplit += 1
         elif len(arms) > 1:

@@ -63,8 +63,10 @@ async def tool_call_rates(store: Any) -> dict[int, float]:
     from agentgrad.semconv import is_llm_call
 
     called: dict[int, list[bool]] = {}
-    for rollout in await store.query_rollouts(mode="val"):
-        spans = await store.query_spans(rollout.rollout_id)
+    rollouts = await store.query_rollouts(mode="val")
+    spans_of = await store.query_spans_of([r.rollout_id for r in rollouts])
+    for rollout in rollouts:
+        spans = spans_of[rollout.rollout_id]
         called.setdefault(int(rollout.metadata.get("step", 0)), []).append(sum(map(is_llm_call, spans)) > 1)
     return {step: sum(flags) / len(flags) for step, flags in called.items()}
 

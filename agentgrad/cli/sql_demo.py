@@ -86,9 +86,11 @@ async def learning_curve(store: Any) -> list[CurvePoint]:
     from agentgrad.types import RolloutStatus
 
     episodes: dict[int, list[tuple[float, dict[str, Any]]]] = {}
-    for rollout in await store.query_rollouts(mode="val"):
+    rollouts = await store.query_rollouts(mode="val")
+    spans_of = await store.query_spans_of([r.rollout_id for r in rollouts])
+    for rollout in rollouts:
         labels: dict[str, Any] = {}
-        for span in await store.query_spans(rollout.rollout_id):
+        for span in spans_of[rollout.rollout_id]:
             if span.name == ANNOTATION_SPAN:
                 labels |= {k.removeprefix(ANNOTATION_PREFIX): v for k, v in span.attributes.items()}
         ok = rollout.status is RolloutStatus.SUCCEEDED and rollout.reward is not None

@@ -108,6 +108,10 @@ class SpansQuery(Body):
     all_attempts: bool = False
 
 
+class SpansOfBody(Body):
+    rollout_ids: list[str]
+
+
 class AddResourcesBody(Body):
     resources: NamedResources
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -283,6 +287,14 @@ OPERATIONS: tuple[Operation, ...] = (
         list[Span],
         "Spans of a rollout's latest attempt, of one attempt, or of all attempts.",
         query=SpansQuery,
+    ),
+    Operation(
+        "query_spans_of",
+        "POST",
+        "/api/spans/query",
+        dict[str, list[Span]],
+        "The spans of each rollout's latest attempt, keyed by rollout id (one read for many rollouts).",
+        body=SpansOfBody,
     ),
     Operation(
         "add_resources",

@@ -216,6 +216,11 @@ class Store(ABC):
         `rollout_id=None` reads the spans recorded outside any rollout.
         """
 
+    @abstractmethod
+    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        """The spans of each rollout's latest attempt, by sequence id, keyed by rollout id: one read for a
+        step's rollouts instead of one each. An unknown id is a `NotFoundError`, as in `query_spans`."""
+
     # ------------------------------------------------------------------ resources
 
     @abstractmethod

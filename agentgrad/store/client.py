@@ -283,6 +283,9 @@ class StoreClient(Store):
             "query_spans", rollout_id=rollout_id, attempt_id=attempt_id, all_attempts=all_attempts
         )
 
+    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        return await self._invoke("query_spans_of", rollout_ids=list(rollout_ids))
+
     # ------------------------------------------------------------------ resources
 
     async def add_resources(

@@ -185,6 +185,14 @@ class MemoryStore(LocalStore):
                 spans = [span for span in spans if span.attempt_id == attempt_id]
             return list(spans)
 
+    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        with self._lock:
+            latest = {rid: self._rollout(rid).latest_attempt_id for rid in rollout_ids}
+            return {
+                rid: [span for span in self._spans.get(rid, []) if span.attempt_id == attempt_id]
+                for rid, attempt_id in latest.items()
+            }
+
     # ------------------------------------------------------------------ resources
 
     async def add_resources(

@@ -496,6 +496,26 @@ class SqliteStore(LocalStore):
                 rows = self._conn.execute(sql + " ORDER BY sequence_id", params).fetchall()
         return [Span.model_validate_json(row[0]) for row in rows]
 
+    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        wanted = list(dict.fromkeys(rollout_ids))
+        ids = json.dumps(wanted)
+        with self._lock:
+            known = self._conn.execute(
+                "SELECT rollout_id FROM rollouts WHERE rollout_id IN (SELECT value FROM json_each(?))", (ids,)
+            ).fetchall()
+            if len(known) < len(wanted):
+                raise t.no_rollout(next(rid for rid in wanted if rid not in {row[0] for row in known}))
+            rows = self._conn.execute(
+                "SELECT s.rollout_key, s.body FROM spans s JOIN rollouts r ON r.rollout_id = s.rollout_key "
+                "AND s.attempt_id = r.latest_attempt_id WHERE s.rollout_key IN (SELECT value FROM json_each(?)) "
+                "ORDER BY s.rollout_key, s.sequence_id",
+                (ids,),
+            ).fetchall()
+        found: dict[str, list[Span]] = {rid: [] for rid in wanted}
+        for rollout_id, body in rows:
+            found[rollout_id].append(Span.model_validate_json(body))
+        return found
+
     # ------------------------------------------------------------------ resources
 
     async def add_resources(

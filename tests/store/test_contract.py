@@ -262,6 +262,28 @@ async def test_spans_come_back_in_sequence_order_per_attempt(store: Store) -> No
     assert [s.sequence_id for s in everything] == list(range(1, 8))
 
 
+async def test_spans_of_many_rollouts_are_read_at_once_each_of_its_latest_attempt(store: Store) -> None:
+    retried = await store.enqueue_rollout("t", config=RolloutConfig(max_attempts=2))
+    first = await store.dequeue_rollout()
+    assert first is not None
+    await store.add_span(span(retried.rollout_id, first.attempt.attempt_id, "lost"))
+    await store.update_attempt(retried.rollout_id, first.attempt.attempt_id, status="failed")
+    second = await store.dequeue_rollout()
+    assert second is not None
+    await store.add_spans([span(retried.rollout_id, second.attempt.attempt_id, f"r{i}") for i in range(3)])
+    other, silent = await store.start_rollout("o"), await store.enqueue_rollout("never started")
+    await store.add_spans([span(other.rollout_id, other.attempt.attempt_id, "o1"), span(None, None, "free")])
+
+    read = await store.query_spans_of([other.rollout_id, retried.rollout_id, silent.rollout_id])
+    assert list(read) == [other.rollout_id, retried.rollout_id, silent.rollout_id]
+    assert [s.name for s in read[retried.rollout_id]] == ["r0", "r1", "r2"]
+    assert [s.name for s in read[other.rollout_id]] == ["o1"] and read[silent.rollout_id] == []
+    assert read[retried.rollout_id] == await store.query_spans(retried.rollout_id)
+    assert await store.query_spans_of([]) == {}
+    with pytest.raises(NotFoundError, match="ro-nope"):
+        await store.query_spans_of([other.rollout_id, "ro-nope"])
+
+
 async def test_a_span_written_again_is_stored_once_as_a_retried_write_needs(store: Store) -> None:
     started = await store.start_rollout("t")
     rid, aid = started.rollout_id, started.attempt.attempt_id
