@@ -25,13 +25,13 @@ _EXPORTS = {
     "emit_annotation": "agentgrad.rollout.emit",
     "operation": "agentgrad.rollout.emit",
     # judge rewards (tasks with no checker)
-    "judge": "agentgrad.judging",
-    "ajudge": "agentgrad.judging",
-    "group_judge": "agentgrad.judging",
-    "agroup_judge": "agentgrad.judging",
-    "Judge": "agentgrad.judging",
-    "GroupJudge": "agentgrad.judging",
-    "Judgement": "agentgrad.judging",
+    "judge": "agentgrad.rollout.judging",
+    "ajudge": "agentgrad.rollout.judging",
+    "group_judge": "agentgrad.rollout.judging",
+    "agroup_judge": "agentgrad.rollout.judging",
+    "Judge": "agentgrad.rollout.judging",
+    "GroupJudge": "agentgrad.rollout.judging",
+    "Judgement": "agentgrad.rollout.judging",
     # running and training it
     "Trainer": "agentgrad.train.trainer",
     "Runner": "agentgrad.rollout.runner",
@@ -45,6 +45,9 @@ _EXPORTS = {
     "Baseline": "agentgrad.algorithms.baseline",
     "RunContext": "agentgrad.algorithms.base",
     "Evaluation": "agentgrad.algorithms.base",
+    "Result": "agentgrad.algorithms.base",
+    "RunConfig": "agentgrad.algorithms.config",
+    "BaselineConfig": "agentgrad.algorithms.baseline",
     "GRPO": "agentgrad.algorithms.grpo",
     "GRPOConfig": "agentgrad.algorithms.grpo",
     "GRPOResult": "agentgrad.algorithms.grpo",
@@ -53,6 +56,7 @@ _EXPORTS = {
     "SFTResult": "agentgrad.algorithms.sft",
     "PolicyConfig": "agentgrad.policy.config",
     "APO": "agentgrad.algorithms.apo",
+    "APOConfig": "agentgrad.algorithms.apo",
     "APOResult": "agentgrad.algorithms.apo",
     # stores
     "Store": "agentgrad.store",
@@ -100,13 +104,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentgrad.algorithms.apo import APO, APOResult
-    from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
-    from agentgrad.algorithms.baseline import Baseline
+    from agentgrad.algorithms.apo import APO, APOConfig, APOResult
+    from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext
+    from agentgrad.algorithms.baseline import Baseline, BaselineConfig
+    from agentgrad.algorithms.config import RunConfig
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig, GRPOResult
     from agentgrad.algorithms.sft import SFT, SFTConfig, SFTResult
     from agentgrad.gateway import Backend, Gateway
-    from agentgrad.judging import GroupJudge, Judge, Judgement, agroup_judge, ajudge, group_judge, judge
     from agentgrad.policy.config import PolicyConfig
     from agentgrad.rollout.agent import AgentError, LitAgent
     from agentgrad.rollout.emit import (
@@ -119,6 +123,7 @@ if TYPE_CHECKING:
     )
     from agentgrad.rollout.gateway_env import GatewayEnvHook
     from agentgrad.rollout.instrument import instrument_openai
+    from agentgrad.rollout.judging import GroupJudge, Judge, Judgement, agroup_judge, ajudge, group_judge, judge
     from agentgrad.rollout.naming import agent
     from agentgrad.rollout.runner import Hook, Runner
     from agentgrad.store import (

@@ -49,6 +49,9 @@ SAMPLING_SEED = "agentgrad.sampling_seed"
 `seed`, the step and the rollout's place in it); the gateway gives the attempt's k-th model call the seed
 `SAMPLING_SEED + k`, so a run with the same seed samples the same tokens (docs/experiments.md, reproducibility)."""
 
+RUN_ID = "agentgrad.run_id"
+"""A run's id (`store.get_run`) as a tag of its tracker runs (MLflow, TensorBoard, W&B), to find its record."""
+
 # ----------------------------------------------------------------------------- our attributes
 
 ROLLOUT_ID = "agentgrad.rollout_id"

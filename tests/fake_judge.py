@@ -1,6 +1,6 @@
 """A deterministic judge model behind an OpenAI-compatible chat endpoint (a hosted judge cannot be reached in tests).
 
-It grades what `agentgrad.judging` asks in the format asked: a response scores one point per word,
+It grades what `agentgrad.rollout.judging` asks in the format asked: a response scores one point per word,
 up to 10, and the reply says so before its `SCORE` line(s). The model `mute-judge` forgets the
 score; `forgetful-judge` scores every response of a group but the last. Every score it gave is kept
 in `given`, every request (with its headers) in `requests`.

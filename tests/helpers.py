@@ -43,3 +43,13 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+async def grpo_batch(cfg: Any, store: Any, rollouts: list[Any], groups: list[int]) -> Any:
+    """GRPO's batch (`grpo.GroupBatches`) of finished rollouts of one step, with their spans read from `store`."""
+    from agentgrad.algorithms.async_rollouts import StepRollouts
+    from agentgrad.algorithms.base import DEFAULT_CONSOLE
+    from agentgrad.algorithms.grpo import GroupBatches
+
+    spans = await store.query_spans_of([r.rollout_id for r in rollouts])
+    return await GroupBatches(cfg, DEFAULT_CONSOLE).build(StepRollouts(1, rollouts, groups), spans)

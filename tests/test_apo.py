@@ -342,7 +342,7 @@ def test_cli_apo_says_what_is_missing(tmp_path: Path, fake: FakeLLM, monkeypatch
     assert "no agent file at" in run("--agent-file", str(tmp_path / "nope.py"))
     (tmp_path / "half.py").write_text("agent = print\n")
     assert "does not define seed_prompt, train_data, val_data" in run("--agent-file", str(tmp_path / "half.py"))
-    assert "rounds must be an integer of at least 0, got -1" in run("--rounds", "-1")
+    assert "APO steps must be an integer of at least 0, got -1" in run("--rounds", "-1")  # the older flag
     assert "cannot call model 'gpt-nope'" in run("--critic-model", "gpt-nope", "--val-batch-size", "4")
 
 

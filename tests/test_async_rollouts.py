@@ -18,14 +18,15 @@ import torch
 
 from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts, check_async_settings, fresh_groups
+from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts, fresh_groups
 from agentgrad.algorithms.base import Algorithm, RunContext
 from agentgrad.algorithms.grpo import GRPOConfig
 from agentgrad.algorithms.grpo_update import grpo_update, tis_weights
 from agentgrad.algorithms.sampling import TaskSampler
+from agentgrad.algorithms.sft import SFTConfig
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.policy.base import still_running
 from agentgrad.policy.config import PolicyConfig
-from agentgrad.policy.local import still_running
 from agentgrad.store import MemoryStore, SqliteStore, Store
 from agentgrad.types import RolloutConfig, Span
 
@@ -248,7 +249,9 @@ def test_queued_steps_the_store_lost_are_queued_again_from_their_tasks() -> None
 def test_the_async_settings_are_checked() -> None:
     for bad in (-1, True):
         with pytest.raises(ValueError, match="max_staleness"):
-            check_async_settings(bad, "drop")  # type: ignore[arg-type]
+            GRPOConfig(max_staleness=bad)
+        with pytest.raises(ValueError, match="max_staleness"):
+            SFTConfig(max_staleness=bad)
     with pytest.raises(ValueError, match="stale_groups"):
         GRPOConfig(max_staleness=1, stale_groups="reuse")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="attempt_wait_s must be >= 0 seconds"):

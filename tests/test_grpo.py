@@ -12,8 +12,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
+from agentgrad.algorithms.credit import group_advantages
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
-from agentgrad.algorithms.grpo_update import group_advantages, grpo_update, policy_loss
+from agentgrad.algorithms.grpo_update import grpo_update, policy_loss
 from agentgrad.algorithms.sampling import TaskSampler
 from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
@@ -99,8 +100,8 @@ def test_settings_are_checked() -> None:
         GRPO(learning_rat=1e-5)
     with pytest.raises(TypeError, match="no setting 'epochs'.*lora_rank"):  # an SFT setting; the list names the policy's too
         GRPO(epochs=2)
-    with pytest.raises(TypeError, match="SFT has no setting 'group_size'"):
-        SFT(group_size=4)
+    with pytest.raises(TypeError, match="SFT has no setting 'clip_eps'"):  # GRPO's own
+        SFT(clip_eps=0.1)
     with pytest.raises(ValueError, match="group_size must be at least 2"):
         GRPO(group_size=1)
     with pytest.raises(ValueError, match="vllm_transport must be auto, file, lora or nccl, got 'x'"):
@@ -114,7 +115,23 @@ def test_overrides_copy_the_config_and_leave_the_given_one_unchanged() -> None:
     assert (cfg.steps, cfg.policy.lora_rank) == (20, 0)  # the caller's config is not theirs to change
     assert GRPO(cfg).config.steps == 20  # a later algorithm built from it shares nothing with the first
     sft_cfg = SFTConfig()
-    assert SFT(sft_cfg, rounds=1, lora_alpha=32).config.policy.lora_alpha == 32 and sft_cfg.rounds == 3
+    assert SFT(sft_cfg, steps=1, lora_alpha=32).config.policy.lora_alpha == 32 and sft_cfg.steps == 3
+
+
+def test_every_algorithm_is_configured_one_way_and_the_older_spellings_still_work() -> None:
+    import agentgrad as ag
+
+    for algorithm, config in ((GRPO, GRPOConfig), (SFT, SFTConfig), (ag.APO, ag.APOConfig), (ag.Baseline, ag.BaselineConfig)):
+        given = config(seed=3)
+        built = algorithm(given, seed=4, success_threshold=0.5)  # type: ignore[operator]
+        assert (built.config.seed, built.config.success_threshold, given.seed) == (4, 0.5, 3)
+        assert isinstance(built.config, ag.RunConfig) and built.config.rollout_config().max_attempts == 1
+    with pytest.raises(TypeError, match="SFT takes a SFTConfig .*, got a GRPOConfig"):
+        SFT(GRPOConfig())  # type: ignore[arg-type]
+    assert SFT(rounds=2, tasks_per_round=5, samples_per_task=3).config.steps == 2  # SFT said "round" for a step
+    assert ag.APO(rounds=4, train_batch_size=6, val_batch_size=9).config.prompts_per_step == 6
+    assert GRPO(rollout_timeout=30).config.rollout_config().timeout_seconds == 30  # per attempt, everywhere
+    assert ag.APO(rollout_timeout=30).config.rollout_config().timeout_seconds == 30
 
 
 def test_no_setting_shares_a_name_with_a_constructor_argument() -> None:

@@ -16,7 +16,7 @@ from openai import OpenAI
 import agentgrad as ag
 from agentgrad.adapters import to_chats
 from agentgrad.gateway import Backend, Gateway, SamplingPlan
-from agentgrad.judging import JudgeError
+from agentgrad.rollout.judging import JudgeError
 from agentgrad.semconv import gateway_route, is_llm_call
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
@@ -164,7 +164,7 @@ def test_the_local_judge_example_scores_an_anthropic_agent_with_the_engines_own_
 
 
 def test_a_structured_judge_asks_for_a_json_verdict_and_reads_it(served: Served) -> None:
-    from agentgrad.judging import parse_group, parse_pointwise, schema
+    from agentgrad.rollout.judging import parse_group, parse_pointwise, schema
 
     request = ag.Judge(served.url, "judge", structured=True)._request([{"role": "system", "content": "Grade."}], 3)
     assert request["response_format"]["json_schema"]["schema"] == schema(3)

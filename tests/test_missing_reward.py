@@ -50,7 +50,7 @@ def test_baseline_reports_how_many_rollouts_had_no_reward() -> None:
     def half(task: int) -> float | None:
         return 1.0 if task % 2 else None
 
-    results = ag.Trainer(ag.Baseline(config=RolloutConfig(missing_reward="zero")), store="memory").fit(half, [1, 2, 3, 4])
+    results = ag.Trainer(ag.Baseline(missing_reward="zero"), store="memory").fit(half, [1, 2, 3, 4])
     assert (results["train"].no_reward, results["train"].reward_mean) == (2, 0.5)
     failed = ag.Trainer(store="memory").fit(half, [1, 2, 3, 4])
     assert (failed["train"].no_reward, failed["train"].succeeded) == (2, 2)

@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from agentgrad.algorithms.base import RunContext
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo import GRPOConfig
 from agentgrad.store import MemoryStore
 from agentgrad.types import Rollout, RolloutStatus, Span
+from tests.helpers import grpo_batch
 
 SYSTEM = [1, 2, 3]
 TOOL_RESULT = [90, 91]  # the tool turn holding "579": not written by the model
@@ -47,11 +47,9 @@ async def batch_of(attempts: list[tuple[float, list[tuple[list[int], list[int]]]
         attempt_id = attempted.attempt.attempt_id
         await store.add_spans([call(rollout, attempt_id, t, prompt, response) for t, (prompt, response) in enumerate(calls)])
         finished.append(rollout.model_copy(update={"status": RolloutStatus.SUCCEEDED, "reward": reward}))
-    grpo = GRPO(GRPOConfig())
-    grpo.bind(RunContext(store=store))
-    batch = await grpo._batch(finished, [0] * len(finished))
-    assert batch.groups_kept == 1
-    return batch.scored
+    batch = await grpo_batch(GRPOConfig(), store, finished, [0] * len(finished))
+    assert batch.metrics["train/groups_used"] == 1
+    return batch.data
 
 
 async def test_a_tool_call_and_its_answer_are_one_trajectory_trained_with_the_attempt_advantage() -> None:

@@ -11,23 +11,26 @@ import json
 import math
 import random
 import statistics
+from typing import Any
 
 import pytest
 
 import agentgrad as ag
 from agentgrad.adapters import Trajectory
-from agentgrad.algorithms.base import RunContext
 from agentgrad.algorithms.credit import (
+    PerTurnCredit,
     leave_one_out_advantages,
     returns_to_go,
     token_advantages,
     turn_rewards,
 )
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo import GRPOConfig
+from agentgrad.algorithms.roles import role_batches
 from agentgrad.rollout.runner import Runner
 from agentgrad.rollout.tracer import get_tracer
 from agentgrad.store import MemoryStore
 from agentgrad.types import Rollout, RolloutStatus, Span
+from tests.helpers import grpo_batch
 
 # ----------------------------------------------------------------------------- the pure functions, by hand
 
@@ -119,6 +122,33 @@ async def test_a_roles_own_reward_pays_that_roles_last_call_and_is_not_the_rollo
     assert turn_rewards(spans, agent_match="reviewer") == [1.0 + 0.5]  # the untagged final pays its last call
 
 
+async def test_under_roles_per_turn_credit_pays_each_role_only_the_rewards_that_make_its_reward() -> None:
+    roles = {"writer": "^writer$", "reviewer": "^reviewer$"}
+
+    def agent_with(review: float, final: float) -> Any:
+        def agent(task: dict) -> float:
+            model_call("draft", [1], [10], agent="writer")
+            model_call("review", [2], [20], agent="reviewer")
+            ag.emit_reward(review, agent="reviewer")  # the reviewer's own reward: it pays the review, only
+            model_call("fix", [3], [30], agent="writer")
+            return final  # the rollout's reward: the writer's (it emits none of its own), paid to its last call
+
+        return agent
+
+    store = MemoryStore()
+    members = []
+    for review, final in ((1.0, 0.5), (0.0, 1.0)):  # one task group of two rollouts
+        queued = await store.enqueue_rollout({"x": 1})
+        await Runner(agent_with(review, final), store, max_rollouts=1).run()
+        members.append((await store.get_rollout(queued.rollout_id), 0, await store.query_spans(queued.rollout_id)))
+    parts = role_batches(members, roles, None, PerTurnCredit(gamma=1.0, skip_uniform=False))
+    # writer: returns (0.5, 0.5) and (1.0, 1.0), each minus the other rollout's at its turn
+    assert [(t.token_ids[-1], a) for t, a in parts["writer"].scored] == [(10, [-0.5]), (30, [-0.5]), (10, [0.5]), (30, [0.5])]
+    # reviewer: its own 1.0 and 0.0, not the rollout's reward after it (that is the writer's)
+    assert [(t.token_ids[-1], a) for t, a in parts["reviewer"].scored] == [(20, [1.0]), (20, [-1.0])]
+    assert parts["reviewer"].rewards == [1.0, 0.0] and parts["writer"].rewards == [0.5, 1.0]
+
+
 def test_a_roles_reward_names_its_role() -> None:
     with pytest.raises(ValueError, match="agent names the role"):
         ag.emit_reward(1.0, agent="")
@@ -166,16 +196,13 @@ async def test_grpo_trains_each_call_of_a_merged_trajectory_with_its_own_turn_ad
         ]
         await store.add_spans(spans)
         finished.append(rollout.model_copy(update={"status": RolloutStatus.SUCCEEDED, "reward": events[-1][1]}))
-    grpo = GRPO(GRPOConfig(credit="per_turn", gamma=0.5))
-    grpo.bind(RunContext(store=store))
-    batch = await grpo._batch(finished, [0, 0])
-    (one, a1), (_, a2) = batch.scored
+    batch = await grpo_batch(GRPOConfig(credit="per_turn", gamma=0.5), store, finished, [0, 0])
+    (one, a1), (_, a2) = batch.data
     # returns-to-go: rollout 1 [1 + 0.5*0, 0] , rollout 2 [0 + 0.5*1, 1]; baselines: the other rollout's
     assert one.token_ids == second_prompt + answer and one.call_starts == [3, 6]
     assert a1 == [0.5, 0.5, 0.5, -1.0] and a2 == [-0.5, -0.5, 1.0]
-    final = GRPO(GRPOConfig())  # today's broadcast: one advantage per trajectory, from the final reward
-    final.bind(RunContext(store=store))
-    (_, b1), (_, b2) = (await final._batch(finished, [0, 0])).scored
+    # the final reward's broadcast: one advantage per trajectory
+    (_, b1), (_, b2) = (await grpo_batch(GRPOConfig(), store, finished, [0, 0])).data
     assert b1 == pytest.approx(-1.0, abs=1e-5) and b2 == pytest.approx(1.0, abs=1e-5)
 
 

@@ -77,14 +77,14 @@ def test_a_runner_process_that_dies_is_reported_and_its_rollout_runs_again(
 ) -> None:
     store = SqliteStore(tmp_path / "run.db")
     data = [{"i": i, "die": i == 2} for i in range(6)]
-    with caplog.at_level(logging.ERROR, logger="agentgrad.train.processes"):
+    with caplog.at_level(logging.ERROR, logger="agentgrad.rollout.workers"):
         results = ag.Trainer(n_runners=2, store=store, strategy="processes").fit(process_agents.dies_once, data)
     assert results["train"].succeeded == 6
     assert "was killed by SIGKILL" in caplog.text
 
     (doomed,) = [r for r in asyncio.run(store.query_rollouts()) if r.input["die"]]
     first, second = asyncio.run(store.query_attempts(doomed.rollout_id))
-    assert first.status is AttemptStatus.UNRESPONSIVE and first.error == "runner process was killed by SIGKILL"
+    assert first.status is AttemptStatus.UNRESPONSIVE and first.error == "runner was killed by SIGKILL"
     assert second.status is AttemptStatus.SUCCEEDED and second.worker_id != first.worker_id
 
 
@@ -129,7 +129,7 @@ def runner_attempts(store: Store, pid: int, status: AttemptStatus = AttemptStatu
         found = []
         for rollout in await store.query_rollouts():
             found += [a for a in await store.query_attempts(rollout.rollout_id)
-                      if a.status is status and (a.worker_id or "").endswith(tuple(f"-{pid}-{i}" for i in range(9)))]
+                      if a.status is status and (a.worker_id or "").split("/")[0].endswith(f"-{pid}")]
         return found
 
     return asyncio.run(find())
@@ -154,7 +154,7 @@ def test_a_sigkilled_runner_loses_its_attempts_to_the_other_runners(tmp_path: Pa
             for attempt in lost:
                 first, *rest = attempts[attempt.rollout_id]
                 assert first.status is AttemptStatus.UNRESPONSIVE
-                assert [a.status for a in rest] == [AttemptStatus.SUCCEEDED] and f"-{survivor.pid}-" in rest[0].worker_id
+                assert [a.status for a in rest] == [AttemptStatus.SUCCEEDED] and f"-{survivor.pid}/" in rest[0].worker_id
             survivor.send_signal(signal.SIGTERM)
             assert survivor.wait(timeout=15) == 0
         finally:
@@ -272,3 +272,28 @@ def test_a_runner_with_gateway_routes_agents_that_build_openai_without_arguments
             if process is not None and process.poll() is None:
                 process.terminate()
                 process.wait(timeout=20)
+
+
+def test_a_runner_process_of_another_environment_that_dies_has_its_attempts_run_by_the_other(tmp_path: Path) -> None:
+    from agentgrad.rollout.venvs import RunnerProcesses, serve_store
+    from agentgrad.train.processes import run_with_runners
+
+    store = SqliteStore(tmp_path / "run.db")
+    data = [{"i": i, "die": i == 0} for i in range(4)]
+    with serve_store(store) as url:
+        runners = [
+            RunnerProcesses(sys.executable, url, "tests.process_agents:dies_once", name=name, cwd=TESTS.parent)
+            for name in ("venv-a", "venv-b")
+        ]
+        for runner in runners:
+            runner.start()
+        try:
+            results = asyncio.run(run_with_runners(ag.Baseline(), store, runners, data))
+        finally:
+            for runner in runners:
+                runner.stop()
+    assert results["train"].succeeded == 4
+    (doomed,) = [r for r in asyncio.run(store.query_rollouts()) if r.input["die"]]
+    first, second = asyncio.run(store.query_attempts(doomed.rollout_id))
+    assert (first.status, first.error) == (AttemptStatus.UNRESPONSIVE, "runner was killed by SIGKILL")
+    assert second.status is AttemptStatus.SUCCEEDED and {first.worker_id, second.worker_id} == {"venv-a", "venv-b"}

@@ -15,7 +15,8 @@ import torch
 import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.algorithms.grpo import GRPO, GRPOConfig
-from agentgrad.algorithms.roles import RoleUpdate, role_reward
+from agentgrad.algorithms.roles import role_reward
+from agentgrad.algorithms.updates import RoleUpdate
 from agentgrad.engine import Engine
 from agentgrad.engine.adapters import adapter_parameters
 from agentgrad.policy.config import PolicyConfig
@@ -136,8 +137,10 @@ def test_roles_need_lora_and_no_agent_match_and_run_on_either_engine() -> None:
     assert on_vllm.policy.engine == "vllm"  # vLLM serves one adapter per role too (tests/test_vllm_roles.py)
     with pytest.raises(ValueError, match="vllm_transport='lora' or 'auto'"):
         GRPOConfig(roles=ROLES, policy=PolicyConfig(engine="vllm", lora_rank=4, vllm_transport="file"))
-    with pytest.raises(ValueError, match="credit='final'"):
-        GRPOConfig(roles=ROLES, policy=LORA, credit="per_turn")
+    assert GRPOConfig(roles=ROLES, policy=LORA, credit="per_turn").credit == "per_turn"  # per role (test_per_turn_credit)
+    assert GRPOConfig(roles=ROLES, policy=LORA, rollback_on_drop=0.1).rollback_on_drop == 0.1
+    with pytest.raises(ValueError, match="train_processes=1"):
+        GRPOConfig(roles=ROLES, policy=LORA, train_processes=2)
     with pytest.raises(ValueError, match="agent_match=None"):
         GRPOConfig(roles=ROLES, policy=LORA, agent_match="solver")
     with pytest.raises(ValueError, match="'base' names the base model"):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
 import agentgrad as ag
 from agentgrad.store import SqliteStore
-from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus
+from agentgrad.types import AttemptStatus, RolloutStatus, WorkerStatus
 
 
 @ag.rollout
@@ -50,7 +52,7 @@ def flaky_agent(task: dict, rollout: ag.Rollout) -> float:
 
 def test_exceptions_fail_the_attempt_with_the_traceback_recorded_and_are_retried() -> None:
     store = ag.MemoryStore()
-    algorithm = ag.Baseline(config=RolloutConfig(max_attempts=2))
+    algorithm = ag.Baseline(max_attempts=2)
     data = [{"id": i, "fails": ["never", "once", "always"][i % 3]} for i in range(9)]
     results = ag.Trainer(algorithm, n_runners=3, store=store).fit(flaky_agent, data)
     assert results["train"].succeeded == 6 and results["train"].success_rate == 6 / 9
@@ -112,3 +114,51 @@ def test_a_task_that_is_not_json_is_refused_with_its_index_and_value_before_anyt
     with pytest.raises(StoreError, match="task 0 of train_data"):
         trainer.dev(asks_for_a_model, [Point()])
     assert asyncio.run(trainer.store.query_rollouts()) == []  # nothing was enqueued
+
+
+class DeadConnection(ag.MemoryStore):
+    """A store whose connection for `worker` breaks after its first claim: that runner's loop dies with the rollout
+    it claimed still running, as a runner whose store client fails does. `stopped` is set once the dead runner has
+    said so (its last heartbeat)."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__()
+        self.worker, self.claims, self.claimed, self.stopped = worker, 0, threading.Event(), threading.Event()
+
+    async def dequeue_rollout(self, worker_id: str | None = None) -> Any:
+        if worker_id == self.worker and self.claims:
+            raise ag.StoreError(f"the store connection of {worker_id} is gone")
+        claimed = await super().dequeue_rollout(worker_id)
+        if worker_id == self.worker and claimed is not None:
+            self.claims += 1
+            self.claimed.set()
+        return claimed
+
+    async def heartbeat(self, worker_id: str, **kwargs: Any) -> Any:
+        if worker_id == self.worker and kwargs.get("status") is WorkerStatus.STOPPED:
+            self.stopped.set()
+        return await super().heartbeat(worker_id, **kwargs)
+
+
+STORE = DeadConnection("runner-0")
+
+
+@ag.rollout
+def outlives_its_runner(task: dict, rollout: Any) -> float:
+    """Every rollout waits until the dying runner has claimed one (the other runner cannot take them all); that one
+    is still running when its runner's loop has died (the attempt is left `running`)."""
+    STORE.claimed.wait(30)
+    if rollout.attempt.worker_id == STORE.worker:
+        STORE.stopped.wait(30)
+    return 1.0
+
+
+def test_a_runner_thread_that_dies_has_its_attempts_given_up_and_run_by_another_runner() -> None:
+    store = STORE
+    results = ag.Trainer(n_runners=2, runner_concurrency=2, store=store).fit(outlives_its_runner, [{"i": i} for i in range(4)])
+    assert store.stopped.is_set() and results["train"].succeeded == 4  # the dead runner's rollout ran on the other
+
+    (orphaned,) = [r for r in asyncio.run(store.query_rollouts()) if r.num_attempts > 1]
+    first, second = asyncio.run(store.query_attempts(orphaned.rollout_id))
+    assert (first.worker_id, first.status, first.error) == ("runner-0", AttemptStatus.UNRESPONSIVE, "runner exited with code 1")
+    assert (second.worker_id, second.status) == ("runner-1", AttemptStatus.SUCCEEDED)

@@ -13,7 +13,7 @@ from openai import OpenAI
 import agentgrad as ag
 from agentgrad import semconv
 from agentgrad.adapters import llm_calls, to_trajectories
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo import GRPO, GroupBatches, GRPOConfig
 from agentgrad.algorithms.sft import SFT, SFTConfig
 from agentgrad.engine import Engine
 from agentgrad.rollout.instrument import instrument_openai, uninstrument_openai
@@ -164,22 +164,21 @@ def writer_and_critic(task: dict[str, Any], llm: ag.LLM) -> float:
     return 0.0 if answer is None else 1.0 / (1.0 + abs(answer - task["answer"]))
 
 
-class RecordingGRPO(GRPO):
-    """GRPO that keeps each step's training batch, to see what it trained on."""
+def test_a_grpo_step_with_agent_match_trains_on_the_matched_agents_calls_alone(
+    own_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ag.MemoryStore()
+    grpo = GRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
+                           skip_uniform_groups=False, agent_match="^writer$"), local_engine=own_engine)
+    batches: list[list[Any]] = []
+    build = GroupBatches.build
 
-    batches: list[list[Any]]
-
-    async def _batch(self, rollouts: list[Any], groups: list[int]) -> Any:
-        batch = await super()._batch(rollouts, groups)
-        self.batches.append(list(batch.scored))
+    async def recorded(self: GroupBatches, step: Any, spans: Any) -> Any:  # each step's batch, as trained
+        batch = await build(self, step, spans)
+        batches.append(list(batch.data))
         return batch
 
-
-def test_a_grpo_step_with_agent_match_trains_on_the_matched_agents_calls_alone(own_engine: Engine) -> None:
-    store = ag.MemoryStore()
-    grpo = RecordingGRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
-                                    skip_uniform_groups=False, agent_match="^writer$"), local_engine=own_engine)
-    grpo.batches = []
+    monkeypatch.setattr(GroupBatches, "build", recorded)
     instrument_openai()
     try:
         ag.Trainer(grpo, store=store, runner_concurrency=4).fit(writer_and_critic, make_splits(n_train=8, n_val=1)[0])
@@ -188,6 +187,6 @@ def test_a_grpo_step_with_agent_match_trains_on_the_matched_agents_calls_alone(o
     spans = [s for r in asyncio.run(store.query_rollouts(mode="train")) for s in asyncio.run(store.query_spans(r.rollout_id))]
     names = {s.span_id: semconv.agent_name(s) for s in spans if semconv.is_llm_call(s)}
     assert sorted(names.values()) == ["critic"] * 4 + ["writer"] * 4  # 2 tasks x 2 rollouts x (writer + critic)
-    (batch,) = grpo.batches
+    (batch,) = batches
     trained = [span_id for trajectory, _ in batch for span_id in trajectory.span_ids]
     assert sorted(trained) == sorted(i for i, name in names.items() if name == "writer")

@@ -20,7 +20,7 @@ import torch
 import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.algorithms.grpo import GRPO
-from agentgrad.algorithms.roles import RoleUpdate
+from agentgrad.algorithms.updates import RoleUpdate
 from agentgrad.engine.adapters import adapter_parameters
 from agentgrad.engine.model import resolve_model
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs

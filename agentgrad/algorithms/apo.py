@@ -20,14 +20,15 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
 from agentgrad import semconv as sc
-from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
+from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext
+from agentgrad.algorithms.config import RunConfig, configured
 from agentgrad.redact import redact, redact_known
 from agentgrad.types import (
     LLM,
@@ -35,7 +36,6 @@ from agentgrad.types import (
     PromptTemplate,
     ResourcesSnapshot,
     Rollout,
-    RolloutConfig,
     RolloutStatus,
     Span,
 )
@@ -67,21 +67,14 @@ Reply with the complete new template between <new_prompt> and </new_prompt>, not
 
 
 @dataclass
-class APO(Algorithm["APOResult"]):
-    """Beam search over the agent's `PromptTemplate` resource; `run` returns an `APOResult`.
+class APOConfig(RunConfig):
+    """Every setting of an APO run; `APO(config, name=value)` overrides copy it, never change it."""
 
-    It starts from the latest resources in the store (publish them with `Trainer(resources=...)`).
-    The critic and editor are called through an OpenAI-compatible endpoint: `base_url` and
-    `api_key`, by default those of the agent's `LLM` resource.
-    """
-
-    rounds: int = 3  # search rounds after the seed prompt is scored
+    steps: int = 3  # search rounds after the seed prompt is scored
+    prompts_per_step: int = 8  # training tasks each prompt in the beam runs per round; the critic reads their failures
     beam_width: int = 2  # prompts kept after each round, old and new together
     branch_factor: int = 3  # rewrites the editor writes for each prompt in the beam, each round
-    train_batch_size: int = 8  # training rollouts per prompt in the beam, each round; the critic reads their failures
-    val_batch_size: int | None = None  # validation tasks every prompt is scored on (the same ones); None: all
     critic_examples: int = 4  # failed runs the critic reads, lowest reward first
-    success_threshold: float = 1.0  # a run with a lower reward (or none) is a failure the critic may read
     critic_model: str | None = None  # model writing the critique; None: the agent's model
     editor_model: str | None = None  # model rewriting the prompt; None: the critic's model
     critic_temperature: float = 0.7  # sampling temperature of the critic
@@ -90,19 +83,31 @@ class APO(Algorithm["APOResult"]):
     api_key: str | None = None  # its key; None: the LLM resource's when its endpoint is used, else OPENAI_API_KEY
     prompt_name: str | None = None  # the resource to optimize; None: the only PromptTemplate among the resources
     max_tries: int = 3  # tries for a critic or editor reply (malformed, or an API error) before giving it up
-    rollout_config: RolloutConfig | None = None  # timeout and retries of each rollout
-    rollout_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
-    seed: int = 0  # for the order of training tasks and the validation sample
-    report_to: Sequence[str] = ()  # trackers that get the run's metrics too: "mlflow", "tensorboard", "wandb"
+    batch_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
 
     def __post_init__(self) -> None:
-        for name in ("rounds", "beam_width", "branch_factor", "train_batch_size", "critic_examples", "max_tries"):
+        super().__post_init__()
+        for name in ("steps", "beam_width", "branch_factor", "prompts_per_step", "critic_examples", "max_tries"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < (0 if name == "rounds" else 1):
-                least = 0 if name == "rounds" else 1
+            if not isinstance(value, int) or value < (0 if name == "steps" else 1):
+                least = 0 if name == "steps" else 1
                 raise ValueError(f"APO {name} must be an integer of at least {least}, got {value!r}")
-        if self.val_batch_size is not None and self.val_batch_size < 1:
-            raise ValueError(f"APO val_batch_size must be at least 1 (or None for all), got {self.val_batch_size}")
+
+
+class APO(Algorithm["APOResult"]):
+    """Beam search over the agent's `PromptTemplate` resource: `APO(APOConfig(...), name=value)`; `run` returns an
+    `APOResult`.
+
+    It starts from the latest resources in the store (publish them with `Trainer(resources=...)`).
+    The critic and editor are called through an OpenAI-compatible endpoint: `base_url` and
+    `api_key`, by default those of the agent's `LLM` resource.
+    """
+
+    config: APOConfig
+
+    def __init__(self, config: APOConfig | None = None, **overrides: Any) -> None:
+        self.config = configured(config, APOConfig, overrides, "APO")
+        self.history: list[dict[str, float]] = []  # each round's figures, round 0 the seed's
 
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
         from openai import AsyncOpenAI
@@ -119,28 +124,29 @@ class APO(Algorithm["APOResult"]):
                 "APO starts from the agent's resources, and the store has none: "
                 "pass Trainer(resources={'prompt': PromptTemplate(...), 'llm': LLM(...)})"
             )
-        name, seed_prompt = prompt_resource(seed_snapshot.resources, self.prompt_name)
-        rng = random.Random(self.seed)
+        cfg = self.config
+        name, seed_prompt = prompt_resource(seed_snapshot.resources, cfg.prompt_name)
+        rng = random.Random(cfg.seed)
         val_tasks = list(val_data)
-        if self.val_batch_size is not None and self.val_batch_size < len(val_tasks):
-            val_tasks = rng.sample(val_tasks, self.val_batch_size)
+        if cfg.val_size is not None and cfg.val_size < len(val_tasks):
+            val_tasks = rng.sample(val_tasks, cfg.val_size)
         train_order = list(train_data)
         rng.shuffle(train_order)
-        batch_size = min(self.train_batch_size, len(train_order))
-        base_url, api_key, critic_model = self.base_url, self.api_key, self.critic_model
+        batch_size = min(cfg.prompts_per_step, len(train_order))
+        base_url, api_key, critic_model = cfg.base_url, cfg.api_key, cfg.critic_model
         if base_url is None or critic_model is None:
             llm = agent_llm(seed_snapshot.resources)
             if base_url is None:
                 base_url, api_key = llm.base_url, api_key or llm.api_key
             critic_model = critic_model or llm.model
-        editor_model = self.editor_model or critic_model
+        editor_model = cfg.editor_model or critic_model
         client = AsyncOpenAI(base_url=base_url, api_key=api_key)
         search = Search(client, critic_model, editor_model, name, seed_snapshot, val_tasks, train_order, batch_size)
         try:
             seed = best = await self.score_seed(search, seed_prompt)
             beam, round_best = [seed], [seed.score]
             tried = {seed_prompt.template: seed.resources_id}  # template -> the snapshot that first held it
-            for round_ in range(1, self.rounds + 1):
+            for round_ in range(1, cfg.steps + 1):
                 started = time.monotonic()
                 outcome = await self.search_round(search, round_, beam, tried)
                 beam = outcome.beam
@@ -165,7 +171,8 @@ class APO(Algorithm["APOResult"]):
                 f"every validation rollout of the seed prompt failed, the first with: {error}; "
                 "APO needs an agent that runs (try it with Trainer.dev)"
             )
-        seed_score = Evaluation.of(seed_runs).reward_mean
+        evaluation = Evaluation.of(seed_runs, self.config.success_threshold)
+        seed_score = evaluation.reward_mean
         await self.store.update_resources(
             seed_id,
             {
@@ -177,14 +184,14 @@ class APO(Algorithm["APOResult"]):
                 "score": seed_score,
             },
         )
-        await self.log_metrics(
-            0, {"apo/best_score": seed_score, "apo/round_best": seed_score, "apo/beam_mean": seed_score}
-        )
+        seed_metrics = {"apo/best_score": seed_score, "apo/round_best": seed_score, "apo/beam_mean": seed_score}
+        await self.log_metrics(0, seed_metrics)
+        self.history = [{"step": 0, **seed_metrics}]
         self.console.print(
             f"[bold]APO[/bold] round 0: seed prompt {seed_id} scores {seed_score:.3f} "
             f"on {len(search.val_tasks)} validation tasks"
         )
-        return Candidate(seed_id, seed_prompt, 0, None, seed_score)
+        return Candidate(seed_id, seed_prompt, 0, None, evaluation)
 
     async def search_round(self, search: Search, round_: int, beam: list[Candidate], tried: dict[str, str]) -> Round:
         """One round: collect, criticize, edit, check and publish, score, select. `tried` gains the new templates."""
@@ -196,9 +203,9 @@ class APO(Algorithm["APOResult"]):
                     batch,
                     mode="train",
                     resources_id=parent.resources_id,
-                    config=self.rollout_config,
+                    config=self.config.rollout_config(),
                     metadata=[{"apo_round": round_}] * len(batch),
-                    timeout=self.rollout_timeout,
+                    timeout=self.config.batch_timeout,
                 )
                 for parent in beam
             )
@@ -217,7 +224,7 @@ class APO(Algorithm["APOResult"]):
             (parent, critique.text, EDIT_STYLES[i % len(EDIT_STYLES)])
             for parent, critique in zip(beam, critiques)
             if critique.text is not None
-            for i in range(self.branch_factor)
+            for i in range(self.config.branch_factor)
         ]
         rewrites = await asyncio.gather(
             *(
@@ -237,7 +244,7 @@ class APO(Algorithm["APOResult"]):
         # ---- select: the best `beam_width` of the old beam and the new candidates (old ones win ties)
         train_rewards = [Evaluation.of(runs).reward_mean for runs in train_runs]
         return Round(
-            beam=sorted(beam + candidates, key=lambda c: -c.score_or_zero)[: self.beam_width],
+            beam=sorted(beam + candidates, key=lambda c: -c.score_or_zero)[: self.config.beam_width],
             scored=candidates,
             rows=list(rows.values()),
             train_reward_mean=sum(train_rewards) / len(train_rewards),
@@ -295,7 +302,7 @@ class APO(Algorithm["APOResult"]):
         """Score each candidate on the validation tasks (its mean reward), in its snapshot's metadata too."""
         runs = await asyncio.gather(*(self.validate(c.resources_id, search.val_tasks, round_) for c in candidates))
         for candidate, candidate_runs in zip(candidates, runs):
-            candidate.score = Evaluation.of(candidate_runs).reward_mean
+            candidate.evaluation = Evaluation.of(candidate_runs, self.config.success_threshold)
             await self.store.update_resources(candidate.resources_id, {"status": "scored", "score": candidate.score})
 
     async def report_round(self, round_: int, outcome: Round, best: Candidate, seconds: float) -> None:
@@ -316,6 +323,7 @@ class APO(Algorithm["APOResult"]):
         if scores:
             metrics["apo/round_best"] = max(scores)
         await self.log_metrics(round_, metrics)
+        self.history.append({"step": round_, **metrics})
         self.console.print(round_table(round_, outcome.rows))
         self.console.print(
             f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
@@ -345,7 +353,17 @@ class APO(Algorithm["APOResult"]):
             f"score {best.score_or_zero:.3f} (seed {seed_score:.3f}), published as {final}:"
         )
         self.console.print(best.prompt.template, markup=False, highlight=False)
-        return APOResult(best.prompt, best.score_or_zero, final, best.resources_id, seed_score, round_best)
+        return APOResult(
+            steps=self.config.steps,
+            initial=seed.evaluation,
+            final=best.evaluation,
+            best=best.evaluation,
+            history=self.history,
+            prompt=best.prompt,
+            resources_id=final,
+            source_id=best.resources_id,
+            round_best=round_best,
+        )
 
     # ------------------------------------------------------------------ rollouts and model calls
 
@@ -355,9 +373,9 @@ class APO(Algorithm["APOResult"]):
             tasks,
             mode="val",
             resources_id=resources_id,
-            config=self.rollout_config,
+            config=self.config.rollout_config(),
             metadata=[{"apo_round": round_}] * len(tasks),
-            timeout=self.rollout_timeout,
+            timeout=self.config.batch_timeout,
         )
 
     async def criticize(self, client: Any, model: str, prompt: PromptTemplate, runs: Sequence[Rollout]) -> Reply:
@@ -367,26 +385,29 @@ class APO(Algorithm["APOResult"]):
             (
                 r
                 for r in runs
-                if r.status is not RolloutStatus.SUCCEEDED or r.reward is None or r.reward < self.success_threshold
+                if r.status is not RolloutStatus.SUCCEEDED
+                or r.reward is None
+                or r.reward < self.config.success_threshold
             ),
             key=lambda r: r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else float("-inf"),
-        )[: self.critic_examples]
+        )[: self.config.critic_examples]
         if not failed:
             return Reply(None, Tally(no_failures=1))
         parts = [
             f"## Prompt template\n<template>\n{prompt.template}\n</template>\n",
             f"## Failed runs ({len(failed)} shown of the {len(runs)} runs of this batch)",
         ]
+        spans_of = await self.store.query_spans_of([run.rollout_id for run in failed])
         for i, run in enumerate(failed, 1):
             reward = run.reward if run.status is RolloutStatus.SUCCEEDED else f"none, the run {run.status.value}"
-            spans = await self.store.query_spans(run.rollout_id)
+            spans = spans_of[run.rollout_id]
             task = json.dumps(run.input, default=repr)
             task = task if len(task) <= TRANSCRIPT_CHARS else task[:TRANSCRIPT_CHARS] + " …"
             parts.append(
                 f"\n### Run {i} · reward {reward}\nTask: {task}\n{transcript(spans) or '(the agent recorded nothing)'}"
             )
         messages = [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
-        return await self.ask(client, model, messages, "critique", self.critic_temperature)
+        return await self.ask(client, model, messages, "critique", self.config.critic_temperature)
 
     async def edit(self, client: Any, model: str, prompt: PromptTemplate, critique: str, style: str) -> Reply:
         """The editor's rewrite of `prompt` along `critique`; no text when it gave no usable reply."""
@@ -401,7 +422,7 @@ class APO(Algorithm["APOResult"]):
             f"## Critique\n{critique}\n\n## How to edit\n{style}"
         )
         messages = [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": content}]
-        return await self.ask(client, model, messages, "new_prompt", self.editor_temperature)
+        return await self.ask(client, model, messages, "new_prompt", self.config.editor_temperature)
 
     async def ask(self, client: Any, model: str, messages: list[dict[str, str]], tag: str, temperature: float) -> Reply:
         """The text between `<tag>` markers of the model's reply, tried up to `max_tries` times.
@@ -410,7 +431,7 @@ class APO(Algorithm["APOResult"]):
         """
         import openai
 
-        for attempt in range(1, self.max_tries + 1):
+        for attempt in range(1, self.config.max_tries + 1):
             try:
                 reply = await client.chat.completions.create(model=model, messages=messages, temperature=temperature)
                 choice = reply.choices[0] if reply.choices else None
@@ -425,9 +446,14 @@ class APO(Algorithm["APOResult"]):
             except (openai.APIError, ValueError) as exc:
                 problem = str(exc)
             log.warning(
-                "APO %s reply from %s unusable (try %d of %d): %s", tag, model, attempt, self.max_tries, redact(problem)
+                "APO %s reply from %s unusable (try %d of %d): %s",
+                tag,
+                model,
+                attempt,
+                self.config.max_tries,
+                redact(problem),
             )
-        return Reply(None, Tally(unusable=self.max_tries, skipped=1))
+        return Reply(None, Tally(unusable=self.config.max_tries, skipped=1))
 
 
 class APOError(RuntimeError):
@@ -442,7 +468,11 @@ class Candidate:
     prompt: PromptTemplate
     round: int
     parent: str | None
-    score: float | None = None
+    evaluation: Evaluation | None = None  # on the validation tasks; its mean reward is the score
+
+    @property
+    def score(self) -> float | None:
+        return self.evaluation.reward_mean if self.evaluation is not None else None
 
     @property
     def score_or_zero(self) -> float:
@@ -505,16 +535,24 @@ class Round:
         return [c.score_or_zero for c in self.scored]
 
 
-@dataclass(frozen=True)
-class APOResult:
-    """What APO found: the best prompt, its score, and the score of the seed and of each round."""
+@dataclass
+class APOResult(Result):
+    """What APO found, in the shape every run returns (`initial`: the seed prompt's validation, `final` and `best`:
+    the best prompt's; `history`: each round's figures), with the best prompt and where it is stored."""
 
-    prompt: PromptTemplate  # the best prompt (the seed when nothing beat it)
-    score: float  # its mean validation reward
-    resources_id: str  # the snapshot published last: the best prompt with the agent's other resources
-    source_id: str  # the snapshot of the search in which the best prompt was scored
-    seed_score: float
-    round_best: list[float | None]  # the best candidate's score in each round; [0] is the seed's, None: no candidate
+    prompt: PromptTemplate | None = None  # the best prompt (the seed when nothing beat it)
+    resources_id: str = ""  # the snapshot published last: the best prompt with the agent's other resources
+    source_id: str = ""  # the snapshot of the search in which the best prompt was scored
+    round_best: list[float | None] = field(default_factory=list)  # each round's best candidate's score; [0]: the seed's
+
+    @property
+    def score(self) -> float:
+        """The best prompt's mean validation reward."""
+        return self.final.reward_mean if self.final is not None else 0.0
+
+    @property
+    def seed_score(self) -> float:
+        return self.initial.reward_mean if self.initial is not None else 0.0
 
 
 def prompt_resource(resources: NamedResources, name: str | None) -> tuple[str, PromptTemplate]:

@@ -18,31 +18,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from agentgrad import semconv as sc
 from agentgrad.algorithms.base import Algorithm
+from agentgrad.algorithms.config import StaleGroups
 from agentgrad.algorithms.sampling import TaskSampler, rollout_seed
 from agentgrad.store import Store
-from agentgrad.types import Rollout, RolloutConfig, RolloutStatus
-
-StaleGroups = Literal["drop", "keep"]
-"""What a step does with a group sampled more than `max_staleness` updates ago."""
-
-
-def check_async_settings(max_staleness: int | None, stale_groups: str) -> None:
-    """Raise a ValueError naming the bad setting (config `__post_init__`s call this)."""
-    if max_staleness is not None and (isinstance(max_staleness, bool) or max_staleness < 0):
-        raise ValueError(
-            f"max_staleness must be None (synchronous) or an int >= 0 (updates a trained group may lag), "
-            f"got {max_staleness!r}"
-        )
-    if stale_groups not in ("drop", "keep"):
-        raise ValueError(f"stale_groups must be 'drop' or 'keep', got {stale_groups!r}")
+from agentgrad.types import Rollout, RolloutConfig, RolloutStatus, Span
 
 
 class PipelineSettings(Protocol):
-    """The settings of a config (`GRPOConfig`) that a pipeline reads."""
+    """The settings of a config (`LoopConfig`) that a pipeline reads."""
 
     steps: int
     prompts_per_step: int
@@ -50,6 +37,8 @@ class PipelineSettings(Protocol):
     seed: int
     max_staleness: int | None
     stale_groups: StaleGroups
+
+    def rollout_config(self) -> RolloutConfig: ...
 
 
 @dataclass(frozen=True)
@@ -114,7 +103,6 @@ class RolloutPipeline:
         train_data: Sequence[Any],
         start: int,
         resources_id: str,
-        config: RolloutConfig,
         queued: Mapping[str, Mapping[str, list[Any]]] | None = None,
     ) -> RolloutPipeline:
         """The pipeline of a run at `cfg`'s settings resumed after step `start` (0: a new run): the synchronous
@@ -128,7 +116,7 @@ class RolloutPipeline:
             lookahead=cfg.max_staleness or 0,
             last_step=cfg.steps,
             resources_id=resources_id,
-            config=config,
+            config=cfg.rollout_config(),
             queued=queued,
             max_staleness=cfg.max_staleness,
             stale_groups=cfg.stale_groups,
@@ -223,9 +211,8 @@ class Freshness:
         }
 
 
-async def call_versions(store: Store, rollout: Rollout) -> list[int]:
-    """The weights version of each of the rollout's model calls that names one, in order."""
-    spans = await store.query_spans(rollout.rollout_id)
+def call_versions(spans: Sequence[Span]) -> list[int]:
+    """The weights version of each of a rollout's model calls that names one, in order."""
     return [v for s in spans if sc.is_llm_call(s) and (v := sc.weights_version(s)) is not None]
 
 
@@ -246,10 +233,11 @@ async def fresh_groups(
     """
     oldest: dict[int, int] = {}
     mixed: set[str] = set()
+    spans = await store.query_spans_of([r.rollout_id for r in rollouts if r.status is RolloutStatus.SUCCEEDED])
     for rollout, group in zip(rollouts, groups):
         if rollout.status is not RolloutStatus.SUCCEEDED:
             continue
-        versions = await call_versions(store, rollout)
+        versions = call_versions(spans[rollout.rollout_id])
         if len(set(versions)) > 1:
             mixed.add(rollout.rollout_id)
         if versions:

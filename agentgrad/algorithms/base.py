@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from rich.console import Console
 
 from agentgrad import semconv as sc
+from agentgrad.algorithms.config import RunConfig
 from agentgrad.redact import RedactingConsole
 from agentgrad.store import Store
 from agentgrad.tracking.base import RunTrackers
@@ -156,6 +156,8 @@ class Algorithm(Generic[R]):
     helpers below (`store`, `console`, `run_rollouts`, ...) read it from there.
     """
 
+    config: RunConfig = RunConfig()
+    """The algorithm's settings (each algorithm's own `...Config`, a `RunConfig`), copied when overridden."""
     ctx: RunContext | None = None
     """The context of the run in progress (or of the last one), bound by `run` itself."""
     last_failures: Failures | None = None
@@ -283,35 +285,16 @@ class BestOnValidation(Protocol):
     def figures(self) -> dict[str, float]: ...
 
 
-C = TypeVar("C")
+@dataclass
+class Result:
+    """What a run returns, whatever the algorithm (`Trainer.fit` too): the validation before the first step, after
+    the last and at its best; the checkpoints kept, the newest and the best-validated; every step's figures."""
 
-
-def with_overrides(
-    config: C, overrides: Mapping[str, Any], algorithm: str, nested: Mapping[str, type] | None = None
-) -> C:
-    """A copy of `config` (a dataclass) with keyword overrides applied; `config` itself is unchanged.
-
-    A name of a field of a `nested` config (`{"policy": PolicyConfig}`) goes to that field's copy, so
-    `GRPO(engine="vllm")` sets `config.policy.engine`. An unknown name is a TypeError listing the
-    valid ones; values are checked by the configs' own `__post_init__`.
-    """
-    nested = nested or {}
-    own = {f.name for f in dataclasses.fields(config) if f.init}  # type: ignore[arg-type]
-    inner: dict[str, dict[str, Any]] = {name: {} for name in nested}
-    top: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if key in own:
-            top[key] = value
-            continue
-        owner = next((name for name, kind in nested.items() if key in {f.name for f in dataclasses.fields(kind)}), None)
-        if owner is None:
-            valid = sorted(own | {f.name for kind in nested.values() for f in dataclasses.fields(kind)})
-            raise TypeError(
-                f"{algorithm} has no setting {key!r}; the settings of {type(config).__name__} are: {', '.join(valid)}"
-            )
-        inner[owner][key] = value
-    for name, values in inner.items():  # nested first: the whole config is checked once, with all its overrides
-        if values:
-            top[name] = dataclasses.replace(top.get(name, getattr(config, name)), **values)
-    copied: Any = dataclasses.replace(config, **top)  # type: ignore[type-var]  # C is a dataclass, as fields() checked
-    return cast(C, copied)
+    steps: int
+    initial: Evaluation | None
+    final: Evaluation | None
+    best: Evaluation | None = None
+    checkpoint: str | None = None
+    best_checkpoint: BestOnValidation | None = None
+    checkpoints: list[str] = field(default_factory=list)
+    history: list[dict[str, float]] = field(default_factory=list)

@@ -18,8 +18,10 @@ turn index (the others ended earlier) keeps its return as the advantage, baselin
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from agentgrad import semconv as sc
 from agentgrad.adapters import Trajectory, llm_calls, reward_spans
@@ -27,6 +29,98 @@ from agentgrad.types import Span
 
 Credit = Literal["final", "per_turn"]
 Advantage = float | list[float]  # one per trajectory (final), or one per response token (per_turn)
+Pairs = list[tuple[Trajectory, Advantage]]
+"""What a GRPO update trains on: each trajectory with its advantage."""
+
+
+@dataclass
+class Member:
+    """One successful rollout of a step as credit assignment reads it: its spans, its reward (a role's own, under
+    roles), its trajectories, its task group, and the part of its reward no span pays (`unpaid`: per-turn credit
+    adds it at the last call)."""
+
+    spans: Sequence[Span]
+    reward: float
+    trajectories: list[Trajectory]
+    group: Hashable
+    unpaid: float = 0.0
+
+
+class CreditRule(Protocol):
+    """How a step's members become (trajectory, advantage) pairs; also how many task groups they came from."""
+
+    def pairs(self, members: Sequence[Member], agent_match: str | None) -> tuple[Pairs, int]: ...
+
+
+@dataclass(frozen=True)
+class FinalCredit:
+    """`credit="final"`: every call of a rollout gets its reward's advantage within the task's group."""
+
+    normalize_std: bool = True
+    skip_uniform: bool = True
+
+    def pairs(self, members: Sequence[Member], agent_match: str | None) -> tuple[Pairs, int]:
+        rewards, groups = [m.reward for m in members], [m.group for m in members]
+        useful = useful_groups(rewards, groups, self.skip_uniform)
+        advantages = group_advantages(rewards, groups, self.normalize_std)
+        pairs: Pairs = [
+            (trajectory, advantage)
+            for advantage, member in zip(advantages, members)
+            if member.group in useful
+            for trajectory in member.trajectories
+        ]
+        return pairs, len(useful)
+
+
+@dataclass(frozen=True)
+class PerTurnCredit:
+    """`credit="per_turn"`: each call its discounted return-to-go minus a leave-one-out baseline (this module's
+    docstring)."""
+
+    gamma: float = 1.0
+    skip_uniform: bool = True
+
+    def pairs(self, members: Sequence[Member], agent_match: str | None) -> tuple[Pairs, int]:
+        useful = useful_groups([m.reward for m in members], [m.group for m in members], self.skip_uniform)
+        pairs: Pairs = [
+            pair
+            for group in useful
+            for pair in per_turn_pairs([m for m in members if m.group == group], self.gamma, agent_match)
+        ]
+        return pairs, len(useful)
+
+
+def credit_rule(credit: Credit, *, gamma: float, normalize_std: bool, skip_uniform: bool) -> CreditRule:
+    """The rule `credit` names."""
+    if credit == "per_turn":
+        return PerTurnCredit(gamma, skip_uniform)
+    return FinalCredit(normalize_std, skip_uniform)
+
+
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], normalize_std: bool = True, eps: float = 1e-6
+) -> list[float]:
+    """Each reward minus its group's mean, divided by the group's std (population) when asked.
+
+    `normalize_std=True` is GRPO's advantage; False keeps only the mean-centring (Dr. GRPO), which
+    does not up-weight the groups whose rewards barely differ.
+    """
+    members: dict[Hashable, list[float]] = {}
+    for reward, group in zip(rewards, groups):
+        members.setdefault(group, []).append(reward)
+    stats = {g: (statistics.fmean(v), statistics.pstdev(v)) for g, v in members.items()}
+    advantages = []
+    for reward, group in zip(rewards, groups):
+        mean, std = stats[group]
+        advantages.append((reward - mean) / (std + eps) if normalize_std else reward - mean)
+    return advantages
+
+
+def unpaid_reward(spans: Sequence[Span], final: float) -> float:
+    """The part of a rollout's final reward no reward span pays: all of it when the rollout emitted none, or when
+    the last it emitted differs (a judge's, or one set outside the spans); else nothing."""
+    emitted = reward_spans(spans)  # the rollout's, not a role's own
+    return final if not emitted or sc.reward(emitted[-1]) != final else 0.0
 
 
 def useful_groups(rewards: Sequence[float], groups: Sequence[Hashable], skip_uniform: bool) -> set[Hashable]:
@@ -55,12 +149,12 @@ def turn_rewards(spans: Sequence[Span], agent_match: str | None = None) -> list[
         value = sc.reward(span) if span.name == sc.REWARD_SPAN else None
         if value is None:
             continue
-        role = sc.reward_agent(span)
+        owner = sc.reward_agent(span)
         at = (span.start_time, span.sequence_id)
-        before = [i for i, start in enumerate(starts) if start < at and (role is None or calls[i].agent == role)]
+        before = [i for i, start in enumerate(starts) if start < at and (owner is None or calls[i].agent == owner)]
         if before:
             rewards[before[-1]] += value
-        elif role is None:
+        elif owner is None:
             rewards[0] += value
     return rewards
 
@@ -106,25 +200,24 @@ def token_advantages(trajectory: Trajectory, call_advantage: dict[str, float]) -
 
 
 def per_turn_pairs(
-    members: Sequence[tuple[Sequence[Span], float, list[Trajectory]]], gamma: float, agent_match: str | None
+    members: Sequence[Member], gamma: float, agent_match: str | None
 ) -> list[tuple[Trajectory, list[float]]]:
     """One task group's (trajectory, per-token advantages) under per-turn credit.
 
-    `members` holds each rollout's spans, its final reward, and its trajectories. When the final
-    reward differs from the last reward emitted (a judge's, or one set outside the spans), it is
-    added at the last call, so the emitted rewards stay as intermediate ones.
+    Each call is paid the rewards emitted after it (`turn_rewards`); a member's `unpaid` reward (its final reward
+    when no span pays it: a judge's, or one set outside the spans) is added at its last call, so the emitted
+    rewards stay as intermediate ones.
     """
     group_returns, ids = [], []
-    for spans, final, _ in members:
-        rewards = turn_rewards(spans, agent_match)
-        emitted = reward_spans(spans)  # the rollout's, not a role's own
-        if rewards and (not emitted or sc.reward(emitted[-1]) != final):
-            rewards[-1] += final
+    for member in members:
+        rewards = turn_rewards(member.spans, agent_match)
+        if rewards:
+            rewards[-1] += member.unpaid
         group_returns.append(returns_to_go(rewards, gamma))
-        ids.append([c.span.span_id for c in llm_calls(spans, agent_match)])
+        ids.append([c.span.span_id for c in llm_calls(member.spans, agent_match)])
     advantages = leave_one_out_advantages(group_returns)
     pairs = []
-    for (_, _, trajectories), span_ids, row in zip(members, ids, advantages):
+    for member, span_ids, row in zip(members, ids, advantages):
         by_call = dict(zip(span_ids, row))
-        pairs += [(t, token_advantages(t, by_call)) for t in trajectories]
+        pairs += [(t, token_advantages(t, by_call)) for t in member.trajectories]
     return pairs

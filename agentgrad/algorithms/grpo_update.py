@@ -1,52 +1,23 @@
-"""The GRPO update: the math of one step, and where it runs.
-
-The math: group advantages, the clipped per-token loss, the truncated importance-sampling weights,
-and `grpo_update`, which aggregates them as a token mean over the step. Where it runs: `LocalUpdate`
-in this process, `ShardedUpdate` over a training group's FSDP2 ranks, `RoleUpdate` (roles.py) one
-adapter per role; `open_update` picks. `algorithms/grpo.py` is the loop that feeds it.
+"""The GRPO update's math: the clipped per-token loss, the truncated importance-sampling weights, and
+`grpo_update`, which aggregates them as a token mean over the step (`sharded_grpo_step`: one rank's share).
+Where it runs (this process, FSDP2 ranks, one adapter per role) is `algorithms/updates.py`; the advantages
+are `algorithms/credit.py`'s.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
-from collections.abc import Callable, Hashable, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.credit import Advantage
 from agentgrad.algorithms.grpo_config import GRPOConfig
-from agentgrad.algorithms.roles import RoleUpdate
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
-from agentgrad.distributed.group import TrainingGroup, deliver, open_group
-from agentgrad.engine.training import ScoredSequence, StepPrefix, checkpoint_activations, sequence_logprobs
-from agentgrad.policy.checkpoints import load_sharded_checkpoint, save_sharded_checkpoint
-from agentgrad.policy.local import LocalPolicy
+from agentgrad.engine.training import ScoredSequence, StepPrefix, sequence_logprobs
 
 # ----------------------------------------------------------------------------- the math
-
-
-def group_advantages(
-    rewards: Sequence[float], groups: Sequence[Hashable], normalize_std: bool = True, eps: float = 1e-6
-) -> list[float]:
-    """Each reward minus its group's mean, divided by the group's std (population) when asked.
-
-    `normalize_std=True` is GRPO's advantage; False keeps only the mean-centring (Dr. GRPO), which
-    does not up-weight the groups whose rewards barely differ.
-    """
-    members: dict[Hashable, list[float]] = {}
-    for reward, group in zip(rewards, groups):
-        members.setdefault(group, []).append(reward)
-    stats = {g: (statistics.fmean(v), statistics.pstdev(v)) for g, v in members.items()}
-    advantages = []
-    for reward, group in zip(rewards, groups):
-        mean, std = stats[group]
-        advantages.append((reward - mean) / (std + eps) if normalize_std else reward - mean)
-    return advantages
 
 
 def policy_loss(
@@ -175,11 +146,11 @@ def grpo_update(
     }
 
 
-# ----------------------------------------------------------------------------- the update, local or sharded
+# ----------------------------------------------------------------------------- one rank's share
 
 
 def sharded_grpo_step(
-    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, Advantage]], cfg: GRPOConfig, pad_token_id: int
+    sharded: ShardedPolicy, batch: Sequence[tuple[Trajectory, Advantage]], pad_token_id: int, cfg: GRPOConfig
 ) -> dict[str, float]:
     """`grpo_update` on one rank's share of the whole step's `batch` (run by `ShardedPolicy.run` on every
     rank); the loss is over the step's global token count, so the ranks' sum is the one-process update."""
@@ -201,93 +172,6 @@ def sharded_grpo_step(
     parts = torch.tensor([stats[name] for name in names], dtype=torch.float64)
     torch.distributed.all_reduce(parts)
     return {**stats, **{name: float(value) for name, value in zip(names, parts)}}
-
-
-class LocalUpdate:
-    """The update in this process: AdamW over the policy's trainable weights (and a frozen reference
-    for the KL term); after each step the engine serves the new weights and the policy syncs them."""
-
-    def __init__(self, policy: LocalPolicy, cfg: GRPOConfig) -> None:
-        self.policy, self.cfg = policy, cfg
-        if cfg.max_staleness is not None:
-            policy.train_beside_serving()  # asynchronous: generation goes on from the published weights
-        self.optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
-        )
-        self.reference = _frozen_copy(policy.model) if cfg.kl_coef > 0 and cfg.policy.lora_rank == 0 else None
-        if cfg.gradient_checkpointing:  # less memory for ~1/3 more compute; training mode only, sampling is unchanged
-            checkpoint_activations(policy.model)
-
-    def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
-        """One step's update; its statistics, with `sync_seconds` (new weights into the engine and servers)."""
-        with self.policy.training() as model:
-            pad = self.policy.engine.tokenizer.pad_token_id
-            stats = grpo_update(model, self.optimizer, batch, self.cfg, pad, self.reference)
-        began = time.perf_counter()
-        self.policy.publish()  # between calls: those in flight finish on the version they began with
-        self.policy.sync()  # vLLM: the new weights reach the servers before the next rollout
-        return {**stats, "sync_seconds": time.perf_counter() - began}
-
-    def save(self, directory: Path, state: dict[str, Any]) -> None:
-        self.policy.save(directory, self.optimizer, state)
-
-    def load(self, directory: Path) -> dict[str, Any]:
-        return self.policy.load(directory, self.optimizer)
-
-    def close(self) -> None:
-        pass
-
-
-class ShardedUpdate:
-    """The update sharded over a training group (FSDP2): every rank updates its shard, then rank 0's
-    full weights go to the engine and the servers (`deliver`)."""
-
-    def __init__(self, group: TrainingGroup, policy: LocalPolicy, cfg: GRPOConfig) -> None:
-        self.group, self.policy, self.cfg = group, policy, cfg
-        if cfg.max_staleness is not None:  # asynchronous: new weights land in a copy, published between attempts
-            policy.train_beside_serving()
-
-    def step(self, batch: Sequence[tuple[Trajectory, Advantage]]) -> dict[str, float]:
-        stats = self.group.call("run", sharded_grpo_step, batch, self.cfg, self.policy.engine.tokenizer.pad_token_id)
-        began = time.perf_counter()
-        deliver(self.policy, self.group.call("full_state_dict"))
-        return {**stats, "sync_seconds": time.perf_counter() - began}
-
-    def save(self, directory: Path, state: dict[str, Any]) -> None:
-        save_sharded_checkpoint(self.group, self.policy, directory, state)
-
-    def load(self, directory: Path) -> dict[str, Any]:
-        return load_sharded_checkpoint(self.group, self.policy, directory)
-
-    def close(self) -> None:
-        self.group.close()
-
-
-def open_update(
-    policy: LocalPolicy, cfg: GRPOConfig, launcher: Callable[..., TrainingGroup] | None
-) -> LocalUpdate | ShardedUpdate | RoleUpdate:
-    """The sharded update when a training group is asked for (`train_processes > 1`, or torchrun), one update per
-    role's adapter under `roles`, else the local one."""
-    if cfg.roles:
-        return RoleUpdate(policy, cfg, grpo_update)
-    group = open_group(
-        cfg.train_processes,
-        policy,
-        launcher,
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        kl_reference=cfg.kl_coef > 0,
-    )
-    return LocalUpdate(policy, cfg) if group is None else ShardedUpdate(group, policy, cfg)
-
-
-def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
-    reference = copy.deepcopy(model)
-    reference.requires_grad_(False)
-    reference.eval()
-    return reference
 
 
 def _reference_logprobs(

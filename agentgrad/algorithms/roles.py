@@ -11,40 +11,27 @@ turns a step's rollouts into one batch per role and updates each adapter with it
 - a role's reward in a rollout is the last reward emitted for it (`ag.emit_reward(value, agent=role)`),
   else the last reward's dimension named after the role (`ag.emit_reward({"solver": 1.0, "verifier": 0.0},
   primary="solver")`), else the rollout's reward; rollouts in which the role made no call leave its batch and its baseline;
-- advantages are computed per role within each task's group (`group_advantages`; `credit="final"` only:
-  per-turn credit would need a rule for a role's own rewards beside the rollout's, not written yet);
-- checkpoints hold one subfolder per role (the adapter, a PEFT folder, and its optimizer state), and
-  metrics go under `train/<role>/...`.
+- advantages are computed per role within each task's group, by the run's credit rule: `credit="final"` gives
+  each call the advantage of the role's reward; `credit="per_turn"` pays each of the role's calls the rewards that
+  follow it (the role's own, and the rollout's: its dimension named after the role where it has one), and the role's
+  reward at its last call when no span pays it;
+- `updates.RoleUpdate` trains each role's adapter with its own optimizer; checkpoints hold one subfolder per role
+  (the adapter, a PEFT folder, and its optimizer state), and metrics go under `train/<role>/...`.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
-import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from agentgrad import semconv as sc
-from agentgrad.adapters import Trajectory, agent_of, to_trajectories
-from agentgrad.algorithms.credit import Advantage, useful_groups
-from agentgrad.engine.adapters import Adapters, adapter_parameters, save_adapter
-from agentgrad.engine.training import checkpoint_activations
-from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
-from agentgrad.policy.local import LocalPolicy
+from agentgrad.adapters import agent_of, to_trajectories
+from agentgrad.algorithms.credit import CreditRule, Member, Pairs, unpaid_reward
+from agentgrad.engine.adapters import Adapters
 from agentgrad.types import Rollout, Span
-
-Pairs = list[tuple[Trajectory, Advantage]]
-Advantages = Callable[[Sequence[float], Sequence[Hashable], bool], list[float]]
-"""`grpo.group_advantages`: (rewards, groups, normalize_std) -> advantages."""
-Update = Callable[..., dict[str, float]]
-"""`grpo.grpo_update`: (model, optimizer, batch, cfg, pad_token_id, reference) -> statistics."""
-ROLE_OPTIMIZER = "optimizer.pt"
 
 
 def check_roles(roles: Mapping[str, str], cfg: Any) -> None:
@@ -57,10 +44,7 @@ def check_roles(roles: Mapping[str, str], cfg: Any) -> None:
             "vllm_transport='lora' or 'auto' (each role's adapter travels to vLLM under its name)",
         ),
         (cfg.agent_match is not None, "agent_match=None (each role's pattern selects its calls)"),
-        (cfg.max_staleness is not None, "synchronous training (max_staleness=None)"),
-        (cfg.train_processes != 1, "train_processes=1"),
-        (cfg.rollback_on_drop is not None, "rollback_on_drop=None"),
-        (cfg.credit != "final", "credit='final' (per-turn credit per role is not built yet)"),
+        (cfg.train_processes != 1, "train_processes=1 (a sharded update trains full weights, not adapters)"),
     ]
     missing = [need for failed, need in problems if failed]
     if missing:
@@ -71,19 +55,43 @@ def role_reward(spans: Sequence[Span], role: str, pattern: str, fallback: float)
     """This role's reward in a rollout: the last one emitted for it (`emit_reward(value, agent=...)` naming the role
     or an agent its pattern matches), else the rollout's last reward's dimension named after the role
     (`emit_reward({"solver": 1.0, "verifier": 0.0}, primary="solver")`), else `fallback` (the rollout's reward)."""
+    paid, named = role_rewards(spans, role, pattern)
+    return paid[-1][1] if named else fallback
+
+
+def role_rewards(spans: Sequence[Span], role: str, pattern: str) -> tuple[list[tuple[Span, float]], bool]:
+    """The reward spans that make this role's reward, each with its value for the role, in the order they ended:
+    its own rewards if it has any, else the rollout's rewards that have a dimension named after it, else the
+    rollout's rewards; and whether they name the role (the first two), rather than being the rollout's."""
     rewards = sorted(
         (s for s in spans if s.name == sc.REWARD_SPAN and sc.reward(s) is not None),
         key=lambda s: (s.end_time or s.start_time, s.sequence_id),
     )
     own = [
-        s for s in rewards if (agent := sc.reward_agent(s)) is not None and (agent == role or re.search(pattern, agent))
+        (s, sc.reward(s) or 0.0)
+        for s in rewards
+        if (agent := sc.reward_agent(s)) is not None and (agent == role or re.search(pattern, agent))
     ]
     if own:
-        return sc.reward(own[-1]) or 0.0
-    dimensions = [
-        value for s in rewards if sc.reward_agent(s) is None and (value := sc.reward_dimension(s, role)) is not None
+        return own, True
+    rollouts = [s for s in rewards if sc.reward_agent(s) is None]
+    dimensions = [(s, value) for s in rollouts if (value := sc.reward_dimension(s, role)) is not None]
+    if dimensions:
+        return dimensions, True
+    return [(s, sc.reward(s) or 0.0) for s in rollouts], False
+
+
+def paying_spans(spans: Sequence[Span], role: str, pattern: str) -> list[Span]:
+    """`spans` with only the reward spans that make this role's reward (`role_rewards`), each as a reward of the
+    rollout's with the role's value: per-turn credit pays each to the role's last call before it."""
+    paid, _ = role_rewards(spans, role, pattern)
+    as_rollouts = [
+        s.model_copy(
+            update={"attributes": {**{k: v for k, v in s.attributes.items() if k != sc.REWARD_AGENT}, sc.REWARD: value}}
+        )
+        for s, value in paid
     ]
-    return dimensions[-1] if dimensions else fallback
+    return [s for s in spans if s.name != sc.REWARD_SPAN] + as_rollouts
 
 
 def role_calls(spans: Sequence[Span], role: str, roles: Mapping[str, str], default_role: str | None) -> list[Span]:
@@ -114,34 +122,24 @@ class RoleBatch:
 def role_batches(
     members: Sequence[tuple[Rollout, Hashable, Sequence[Span]]],
     roles: Mapping[str, str],
-    cfg: Any,
-    advantages: Advantages,
+    default_role: str | None,
+    credit: CreditRule,
 ) -> dict[str, RoleBatch]:
     """Per role, the (trajectory, advantage) pairs of its calls in these rollouts (rollout, task group, spans)."""
     batches: dict[str, RoleBatch] = {}
     for role, pattern in roles.items():
-        taking: list[tuple[Sequence[Span], float, list[Trajectory], Hashable]] = []
-        default = role == cfg.default_role  # takes the calls of every agent no role matches: no pattern selects them
+        taking: list[Member] = []
+        default = role == default_role  # takes the calls of every agent no role matches: no pattern selects them
         for rollout, group, spans in members:
             reward = role_reward(spans, role, pattern, rollout.reward or 0.0)
+            calls = paying_spans(role_calls(spans, role, roles, default_role), role, pattern)
             trajectories = to_trajectories(
-                role_calls(spans, role, roles, cfg.default_role),
-                reward=reward,
-                agent_match=None if default else pattern,
-                skip_forced=True,
+                calls, reward=reward, agent_match=None if default else pattern, skip_forced=True
             )
             if trajectories:
-                taking.append((spans, reward, trajectories, group))
-        rewards = [reward for _, reward, _, _ in taking]
-        groups = [group for _, _, _, group in taking]
-        useful = useful_groups(rewards, groups, cfg.skip_uniform_groups)
-        scored: Pairs = [
-            (trajectory, advantage)
-            for advantage, (_, _, trajectories, group) in zip(advantages(rewards, groups, cfg.normalize_std), taking)
-            if group in useful
-            for trajectory in trajectories
-        ]
-        batches[role] = RoleBatch(scored, rewards, len(useful))
+                taking.append(Member(calls, reward, trajectories, group, unpaid_reward(calls, reward)))
+        scored, kept = credit.pairs(taking, None if default else pattern)
+        batches[role] = RoleBatch(scored, [m.reward for m in taking], kept)
     return batches
 
 
@@ -158,77 +156,3 @@ def role_metrics(batches: Mapping[str, RoleBatch], success_threshold: float) -> 
             f"train/{role}/calls": sum(len(t.span_ids) for t, _ in batch.scored),
         }
     return metrics
-
-
-class RoleUpdate:
-    """Each role's adapter updated on its own batch with its own AdamW; the base stays frozen. Checkpoints
-    hold a subfolder per role (a PEFT adapter folder and the role's optimizer state)."""
-
-    def __init__(self, policy: LocalPolicy, cfg: Any, update: Update) -> None:
-        self.policy, self.cfg, self.update = policy, cfg, update
-        self.roles = list(policy.adapters)
-        self.optimizers = {
-            role: torch.optim.AdamW(
-                adapter_parameters(policy.model, role), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
-            )
-            for role in self.roles
-        }
-        if cfg.gradient_checkpointing:
-            checkpoint_activations(policy.model)
-
-    def step(self, batches: Mapping[str, Pairs]) -> dict[str, float]:
-        """Update each role's adapter on its batch; statistics as `<role>/<name>`, a token-weighted `loss`,
-        and `sync_seconds`."""
-        stats: dict[str, float] = {}
-        losses: list[tuple[float, int]] = []
-        with self.policy.training() as model:
-            pad = self.policy.engine.tokenizer.pad_token_id
-            for role in self.roles:
-                batch = batches.get(role) or []
-                if not batch:
-                    continue
-                model.set_adapter(role)  # type: ignore[operator]  # its weights alone take gradients; the engine serves by name anyway
-                role_stats = self.update(model, self.optimizers[role], batch, self.cfg, pad, None)
-                stats |= {f"{role}/{name}": value for name, value in role_stats.items()}
-                losses.append((role_stats["loss"], sum(t.response_length for t, _ in batch)))
-        if losses:
-            stats["loss"] = sum(loss * tokens for loss, tokens in losses) / max(sum(t for _, t in losses), 1)
-        began = time.perf_counter()
-        self.policy.publish()
-        self.policy.sync()  # vLLM: every role's adapter reaches the servers before the next rollout
-        return {**stats, "sync_seconds": time.perf_counter() - began}
-
-    def save(self, directory: Path, state: dict[str, Any]) -> None:
-        """`directory/<role>/` for each role (loadable with `PeftModel.from_pretrained`), the tokenizer, and `state`."""
-        with written_atomically(directory) as partial:
-            for role in self.roles:
-                save_adapter(self.policy.model, role, partial / role)
-                torch.save({"optimizer": self.optimizers[role].state_dict()}, partial / role / ROLE_OPTIMIZER)
-            self.policy.engine.tokenizer.save_pretrained(partial)
-            torch.save({"state": state, "roles": self.roles}, partial / TRAINER_STATE)
-            (partial / "agentgrad.json").write_text(
-                json.dumps({"engine_version": self.policy.engine.version, "roles": self.roles, **state}, default=str)
-            )
-
-    def load(self, directory: Path) -> dict[str, Any]:
-        """Restore every role's adapter and optimizer from `save`'s folder; the engine serves them from the next call."""
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        saved = torch.load(directory / TRAINER_STATE, weights_only=False)
-        if sorted(saved.get("roles", [])) != sorted(self.roles):
-            raise ValueError(
-                f"checkpoint {directory} holds the roles {saved.get('roles')}, this run trains {self.roles}: "
-                "resume with the same roles, or start in another checkpoint_dir"
-            )
-        with self.policy.training() as model:
-            for role in self.roles:
-                weights = load_file(directory / role / "adapter_model.safetensors")
-                set_peft_model_state_dict(model, weights, adapter_name=role)
-                self.optimizers[role].load_state_dict(torch.load(directory / role / ROLE_OPTIMIZER)["optimizer"])
-        self.policy.publish()
-        self.policy.sync()
-        return dict(saved["state"])
-
-    def close(self) -> None:
-        pass

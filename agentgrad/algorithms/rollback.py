@@ -1,27 +1,31 @@
 """Rollback on regression: keep the best-validated weights and optimizer, and return to them when validation
-falls more than `drop` below its best, then go on at a lower learning rate or stop (`GRPOConfig.rollback_on_drop`).
+falls more than `drop` below its best, then go on at a lower learning rate or stop (`LoopConfig.rollback_on_drop`).
 
-The guard works on any update with `save(directory, state)`, `load(directory)` and an `optimizer` (GRPO's local
-update); each best is saved as `best-step-N` beside the run's checkpoints (or in a folder of its own), the older
-one deleted once the newer is written.
+The guard works on any update (`algorithms/updates.py`: local, sharded, per role): it saves and restores it and
+sets its `learning_rate`. Each best is saved as `best-step-N` beside the run's checkpoints (or in a folder of its
+own), the older one deleted once the newer is written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-RollbackAction = Literal["lower_lr", "stop"]
+from agentgrad.algorithms.base import Algorithm
+from agentgrad.algorithms.config import LoopConfig, RollbackAction
+from agentgrad.engine.threads import in_own_thread
+
 Verdict = Literal["best", "kept", "rolled_back", "stop"]
 
 
 class Restorable(Protocol):
-    """What the guard saves and restores: an update with its optimizer (`LocalUpdate`)."""
+    """What the guard saves and restores: an update (`algorithms.updates.Update`)."""
 
-    optimizer: Any
+    learning_rate: float
 
     def save(self, directory: Path, state: dict[str, Any]) -> None: ...
 
@@ -54,21 +58,19 @@ class RollbackGuard:
     learning_rate: float | None = None
     events: list[RollbackEvent] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        if not self.drop > 0:
-            raise ValueError(f"rollback_on_drop is a drop of the validation figure (> 0, like 0.1), got {self.drop}")
-        if self.action not in ("lower_lr", "stop"):
-            raise ValueError(f"rollback_action is 'lower_lr' or 'stop', not {self.action!r}")
-        if not 0 < self.lr_factor < 1:
-            raise ValueError(
-                f"rollback_lr_factor multiplies the learning rate after a rollback: in (0, 1), got {self.lr_factor}"
-            )
+    @classmethod
+    def of(cls, cfg: LoopConfig, directory: Path | None) -> RollbackGuard | None:
+        """The guard of `cfg.rollback_on_drop` (checked by the config), keeping the best beside the run's
+        checkpoints in `directory`; None when it is off."""
+        if cfg.rollback_on_drop is None:
+            return None
+        return cls(cfg.rollback_on_drop, cfg.rollback_action, cfg.rollback_lr_factor, directory)
 
     def check(self, step: int, value: float, update: Restorable) -> Verdict:
         """After a validation at `step`: save a new best, or return to the best when `value` fell more than `drop`
         below it (weights and optimizer; then a lower learning rate, or 'stop'), else keep going."""
         if self.learning_rate is None:
-            self.learning_rate = float(update.optimizer.param_groups[0]["lr"])
+            self.learning_rate = update.learning_rate
         if self.best is None or value > self.best:
             self._save_best(step, value, update)
             return "best"
@@ -77,8 +79,7 @@ class RollbackGuard:
         update.load(self.best_path)
         if self.action == "lower_lr":
             self.learning_rate *= self.lr_factor
-        for group in update.optimizer.param_groups:  # the checkpoint's optimizer state carries its own rate
-            group["lr"] = self.learning_rate
+        update.learning_rate = self.learning_rate  # the checkpoint's optimizer state carries its own rate
         self.events.append(RollbackEvent(step, value, self.best, self.best_step, self.learning_rate, self.action))
         return "stop" if self.action == "stop" else "rolled_back"
 
@@ -100,24 +101,20 @@ class RollbackGuard:
             f"{event.best:.3f} (step {event.best_step}): back to {self.best_path} (weights and optimizer), {after}"
         )
 
-
-async def after_validation(algorithm: Any, guard: RollbackGuard, step: int, value: float, update: Any) -> bool:
-    """Run the guard after a validation (in a thread: it may save or load weights); a rollback is printed and
-    recorded as metrics (`train/rollback` 1, `train/learning_rate`) at its step. Returns whether to stop."""
-    import asyncio
-
-    from agentgrad.engine.threads import in_own_thread
-
-    verdict = await asyncio.to_thread(in_own_thread, guard.check, step, value, update)
-    if verdict in ("rolled_back", "stop"):
-        event = guard.events[-1]
-        algorithm.console.print(guard.describe(event), highlight=False, markup=False)
-        await algorithm.log_metrics(
-            step,
-            {
-                "train/rollback": 1.0,
-                "train/learning_rate": event.learning_rate,
-                "train/rollback_to_step": event.best_step,
-            },
-        )
-    return verdict == "stop"
+    async def after_validation(self, algorithm: Algorithm[Any], step: int, value: float, update: Restorable) -> bool:
+        """`check` after a validation (in a thread: it may save or load weights); a rollback is printed and recorded
+        as metrics (`train/rollback` 1, `train/learning_rate`, `train/rollback_to_step`) at its step. Returns
+        whether to stop."""
+        verdict = await asyncio.to_thread(in_own_thread, self.check, step, value, update)
+        if verdict in ("rolled_back", "stop"):
+            event = self.events[-1]
+            algorithm.console.print(self.describe(event), highlight=False, markup=False)
+            await algorithm.log_metrics(
+                step,
+                {
+                    "train/rollback": 1.0,
+                    "train/learning_rate": event.learning_rate,
+                    "train/rollback_to_step": event.best_step,
+                },
+            )
+        return verdict == "stop"

@@ -16,8 +16,9 @@ the model wrote in either call. `--task plain`: two-digit additions, no tool.
 Each run lives in a run folder, `.agentgrad/demo-<task>-<algorithm>/` (`--run-dir`): its store
 (`store.db`) and GRPO's checkpoints (`checkpoints/step-N`, every `--checkpoint-every` steps). After
 a crash, the same command again offers to resume (`--resume` says yes without asking, `--fresh`
-starts over and keeps the old folder aside): GRPO picks up at the newest checkpoint, with its
-optimizer, in the same store, and the rollouts the crash left unfinished are cancelled.
+starts over and keeps the old folder aside): GRPO and SFT pick up at the newest checkpoint, with its
+optimizer, in the same store, and the rollouts the crash left unfinished are cancelled. The same command after
+a run finished shows that run's result, read from its store (`--fresh` runs it again, more `--steps` go on).
 """
 
 from __future__ import annotations
@@ -37,9 +38,8 @@ import agentgrad as ag
 from agentgrad.cli.options import add_report_to
 from agentgrad.redact import RedactingConsole
 
-if TYPE_CHECKING:  # the train extra: imported when the demo picks its algorithm
-    from agentgrad.algorithms.grpo import GRPOResult
-    from agentgrad.algorithms.sft import SFTResult
+if TYPE_CHECKING:
+    from agentgrad.algorithms.base import Evaluation, Result
 
 console = RedactingConsole()
 
@@ -71,6 +71,58 @@ async def tool_call_rates(store: Any) -> dict[int, float]:
     return {step: sum(flags) / len(flags) for step, flags in called.items()}
 
 
+def outcome_table(
+    task: str, n: int, before: Evaluation | None, after: Evaluation | None, rates: dict[int, float]
+) -> Table:
+    """Before and after training on the held-out problems: accuracy, tool-call rate, reward, completed."""
+    table = Table(title=f"calc agent ({task}), {n} held-out problems, greedy")
+    for column in ("", "accuracy", "tool-call rate", "reward mean", "completed"):
+        table.add_column(column, justify="right")
+    for (name, evaluation), step in zip(
+        (("before", before), ("after", after)), (min(rates, default=0), max(rates, default=0))
+    ):
+        if evaluation is not None:
+            rate = f"{rates[step]:.3f}" if step in rates else "-"
+            table.add_row(
+                name,
+                f"{evaluation.success_rate:.3f}",
+                rate,
+                f"{evaluation.reward_mean:.3f}",
+                f"{evaluation.succeeded}/{evaluation.n}",
+            )
+    return table
+
+
+async def validations_of(store_spec: str) -> tuple[Evaluation | None, Evaluation | None]:
+    """A finished run's first and last validation, read from its store (its held-out rollouts, by step)."""
+    from agentgrad.algorithms.base import Evaluation
+    from agentgrad.store import open_store
+    from agentgrad.types import RolloutStatus
+
+    store = open_store(store_spec)
+    try:
+        by_step: dict[int, list[Any]] = {}
+        for rollout in await store.query_rollouts(mode="val"):
+            if rollout.status is not RolloutStatus.CANCELLED:  # a validation a crash cut short, redone on resume
+                by_step.setdefault(int(rollout.metadata.get("step", 0)), []).append(rollout)
+    finally:
+        await store.close()
+    if not by_step:
+        return None, None
+    return Evaluation.of(by_step[min(by_step)]), Evaluation.of(by_step[max(by_step)])
+
+
+async def store_rates(store_spec: str) -> dict[int, float]:
+    """`tool_call_rates` of the store at `store_spec`."""
+    from agentgrad.store import open_store
+
+    store = open_store(store_spec)
+    try:
+        return await tool_call_rates(store)
+    finally:
+        await store.close()
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """Where a demo run keeps its store and checkpoints, and whether it continues an earlier one."""
@@ -80,6 +132,8 @@ class RunFolder:
     checkpoints: Path
     resume_step: int | None
     """The step of the checkpoint the run resumes from (0: the earlier run saved none); None: a new run."""
+    finished: bool = False
+    """The earlier run saved its last step: there is nothing to run, only its result to show."""
 
 
 def run_folder(args: argparse.Namespace, ask: Any = None) -> RunFolder:
@@ -101,11 +155,8 @@ def run_folder(args: argparse.Namespace, ask: Any = None) -> RunFolder:
         path.rename(aside)
         console.print(f"the earlier run in {path} was moved to {aside}; starting over")
         earlier = False
-    elif earlier and found is not None and args.algorithm == "grpo" and step >= demo_steps(args):
-        raise SystemExit(
-            f"the demo run in {path} already finished its {step} steps ({found}); pass --fresh to run "
-            "it again (the earlier folder is kept, renamed), or more --steps to train on from there"
-        )
+    elif earlier and found is not None and step >= demo_steps(args):
+        return RunFolder(path, args.store or str(own_store), checkpoints, step, finished=True)
     elif earlier and not args.resume:
         where = f"step {step} ({found})" if found is not None else "its start (it saved no checkpoint)"
         question = f"an earlier demo run in {path} can resume from {where}: resume it? [Y/n] "
@@ -118,14 +169,12 @@ def run_folder(args: argparse.Namespace, ask: Any = None) -> RunFolder:
             )
         if ask(question).strip().lower() not in ("", "y", "yes"):
             raise SystemExit("not resumed: pass --fresh to start over (the earlier folder is kept, renamed)")
-    if earlier and found is not None and args.algorithm == "sft":
-        raise SystemExit(f"SFT rounds do not resume from a checkpoint yet: pass --fresh to start over ({path})")
     path.mkdir(parents=True, exist_ok=True)
     return RunFolder(path, args.store or str(own_store), checkpoints, step if earlier else None)
 
 
 def demo_steps(args: argparse.Namespace) -> int:
-    """GRPO steps, or SFT rounds."""
+    """The run's steps (GRPO's and SFT's alike)."""
     if args.algorithm == "sft":
         return args.steps or 3
     return args.steps or {"plain": 20, "sql": 6}.get(args.task, 10)
@@ -146,7 +195,12 @@ def check_resume_flags(args: argparse.Namespace) -> None:
 def open_run(args: argparse.Namespace) -> RunFolder:
     """`run_folder`, with the rollouts a resumed run left unfinished cancelled and the resume said."""
     run = run_folder(args)
-    if run.resume_step is not None:
+    if run.finished:
+        console.print(
+            f"the demo run in {run.path} already finished its {run.resume_step} steps; its result, from its store "
+            f"(--fresh runs it again, the earlier folder kept and renamed; more --steps train on from there):"
+        )
+    elif run.resume_step is not None:
         cancelled = asyncio.run(cancel_unfinished(run.store))
         console.print(
             f"resuming the run in {run.path} from step {run.resume_step}"
@@ -196,7 +250,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)"
     )
     parser.add_argument(
-        "--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain, 6 for sql / 3)"
+        "--steps", type=int, help="training steps (default: GRPO 10 for tool, 20 for plain, 6 for sql; SFT 3)"
     )
     parser.add_argument(
         "--val-size", type=int, help="held-out problems judged before and after (default: 256; 100 for sql)"
@@ -229,7 +283,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="checkpoint every K GRPO steps or SFT rounds, so a crash loses fewer than K (default: 1); the "
+        help="checkpoint every K steps, so a crash loses fewer than K (default: 1); the "
         "newest 2 and the best validated are kept, 1.6 GB each for the default model, ~7 s to write here",
     )
     parser.add_argument("--prompts-per-step", type=int, help="GRPO: tasks sampled per step (default: 8; 4 for sql)")
@@ -279,6 +333,10 @@ def main(args: argparse.Namespace) -> None:
     calc = load_calc_example()
     train, val = calc.make_splits(n_train=2000, n_val=args.val_size or 256, seed=args.seed, demo=args.task)
     run = open_run(args)  # before the model loads: a question or a stop comes at once
+    if run.finished:
+        before, after = asyncio.run(validations_of(run.store))
+        console.print(outcome_table(args.task, len(val), before, after, asyncio.run(store_rates(run.store))))
+        return
     began = time.perf_counter()
     # vLLM samples: no bf16 copy here
     engine = Engine(args.model, sampling_dtype="float32") if args.engine == "vllm" else Engine(args.model)
@@ -288,7 +346,7 @@ def main(args: argparse.Namespace) -> None:
         engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or (), lora_rank=args.lora_rank
     )
     checkpoints = str(run.checkpoints)
-    algorithm: ag.Algorithm[GRPOResult | SFTResult]
+    algorithm: ag.Algorithm[Result]
     if args.algorithm == "grpo":
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
@@ -314,7 +372,7 @@ def main(args: argparse.Namespace) -> None:
 
         algorithm = SFT(
             SFTConfig(
-                rounds=demo_steps(args),
+                steps=demo_steps(args),
                 checkpoint_dir=checkpoints,
                 checkpoint_every=args.checkpoint_every,
                 seed=args.seed,
@@ -326,7 +384,7 @@ def main(args: argparse.Namespace) -> None:
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(calc)  # runner actors elsewhere have no checkout to import it from
-    trainer: ag.Trainer[GRPOResult | SFTResult] = ag.Trainer(
+    trainer: ag.Trainer[Result] = ag.Trainer(
         algorithm,
         n_runners=demo_runners(args),
         runner_concurrency=16,
@@ -344,21 +402,7 @@ def main(args: argparse.Namespace) -> None:
     elapsed = time.perf_counter() - began
 
     rates = asyncio.run(tool_call_rates(trainer.store))
-    table = Table(title=f"calc agent ({args.task}), {len(val)} held-out problems, greedy")
-    for column in ("", "accuracy", "tool-call rate", "reward mean", "completed"):
-        table.add_column(column, justify="right")
-    for (name, evaluation), step in zip(
-        (("before", result.initial), ("after", result.final)), (min(rates, default=0), max(rates, default=0))
-    ):
-        if evaluation is not None:
-            rate = f"{rates[step]:.3f}" if step in rates else "-"
-            table.add_row(
-                name,
-                f"{evaluation.success_rate:.3f}",
-                rate,
-                f"{evaluation.reward_mean:.3f}",
-                f"{evaluation.succeeded}/{evaluation.n}",
-            )
+    table = outcome_table(args.task, len(val), result.initial, result.final, rates)
     console.print(table)
     store = getattr(trainer.store, "path", trainer.store)
     console.print(f"{args.algorithm.upper()} took {elapsed / 60:.1f} min (model load, validation and training)")

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.markup import escape
 from rich.table import Table
@@ -115,11 +115,11 @@ def apo_command(args: argparse.Namespace) -> None:
     module = load_agent_file(Path(args.agent_file))
     try:
         algorithm = ag.APO(
-            rounds=args.rounds,
+            steps=args.steps,
             beam_width=args.beam_width,
             branch_factor=args.branch_factor,
-            train_batch_size=args.train_batch_size,
-            val_batch_size=args.val_batch_size,
+            prompts_per_step=args.train_batch_size,
+            val_size=args.val_batch_size,
             critic_model=args.critic_model or args.model,
             editor_model=args.editor_model,
             seed=args.seed,
@@ -259,7 +259,8 @@ def runner(
     workers: int,
     token: str | None,
     gateway: str | None = None,
-    isolation: str = "thread",
+    isolation: Literal["thread", "process"] = "thread",
+    runner_name: str | None = None,
 ) -> None:
     """Join a store as `workers` runners executing the agent `module:object`, until Ctrl+C: `workers`
     attempts at once, sync agents too. `isolation="process"` runs each attempt in a process of its own.
@@ -271,7 +272,7 @@ def runner(
     import socket
 
     from agentgrad.rollout.agent import load_agent
-    from agentgrad.train.processes import run_workers
+    from agentgrad.rollout.workers import RunnerSpec, run_workers, worker_of
 
     module, _, name = agent_spec.partition(":")
     if not module or not name:
@@ -285,15 +286,11 @@ def runner(
         agent = load_agent(module, name)
     except AttributeError:
         raise UsageError(f"module {module!r} has no agent named {name!r}") from None
-    prefix = f"{socket.gethostname()}-{os.getpid()}"
-    worker_ids = [f"{prefix}-{i}" for i in range(workers)]
+    runner_name = runner_name or f"{socket.gethostname()}-{os.getpid()}"
+    worker_ids = [worker_of(runner_name, i, workers) for i in range(workers)]
     console.print(f"{workers} runner(s) of {agent.name} joining {store_spec}; Ctrl+C stops them")
-    hooks = []
-    if gateway:
-        from agentgrad.rollout.gateway_env import GatewayEnvHook
-
-        hooks.append(GatewayEnvHook(gateway, api_key=token or "agentgrad"))
-    run_workers(store_spec, token, agent, worker_ids, hooks=hooks, isolation=isolation)  # type: ignore[arg-type]
+    spec = RunnerSpec(agent, isolation=isolation, gateway=gateway, gateway_key=token or "agentgrad")
+    run_workers(store_spec, token, spec, worker_ids)
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -423,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     apo.add_argument("--model", required=True, help="the agent's model")
     apo.add_argument("--critic-model", help="model that criticizes the prompt (default: --model)")
     apo.add_argument("--editor-model", help="model that rewrites the prompt (default: the critic model)")
-    apo.add_argument("--rounds", type=int, default=3, help="search rounds (default: 3)")
+    apo.add_argument("--steps", "--rounds", type=int, default=3, help="search rounds (steps; default: 3)")
     apo.add_argument("--beam-width", type=int, default=2, help="prompts kept after each round (default: 2)")
     apo.add_argument("--branch-factor", type=int, default=3, help="rewrites per prompt and round (default: 3)")
     apo.add_argument(
@@ -509,7 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="gateway URL (…/v1) that agents building OpenAI() without arguments should "
         "call: set as OPENAI_BASE_URL, routed to each attempt",
     )
-    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway, a.isolation))
+    join.add_argument(
+        "--name",
+        help="the runner's worker id (with --workers N: NAME/0 ... NAME/N-1); default: host-pid. A new runner "
+        "process of a name first gives up the attempts its dead predecessor of that name left running",
+    )
+    join.set_defaults(handler=lambda a: runner(a.store, a.agent, a.workers, a.token, a.gateway, a.isolation, a.name))
     return parser
 
 

@@ -155,6 +155,30 @@ def write_curve(points: list[CurvePoint], folder: Path, title: str) -> list[Path
     return [*written, folder / "curve.png"]
 
 
+def curve_table(points: list[CurvePoint], title: str) -> Table:
+    """The learning curve as a table: a row per validation step."""
+    table = Table(title=title)
+    for column in ("step", "accuracy", "tool-call rate", "failed a query", "self-corrected", "episodes"):
+        table.add_column(column, justify="right")
+    for p in points:
+        table.add_row(
+            str(p.step), f"{p.accuracy:.3f}", f"{p.tool_call_rate:.3f}", f"{p.failed_query:.3f}",
+            f"{p.self_corrected:.3f}", str(p.n),
+        )  # fmt: skip
+    return table
+
+
+async def stored_curve(store_spec: str) -> list[CurvePoint]:
+    """`learning_curve` of a finished run's store."""
+    from agentgrad.store import open_store
+
+    store = open_store(store_spec)
+    try:
+        return await learning_curve(store)
+    finally:
+        await store.close()
+
+
 def main(args: argparse.Namespace) -> None:
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
     from agentgrad.engine import Engine
@@ -170,6 +194,9 @@ def main(args: argparse.Namespace) -> None:
     held_out = [{**q, "run_first": run_first} for q in db.load_questions("held_out")]
     val = spread(held_out, args.val_size if args.val_size is not None else VAL_SIZE)
     run = open_run(args)  # before the model loads: a question or a stop comes at once
+    if run.finished:
+        console.print(curve_table(asyncio.run(stored_curve(run.store)), f"text-to-SQL, seed {args.seed}"))
+        return
     began = time.perf_counter()
     model = args.model or MODEL
     engine = Engine(model, sampling_dtype="float32", name=Path(model).name)  # LoRA samples from the adapted fp32 model
@@ -208,15 +235,7 @@ def main(args: argparse.Namespace) -> None:
         f"text-to-SQL, {engine.name}, LoRA GRPO, seed {args.seed}, first call {args.sql_first_call}: "
         f"{len(val)} held-out questions, greedy"
     )
-    table = Table(title=title)
-    for column in ("step", "accuracy", "tool-call rate", "failed a query", "self-corrected", "episodes"):
-        table.add_column(column, justify="right")
-    for p in points:
-        table.add_row(
-            str(p.step), f"{p.accuracy:.3f}", f"{p.tool_call_rate:.3f}", f"{p.failed_query:.3f}",
-            f"{p.self_corrected:.3f}", str(p.n),
-        )  # fmt: skip
-    console.print(table)
+    console.print(curve_table(points, title))
     written = write_curve(points, run.path, title)
     console.print(f"GRPO took {elapsed / 60:.1f} min (model load, validation and training)")
     console.print(

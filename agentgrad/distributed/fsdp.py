@@ -11,7 +11,6 @@ because each pass is a collective.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -143,6 +142,14 @@ class ShardedPolicy:
         self.model.train()
         return step(self, *args)
 
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_learning_rate(self, value: float) -> None:
+        """Every parameter group's learning rate (a rollback lowers it)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = value
+
     # ------------------------------------------------------------------ weights out, checkpoints
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
@@ -152,9 +159,9 @@ class ShardedPolicy:
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return cast("dict[str, torch.Tensor]", full) if self.rank == 0 else None  # a model's entries are tensors
 
-    def save(self, directory: str | Path, state: dict[str, Any] | None = None, tokenizer: Any = None) -> None:
+    def save(self, directory: str | Path, tokenizer: Any = None) -> None:
         """Sharded model + optimizer under `directory/dcp` (loadable at any world size), and on rank 0
-        a Hugging Face folder of the full weights (with `tokenizer`) plus `agentgrad.json` (`state`)."""
+        a Hugging Face folder of the full weights (with `tokenizer`); the caller adds its own files."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -164,9 +171,6 @@ class ShardedPolicy:
         full = self.full_state_dict()
         if self.rank == 0 and full is not None:
             export_hf(self.model, full, directory, tokenizer)
-            (directory / "agentgrad.json").write_text(
-                json.dumps({"world_size": self.world_size, **(state or {})}, default=str)
-            )
         dist.barrier()
 
     def load(self, directory: str | Path) -> None:

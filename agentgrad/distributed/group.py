@@ -10,7 +10,7 @@ answer comes back. Three ways to have the ranks, one interface:
   on one machine.
 - `agentgrad.train.ray_cluster.RayGroup`: N Ray actors.
 
-`deliver` is the one path by which the new weights reach the serving side.
+The new weights reach the serving side through the policy (`Policy.deliver`): this package knows no policy.
 """
 
 from __future__ import annotations
@@ -72,24 +72,6 @@ def init_from_env() -> None:
     """Join the process group described by the environment (torchrun's, or one we set): NCCL or gloo."""
     if not dist.is_initialized():
         dist.init_process_group(backend_for(rank_device()))
-
-
-def deliver(policy: Any, full_state: dict[str, torch.Tensor]) -> None:
-    """New full weights into the serving side: the policy's trainable copy, then its own path out.
-
-    The engine publishes them (a new version; the built-in engine samples from them at once), then
-    the policy's `sync()` pushes them to its servers (vLLM; a no-op for the built-in engine).
-    """
-    with policy.training() as model:
-        missing, unexpected = model.load_state_dict(full_state, strict=False)
-        real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
-        if real_missing or unexpected:
-            raise ValueError(
-                f"the trained weights do not fit the served model: missing {real_missing[:3]}, "
-                f"unexpected {unexpected[:3]}"
-            )
-    policy.publish()  # between calls: those in flight finish on the version they began with
-    policy.sync()
 
 
 # ----------------------------------------------------------------------------- torchrun
@@ -247,7 +229,10 @@ class SpawnedGroup:
 
 
 def open_group(
-    processes: int, policy: Any, launcher: Callable[..., TrainingGroup] | None = None, **policy_options: Any
+    processes: int,
+    model: torch.nn.Module,
+    launcher: Callable[..., TrainingGroup] | None = None,
+    **policy_options: Any,
 ) -> TrainingGroup | None:
     """The training group an algorithm updates through, or None to update in this process as before.
 
@@ -257,13 +242,13 @@ def open_group(
     import copy
 
     if launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
-        return TorchrunGroup(lambda: copy.deepcopy(policy.model).float(), **policy_options)
+        return TorchrunGroup(lambda: copy.deepcopy(model).float(), **policy_options)
     if processes <= 1:
         return None
-    if getattr(policy, "lora_rank", 0) > 0:
+    if hasattr(model, "peft_config"):
         raise ValueError(
             "train_processes > 1 shards full weights; LoRA (lora_rank > 0) trains in one process: "
             "set train_processes=1 or lora_rank=0"
         )
-    state = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
-    return (launcher or SpawnedGroup)(processes, policy.model.config, state, **policy_options)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return (launcher or SpawnedGroup)(processes, model.config, state, **policy_options)

@@ -17,9 +17,14 @@ from typing import Any
 
 import torch
 
-from agentgrad.distributed.group import TrainingGroup, deliver
+from agentgrad.distributed.group import TrainingGroup
 
 TRAINER_STATE = "trainer_state.pt"
+"""A checkpoint's trainer state: optimizer and the run's progress (torch.save)."""
+MANIFEST = "agentgrad.json"
+"""A checkpoint's manifest: the run's progress and the served weights version, as JSON anyone can read."""
+TRAINER_FILES = (TRAINER_STATE, MANIFEST)
+"""What a checkpoint holds for the trainer only: left out of an export."""
 
 
 @contextmanager
@@ -113,9 +118,10 @@ def save_sharded_checkpoint(group: TrainingGroup, policy: Any, directory: Path, 
     With several machines `directory` must be on a filesystem every rank sees.
     """
     with written_atomically(directory) as partial:
-        group.call("save", partial, {"engine_version": policy.engine.version, **state})
+        group.call("save", partial)
         policy.engine.tokenizer.save_pretrained(partial)
         torch.save({"state": state, "sharded": True}, partial / TRAINER_STATE)
+        policy.write_manifest(partial, {"world_size": group.world_size, **state})
     return directory
 
 
@@ -125,5 +131,5 @@ def load_sharded_checkpoint(group: TrainingGroup, policy: Any, directory: Path) 
     returns its state."""
     group.call("load", directory)
     policy.resume_version(directory)
-    deliver(policy, group.call("full_state_dict"))
+    policy.deliver(group.call("full_state_dict"))
     return torch.load(directory / TRAINER_STATE, weights_only=False)["state"]

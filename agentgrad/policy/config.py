@@ -1,8 +1,8 @@
 """Which policy engine serves an algorithm's rollouts: the built-in engine, or vLLM servers.
 
 `PolicyConfig` is the one place these settings live; GRPO and SFT embed it (`config.policy`), and
-`make_policy` builds what it names. Both policies have the surface the algorithms use
-(start/stop, `llm()`, the trainable model, `sync()`, checkpoints).
+`make_policy` builds what it names: a `LocalPolicy` or a `VLLMPolicy`, siblings behind the `Policy` surface the
+algorithms use (base.py: start/stop, `llm()`, the trainable model, `publish()` and `sync()`, checkpoints).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from agentgrad.engine import Engine
-    from agentgrad.policy.local import LocalPolicy
+    from agentgrad.policy.base import Policy
     from agentgrad.store import Store
 
 ENGINES = ("local", "vllm")
@@ -84,7 +84,7 @@ def make_policy(
     gateway_port: int = 0,
     roles: Mapping[str, str] | None = None,
     default_role: str | None = None,
-) -> LocalPolicy:
+) -> Policy:
     """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update.
     `roles` (role -> agent pattern): one LoRA adapter per role, served together by either; `default_role`'s
     adapter serves the agents no role matches (None: the base model does)."""

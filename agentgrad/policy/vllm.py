@@ -1,7 +1,7 @@
 """The policy served by vLLM: the trainer's HF model here, its rollouts sampled by vLLM servers.
 
-Same surface as `LocalPolicy` (start/stop, `llm()`, `model`, save/load), plus `sync()` after
-each update: generation is held (the gateway's `ReplicaPool` drains calls in flight and holds
+A sibling of `LocalPolicy` behind the same `Policy` surface (base.py); its `sync()` after each update does the
+work: generation is held (the gateway's `ReplicaPool` drains calls in flight and holds
 new ones, and each server is paused with `/pause?mode=wait`), the weights travel by the chosen
 transport (`agentgrad.policy.transports`), the prefix cache is reset, and generation resumes
 on the new version. Every span the gateway records names the version that produced it.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,7 +26,7 @@ from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS, ReplicaPool
 from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
-from agentgrad.policy.local import LocalPolicy
+from agentgrad.policy.base import Policy
 from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
 from agentgrad.policy.vllm_server import (
     VLLMServer,
@@ -42,7 +41,7 @@ from agentgrad.store import Store
 log = logging.getLogger(__name__)
 
 
-class VLLMPolicy(LocalPolicy):
+class VLLMPolicy(Policy):
     """`replicas` vLLM servers of `model` started on loopback, or the servers at `urls`.
 
     `transport` is `auto` (LoRA adapters with `lora_rank > 0`, NCCL on GPUs, files otherwise),
@@ -160,6 +159,9 @@ class VLLMPolicy(LocalPolicy):
             resolve=self.engine.adapters.resolve,
         )
 
+    def served_here(self) -> ReplicaPool | None:
+        return None  # the servers sample from their own copy, which `sync` replaces
+
     def stop(self) -> None:
         super().stop()
         if self.transport is not None:
@@ -194,11 +196,6 @@ class VLLMPolicy(LocalPolicy):
         """Nothing to copy: the vLLM servers sample while the trainer's weights update; syncs wait for the
         attempts mid-flight (`attempts_ended`)."""
         self.between_attempts = True
-
-    def load(self, directory: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        state = super().load(directory, optimizer)
-        self.sync()
-        return state
 
     def _post(self, server: VLLMServer, route: str, **kwargs: Any) -> None:
         response = self._client.post(server.url + route, **kwargs)

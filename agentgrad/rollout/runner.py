@@ -152,6 +152,9 @@ class Runner:
             if in_flight:
                 self._report((await asyncio.wait(in_flight))[0])
         finally:
+            for task in in_flight:  # the loop died: their attempts stay running, for the supervisor to give up
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
             restore_sigint()
             agent_threads.reset(uses_threads)
             self._processes.kill_all()  # any left: the runner was cancelled or interrupted, no one reads them

@@ -5,15 +5,18 @@ AutoGen: an older `protobuf`). Their agents run in an environment of their own (
 env-crewai` makes `.venv-crewai`), as `agentgrad runner` processes that join the store over
 HTTP, while the algorithm, the engine and the gateway stay in the core environment:
 
-    with serve_store(store) as url, RunnerProcesses(framework_python("crewai"), url, "examples.frameworks.crewai_train:rollout"):
-        await algorithm.run(RunContext(store=store), train, val)
+    with serve_store(store) as url, RunnerProcesses(framework_python("crewai"), url, "examples...:rollout") as runner:
+        await run_with_runners(algorithm, store, [runner], train, val)  # agentgrad.train.processes
+
+A `RunnerProcesses` is a `RunnerHandle` (`rollout.workers`): `run_with_runners` watches it as the strategies watch
+their runners, giving a dead one's attempts up at once.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -48,7 +51,8 @@ def serve_store(store: Store, token: str | None = None) -> Iterator[str]:
 
 
 class RunnerProcesses:
-    """`workers` runners of `agent` ("module:object") in one `agentgrad runner` process of `python`.
+    """`workers` runners of `agent` ("module:object") in one `agentgrad runner` process of `python`, named `name`
+    (its workers' ids are `name`, or `name/0` ... with several).
 
     `gateway` (…/v1) routes agents that build `OpenAI()` with no arguments. The process starts in
     `cwd` (default: the checkout) with it on `PYTHONPATH`; `env` adds variables. On exit it is
@@ -67,7 +71,9 @@ class RunnerProcesses:
         cwd: Path = ROOT,
         env: dict[str, str] | None = None,
         log: Path | None = None,
+        name: str = "venv-runner",
     ) -> None:
+        self.name = name
         self.command = [
             python,
             "-m",
@@ -79,6 +85,8 @@ class RunnerProcesses:
             agent,
             "--workers",
             str(workers),
+            "--name",
+            name,
         ]
         if gateway:
             self.command += ["--gateway", gateway]
@@ -101,13 +109,16 @@ class RunnerProcesses:
         )
         return self
 
+    @property
+    def exitcode(self) -> int | None:
+        """None while the process runs (or before it starts); its exit code after (negative: killed by a signal)."""
+        return self.process.poll() if self.process is not None else None
+
     def check(self) -> None:
         """Raise if the runner process has exited (a bad agent spec, a missing package)."""
-        if self.process is not None and self.process.poll() is not None:
+        if self.exitcode is not None:
             shown = f"; its output is in {self.log}" if self.log else ""
-            raise RuntimeError(
-                f"runner process {' '.join(self.command)} exited with code {self.process.returncode}{shown}"
-            )
+            raise RuntimeError(f"runner process {' '.join(self.command)} exited with code {self.exitcode}{shown}")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -125,34 +136,3 @@ class RunnerProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-async def run_with_runners(
-    algorithm: Any,
-    store: Store,
-    runners: Sequence[RunnerProcesses],
-    train_data: Sequence[Any],
-    val_data: Sequence[Any] | None = None,
-    poll_seconds: float = 0.5,
-    gateway_port: int = 0,
-) -> Any:
-    """Run `algorithm` on `store` while the runner processes (already pointed at it) execute its rollouts;
-    fails fast when every runner process has died. `gateway_port`: where an algorithm that serves its
-    model (GRPO, SFT) puts its gateway (0: any free port)."""
-    import asyncio
-
-    from agentgrad.algorithms.base import RunContext
-
-    task = asyncio.ensure_future(
-        algorithm.run(RunContext(store=store, gateway_port=gateway_port), train_data, val_data)
-    )
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=poll_seconds)
-            if done:
-                return task.result()
-            dead = [r for r in runners if r.process is not None and r.process.poll() is not None]
-            if runners and len(dead) == len(runners):
-                dead[0].check()
-    finally:
-        task.cancel()

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentgrad.algorithms.base import Algorithm, Result
 from agentgrad.redact import REDACTED, redact
 from agentgrad.tracking.base import RunInfo, RunTrackers
 from agentgrad.tracking.curve import draw_learning_curve
@@ -23,14 +24,9 @@ SECRET_NAME = re.compile(r"(api_?key|secret|password|(^|_)token$)", re.IGNORECAS
 """Configuration fields whose values never reach a tracker (`token`, `hf_token`: yes; `max_tokens`: no)."""
 
 
-def report_to_of(algorithm: Any) -> tuple[str, ...]:
+def report_to_of(algorithm: Algorithm[Any]) -> tuple[str, ...]:
     """The trackers an algorithm's own settings name (`GRPOConfig(report_to=...)`, `APO(report_to=...)`)."""
-    config = getattr(algorithm, "config", None)
-    for holder in (config, algorithm):
-        names = getattr(holder, "report_to", None)
-        if names:
-            return (names,) if isinstance(names, str) else tuple(names)
-    return ()
+    return tuple(algorithm.config.report_to)
 
 
 def plain(value: Any) -> Any:
@@ -52,33 +48,26 @@ def _field(name: str, value: Any) -> Any:
     return REDACTED if value is not None and SECRET_NAME.search(name) else plain(value)
 
 
-def algorithm_config(algorithm: Any) -> dict[str, Any]:
-    """The algorithm's full configuration: its config dataclass, or its own fields, or its public attributes."""
-    config = getattr(algorithm, "config", None)
-    if dataclasses.is_dataclass(config):
-        return dict(plain(config))
-    if dataclasses.is_dataclass(algorithm):
-        return dict(plain(algorithm))
-    public = {k: v for k, v in vars(algorithm).items() if not k.startswith("_") and k not in ("ctx", "last_failures")}
-    return dict(plain(public))
+def algorithm_config(algorithm: Algorithm[Any]) -> dict[str, Any]:
+    """The algorithm's full configuration (its config dataclass), secrets redacted."""
+    return dict(plain(algorithm.config))
 
 
-def default_run_name(algorithm: Any) -> str:
+def default_run_name(algorithm: Algorithm[Any]) -> str:
     return f"{type(algorithm).__name__.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def start_run(
-    trackers: RunTrackers, algorithm: Any, name: str, tags: Mapping[str, str], layout: Mapping[str, Any]
+    trackers: RunTrackers, algorithm: Algorithm[Any], name: str, tags: Mapping[str, str], layout: Mapping[str, Any]
 ) -> None:
     """Start every tracker with the run's name, configuration (`algorithm`, `<algorithm's fields>`, `trainer`) and tags."""
     config = {"algorithm": type(algorithm).__name__, **algorithm_config(algorithm), "trainer": plain(dict(layout))}
     trackers.start(RunInfo(name=name, config=config, tags={"algorithm": type(algorithm).__name__, **tags}))
 
 
-def result_checkpoint(result: Any) -> str | None:
-    """The checkpoint a run's result names (GRPO's and SFT's `checkpoint`), if any."""
-    checkpoint = getattr(result, "checkpoint", None)
-    return str(checkpoint) if checkpoint else None
+def result_checkpoint(result: object) -> str | None:
+    """The checkpoint a run's `Result` names, if any (an algorithm of the user's may return something else)."""
+    return result.checkpoint if isinstance(result, Result) else None
 
 
 def finish_run(

@@ -1,22 +1,17 @@
-"""What every strategy is given besides the algorithm, the agent and the run's context: the runners' layout."""
+"""What every strategy is given besides the algorithm and the run's context: how many runners, and what each is."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from agentgrad.rollout.runner import Hook
+from agentgrad.rollout.workers import RunnerSpec
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How many runners, how many rollouts each runs at once, their hooks, the gateway their
-    no-argument `OpenAI()` calls (`…/v1`; None when no model is served for this run), and whether
-    each attempt runs in the runner's threads or in a process of its own (`agentgrad.rollout.isolation`)."""
+    """`n_runners` runners in all, wherever the strategy puts them (threads, processes, Ray nodes), each built from
+    `runner` (the agent, hooks, concurrency, isolation, and the gateway its no-argument `OpenAI()` calls: None when
+    no model is served for this run)."""
 
-    n_runners: int = 1
-    runner_concurrency: int = 1
-    hooks: Sequence[Hook] = ()
-    gateway: str | None = None
-    runner_isolation: Literal["thread", "process"] = "thread"
+    n_runners: int
+    runner: RunnerSpec

@@ -1,9 +1,10 @@
 """The `ray` strategy: the system laid out on a Ray cluster; Ray schedules, restarts and places.
 
 - Store server, gateway and the algorithm (with the engine serving rollouts) on the driver (the head).
-- Runners: `n_runners` Ray actors per node, restarted by Ray when they die. A restarted runner
-  first gives up the attempts its dead predecessor left running (same worker id), so their
-  rollouts are requeued at once; a runner whose node vanished stops heartbeating and its
+- Runners: `n_runners` Ray actors in all, spread over the alive nodes in turn, each built from the layout's
+  `RunnerSpec` (hooks, isolation, and the gateway its agents' no-argument `OpenAI()` calls), restarted by Ray
+  when they die. A restarted runner first gives up the attempts its dead predecessor left running (same worker
+  id), so their rollouts are requeued at once; a runner whose node vanished stops heartbeating and its
   attempts are given up after `RolloutConfig.unresponsive_seconds` and run again.
 - Training group (`train_processes > 1`): that many Ray actors running the FSDP2 update
   (`RayGroup`), one GPU each where the cluster has GPUs, else one CPU.
@@ -23,10 +24,8 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from agentgrad.algorithms.base import Algorithm, RunContext
-from agentgrad.rollout.agent import LitAgent
-from agentgrad.rollout.runner import Hook
+from agentgrad.rollout.workers import RunnerSpec, release_attempts
 from agentgrad.train.layout import Layout
-from agentgrad.train.processes import release_attempts
 
 R = TypeVar("R")
 
@@ -47,21 +46,18 @@ def connect() -> bool:
 
 
 class RunnerActor:
-    """A `Runner` in a Ray actor, on its own event loop thread; `ping` answers while it works."""
+    """A runner in a Ray actor, on its own event loop thread; `ping` answers while it works."""
 
-    def __init__(
-        self, url: str, token: str, agent: LitAgent, worker_id: str, concurrency: int, hooks: Sequence[Hook]
-    ) -> None:
+    def __init__(self, url: str, token: str, spec: RunnerSpec, worker_id: str) -> None:
         self.worker_id = worker_id
         self._loop = asyncio.new_event_loop()
         self._runner: Any = None
         self._thread = threading.Thread(
-            target=self._loop.run_until_complete, args=(self._main(url, token, agent, concurrency, hooks),), daemon=True
+            target=self._loop.run_until_complete, args=(self._main(url, token, spec),), daemon=True
         )
         self._thread.start()
 
-    async def _main(self, url: str, token: str, agent: LitAgent, concurrency: int, hooks: Sequence[Hook]) -> None:
-        from agentgrad.rollout.runner import Runner
+    async def _main(self, url: str, token: str, spec: RunnerSpec) -> None:
         from agentgrad.store.client import StoreClient
 
         store = StoreClient(url, token)
@@ -72,7 +68,7 @@ class RunnerActor:
                 log.warning(
                     "%s restarted: %d attempt(s) of its predecessor go back to the queue", self.worker_id, released
                 )
-            self._runner = Runner(agent, store, worker_id=self.worker_id, hooks=hooks, concurrency=concurrency)
+            self._runner = spec.build(store, self.worker_id)
             await self._runner.run()
         finally:
             await store.close()
@@ -89,27 +85,25 @@ class RunnerActor:
         self._thread.join(10)
 
 
-def start_runners(
-    url: str, token: str, agent: LitAgent, per_node: int, concurrency: int, hooks: Sequence[Hook]
-) -> list[Any]:
-    """`per_node` runner actors on every alive node, named by their worker id, restarted whenever they die."""
+def start_runners(url: str, token: str, spec: RunnerSpec, n_runners: int) -> list[Any]:
+    """`n_runners` runner actors spread over the alive nodes in turn, named by their worker id, restarted whenever
+    they die."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(RunnerActor)
-    actors: list[Any] = []  # Ray's actor handles: their methods' `.remote` is not typed
     nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: n["NodeID"])
-    for node_index, node in enumerate(nodes):
-        for i in range(per_node):
-            worker_id = f"runner-{node_index}-{i}"
-            actors.append(
-                remote.options(
-                    name=worker_id,
-                    max_restarts=-1,
-                    num_cpus=0,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
-                ).remote(url, token, agent, worker_id, concurrency, list(hooks))
-            )
+    actors: list[Any] = []  # Ray's actor handles: their methods' `.remote` is not typed
+    for i in range(n_runners):
+        worker_id = f"runner-{i}"
+        actors.append(
+            remote.options(
+                name=worker_id,
+                max_restarts=-1,
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)]["NodeID"], soft=True),
+            ).remote(url, token, spec, worker_id)
+        )
     ray.get([a.ping.remote() for a in actors])  # all constructed
     return actors
 
@@ -189,7 +183,6 @@ class RayGroup:
 
 async def run_ray(
     algorithm: Algorithm[R],
-    agent: LitAgent,
     ctx: RunContext,
     layout: Layout,
     train_data: Sequence[Any],
@@ -209,9 +202,7 @@ async def run_ray(
     url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
     actors: list[Any] = []
     try:
-        actors = await asyncio.to_thread(
-            start_runners, url, token, agent, layout.n_runners, layout.runner_concurrency, layout.hooks
-        )
+        actors = await asyncio.to_thread(start_runners, url, token, layout.runner, layout.n_runners)
         log.info("store served at %s to %d runner actors", url, len(actors))
         return await algorithm.run(dataclasses.replace(ctx, launcher=RayGroup), train_data, val_data)
     finally:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+from agentgrad.algorithms.base import Result
 from agentgrad.tracking.base import summarize
-from agentgrad.tracking.session import algorithm_config, result_checkpoint
+from agentgrad.tracking.session import algorithm_config
 from agentgrad.types import Metric, Run, RunStatus, now
 
 KEY_PACKAGES = ("torch", "transformers", "peft", "vllm", "openai", "ray")
@@ -86,27 +86,20 @@ def start_record(algorithm: Any, name: str, tags: dict[str, str], layout: dict[s
     )
 
 
-STEP_FOLDER = re.compile(r"step-(\d+)$")
-
-
 def end_record(run: Run, status: RunStatus, metrics: list[Metric], result: Any, error: str | None) -> Run:
     """The record of `run` ended with `status`: final and best figures from its metrics, its checkpoints and the one
-    that validated best (the result's `best_checkpoint`, GRPO's and SFT's; for a result without one, the checkpoint
-    saved at the best figure's step; for a run that failed, the best its algorithm noted in `run` on the way)."""
+    that validated best (the result's `best_checkpoint`; for a run that failed, or an algorithm of the user's that
+    returns no `Result`, the best its algorithm noted in `run` on the way)."""
     summary = summarize(_history(metrics))
     final = {k.removeprefix("final/"): v for k, v in summary.items() if k.startswith("final/")}
     best = {k.removeprefix("best/"): v for k, v in summary.items() if k.startswith("best/")}
-    checkpoint = result_checkpoint(result)
-    kept = [str(p) for p in getattr(result, "checkpoints", None) or []] or ([checkpoint] if checkpoint else [])
     best_checkpoint, validation = run.best_checkpoint, run.best_checkpoint_validation
-    if hasattr(result, "best_checkpoint"):
+    kept: list[str] = []
+    if isinstance(result, Result):
+        kept = list(result.checkpoints) or ([result.checkpoint] if result.checkpoint else [])
         chosen = result.best_checkpoint
         best_checkpoint = chosen.path if chosen is not None else None
         validation = chosen.figures() if chosen is not None else {}
-    elif result is not None:
-        match = STEP_FOLDER.search(checkpoint or "")
-        at_best = match is not None and "step" in best and int(match.group(1)) == int(best["step"])
-        best_checkpoint, validation = (checkpoint, best) if at_best else (None, {})
     if best_checkpoint and best_checkpoint not in kept:
         kept.append(best_checkpoint)
     return run.model_copy(

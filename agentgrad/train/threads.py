@@ -1,20 +1,19 @@
-"""The `threads` strategy: the algorithm and N runners in this process, each runner on its own
-event loop in a thread (debugging, and the CPU demo, where the engine must share memory with the
-runners' gateway anyway). The runners' `OpenAI()` calls reach the gateway through the process's
-environment, each call naming its attempt in headers (`instrument_openai`)."""
+"""The `threads` strategy: the algorithm and N runners in this process, each runner on its own event loop in a
+thread (debugging, and the CPU demo, where the engine must share memory with the runners' gateway anyway). The
+runners' `OpenAI()` calls reach the gateway through the process's environment, each call naming its attempt in
+headers (`instrument_openai`, set up by the trainer's `openai_environment`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from agentgrad.algorithms.base import Algorithm, RunContext
-from agentgrad.rollout.agent import LitAgent
-from agentgrad.rollout.runner import Runner
+from agentgrad.rollout.workers import RunnerThread, supervise
 from agentgrad.train.layout import Layout
 
 R = TypeVar("R")
@@ -27,44 +26,21 @@ STOP_SECONDS = 30.0
 
 async def run_threads(
     algorithm: Algorithm[R],
-    agent: LitAgent,
     ctx: RunContext,
     layout: Layout,
     train_data: Sequence[Any],
     val_data: Sequence[Any] | None,
 ) -> R:
     """Start `layout.n_runners` runner threads on `ctx.store`, run the algorithm, stop them."""
-    runners = [
-        Runner(
-            agent,
-            ctx.store,
-            worker_id=f"runner-{i}",
-            hooks=list(layout.hooks),
-            concurrency=layout.runner_concurrency,
-            isolation=layout.runner_isolation,
-        )
-        for i in range(layout.n_runners)
-    ]
-    threads = [
-        threading.Thread(target=_run_in_own_loop, args=(runner,), name=runner.worker_id, daemon=True)
-        for runner in runners
-    ]
-    for thread in threads:
-        thread.start()
+    spec = dataclasses.replace(layout.runner, gateway=None)  # the trainer's openai_environment routes this process
+    threads = [RunnerThread(spec.build(ctx.store, f"runner-{i}")).start() for i in range(layout.n_runners)]
     try:
-        return await algorithm.run(ctx, train_data, val_data)
+        return await supervise(ctx.store, algorithm.run(ctx, train_data, val_data), threads)
     finally:
-        for runner in runners:
-            runner.stop()
+        for thread in threads:
+            thread.runner.stop()
         deadline = time.monotonic() + STOP_SECONDS
         for thread in threads:
-            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
+            await asyncio.to_thread(thread.thread.join, max(0.0, deadline - time.monotonic()))
+            if thread.thread.is_alive():
                 log.warning("%s did not stop within %.0f s; leaving it behind", thread.name, STOP_SECONDS)
-
-
-def _run_in_own_loop(runner: Runner) -> None:
-    try:
-        asyncio.run(runner.run())
-    except Exception:
-        log.exception("%s stopped with an error", runner.worker_id)

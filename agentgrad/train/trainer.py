@@ -1,11 +1,12 @@
 """The trainer: lays out the roles (algorithm, runners, store) and runs an algorithm over data.
 
-Strategies (`STRATEGIES`, each a function with one signature: algorithm, agent, `RunContext`,
-`Layout`, train data, val data → what the algorithm returns):
+Strategies (`STRATEGIES`, each a function with one signature: algorithm, `RunContext`, `Layout`, train data,
+val data → what the algorithm returns); every one builds its N runners from the layout's `RunnerSpec` and gives a
+dead runner's attempts up at once (`rollout.workers`):
 - `threads` (`threads.py`): the algorithm and N runners in this process, runners in threads
   (debugging, and the CPU demo, where the engine must share memory with the runners' gateway).
 - `processes` (`processes.py`): the store served over HTTP from this process, N runner processes.
-- `ray` (`ray_cluster.py`): the store and gateway on the driver, N runner actors per node of a Ray
+- `ray` (`ray_cluster.py`): the store and gateway on the driver, N runner actors spread over the nodes of a Ray
   cluster, the training group (`train_processes > 1`) as Ray actors (the context's launcher).
 Under torchrun, ranks past 0 only join rank 0's updates (`agentgrad.distributed`).
 An algorithm that serves the model it trains (GRPO, SFT) does so through a gateway at
@@ -27,10 +28,12 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 from rich.console import Console
 
-from agentgrad.algorithms.base import DEFAULT_CONSOLE, Algorithm, Evaluation, RunContext
-from agentgrad.algorithms.baseline import Baseline
+from agentgrad.algorithms.base import DEFAULT_CONSOLE, Algorithm, RunContext
+from agentgrad.algorithms.baseline import Baseline, BaselineResult
 from agentgrad.rollout.agent import FunctionAgent, LitAgent, as_agent
 from agentgrad.rollout.runner import Hook
+from agentgrad.rollout.workers import RunnerSpec
+from agentgrad.semconv import RUN_ID
 from agentgrad.serving import free_port
 from agentgrad.store import Store, open_store
 from agentgrad.store.transitions import check_tasks
@@ -47,7 +50,7 @@ R = TypeVar("R")
 Strategy = Literal["threads", "processes", "ray"]
 
 STRATEGIES: dict[str, Callable[..., Any]] = {"threads": run_threads, "processes": run_processes, "ray": run_ray}
-"""How the roles are laid out: each `(algorithm, agent, ctx, layout, train_data, val_data) -> result`."""
+"""How the roles are laid out: each `(algorithm, ctx, layout, train_data, val_data) -> result`."""
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,9 @@ def default_store_path() -> Path:
 class Trainer(Generic[R]):
     """`Trainer(algorithm=..., n_runners=4).fit(agent, train_data, val_data)`.
 
-    `fit` returns what the algorithm's `run` returns (`GRPOResult`, `SFTResult`, `APOResult`,
-    or a Baseline's `{split: Evaluation}`): `Trainer` is generic over it.
+    `fit` returns what the algorithm's `run` returns (the `Result` every run returns: initial, final and best
+    validation, checkpoints, every step's figures; a Baseline's is also a mapping `{split: Evaluation}`):
+    `Trainer` is generic over it.
     `store` is a `Store`, a SQLite path, `"memory"`, or None for a new SQLite file under
     `.agentgrad/`; it is opened when first needed (`fit`, `dev`, or reading `trainer.store`). `resources` are published before the algorithm starts (the LLM endpoint and
     prompt of an agent that is only evaluated, say). `gateway_port` is where the gateway of the
@@ -81,7 +85,7 @@ class Trainer(Generic[R]):
 
     @overload
     def __init__(
-        self: Trainer[dict[str, Evaluation]],
+        self: Trainer[BaselineResult],
         algorithm: None = None,
         *,
         n_runners: int = 1,
@@ -175,7 +179,7 @@ class Trainer(Generic[R]):
         """The base URL (`…/v1`) of the gateway serving the model being trained, from when `fit` starts it."""
         return f"http://127.0.0.1:{self.gateway_port}/v1"
 
-    def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> dict[str, Evaluation]:
+    def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> BaselineResult:
         """A quick smoke pass: run `data` once through the agent with a Baseline, no training.
 
         An agent that asks for an `ag.LLM` none of the resources provides gets the local model
@@ -226,7 +230,7 @@ class Trainer(Generic[R]):
             run_id=record.run_id,
         )
         if trackers:
-            tags = {**self.tags, "agentgrad.run_id": record.run_id}
+            tags = {**self.tags, RUN_ID: record.run_id}
             await asyncio.to_thread(start_run, trackers, algorithm, name, tags, layout)
         status, result, error = RunStatus.FAILED, None, None
         try:
@@ -267,11 +271,12 @@ class Trainer(Generic[R]):
             await store.add_resources(self.resources)
         policy = await self._local_policy(agent, ctx) if local_llm else None
         gateway = self.gateway_url if algorithm.serves_gateway or policy is not None else None
-        layout = Layout(self.n_runners, self.runner_concurrency, tuple(self.hooks), gateway, self.runner_isolation)
+        runner = RunnerSpec(agent, tuple(self.hooks), self.runner_concurrency, self.runner_isolation, gateway)
+        layout = Layout(self.n_runners, runner)
         strategy = STRATEGIES[self.strategy]
         try:
             if gateway is None:
-                return await strategy(algorithm, agent, ctx, layout, train_data, val_data)
+                return await strategy(algorithm, ctx, layout, train_data, val_data)
             from agentgrad.rollout.gateway_env import openai_environment
 
             ctx.console.print(
@@ -288,7 +293,7 @@ class Trainer(Generic[R]):
                     markup=False,
                 )
             with openai_environment(gateway):
-                return await strategy(algorithm, agent, ctx, layout, train_data, val_data)
+                return await strategy(algorithm, ctx, layout, train_data, val_data)
         finally:
             if policy is not None:
                 await asyncio.to_thread(policy.stop)

@@ -43,7 +43,8 @@ async def run(framework: str, algorithm: Any, store: Any, train: list[Any], val:
     `llm` (a Baseline's endpoint) is published first; `gateway` (…/v1) routes agents that build
     `OpenAI()` without arguments. GRPO publishes its own LLM and gateway.
     """
-    from agentgrad.rollout.venvs import RunnerProcesses, run_with_runners, serve_store
+    from agentgrad.rollout.venvs import RunnerProcesses, serve_store
+    from agentgrad.train.processes import run_with_runners
 
     if llm is not None:
         await store.add_resources({"llm": llm})

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import threading
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.grpo import GRPOConfig
-from agentgrad.algorithms.grpo_update import ShardedUpdate, grpo_update, open_update, sharded_grpo_step
+from agentgrad.algorithms.grpo_update import grpo_update, sharded_grpo_step
+from agentgrad.algorithms.updates import ShardedUpdate, Update, open_update
 from agentgrad.distributed.fsdp import split_by_tokens
 from agentgrad.distributed.group import SpawnedGroup
 from agentgrad.engine import Engine
@@ -76,6 +78,11 @@ def assert_same_weights(
     assert moved > 1e-4  # the update did change the weights, well past the tolerance
 
 
+def grpo_update_of(policy: LocalPolicy, cfg: GRPOConfig) -> Update:
+    """GRPO's update of `policy` where `cfg` says it runs (`train_processes=2`: two spawned ranks)."""
+    return open_update(policy, cfg, None, partial(grpo_update, cfg=cfg), partial(sharded_grpo_step, cfg=cfg))
+
+
 def test_split_by_tokens_balances_tokens_not_counts_and_keeps_each_share_in_order() -> None:
     assert split_by_tokens([100, 10, 10, 10, 10, 10], 2) == [[0], [1, 2, 3, 4, 5]]
     assert split_by_tokens([5, 5, 5, 5], 2) == [[0, 2], [1, 3]]
@@ -92,7 +99,7 @@ def test_two_training_processes_and_one_end_with_the_parameters_of_a_plain_updat
     for world_size in (2, 1):
         group = SpawnedGroup(world_size, CONFIG, start, kl_reference=True, **OPTIONS)
         try:
-            sharded_stats = group.call("run", sharded_grpo_step, batch, cfg, 0)
+            sharded_stats = group.call("run", sharded_grpo_step, batch, 0, cfg)
             weights = group.call("full_state_dict")
         finally:
             group.close()
@@ -115,8 +122,8 @@ def test_an_uneven_split_with_an_idle_rank_still_gives_the_single_process_update
     start = tiny_model().state_dict()
     group = SpawnedGroup(2, CONFIG, start, **OPTIONS)
     try:
-        group.call("run", sharded_grpo_step, uneven, GRPO_CFG, 0)
-        group.call("run", sharded_grpo_step, single, GRPO_CFG, 0)
+        group.call("run", sharded_grpo_step, uneven, 0, GRPO_CFG)
+        group.call("run", sharded_grpo_step, single, 0, GRPO_CFG)
         weights = group.call("full_state_dict")
     finally:
         group.close()
@@ -128,9 +135,9 @@ def test_a_checkpoint_saved_by_two_ranks_loads_into_one_and_the_next_update_matc
     start = tiny_model().state_dict()
     two = SpawnedGroup(2, CONFIG, start, **OPTIONS)
     try:
-        two.call("run", sharded_grpo_step, first, GRPO_CFG, 0)
-        two.call("save", tmp_path / "step-1", {"step": 1})
-        two.call("run", sharded_grpo_step, second, GRPO_CFG, 0)
+        two.call("run", sharded_grpo_step, first, 0, GRPO_CFG)
+        two.call("save", tmp_path / "step-1")
+        two.call("run", sharded_grpo_step, second, 0, GRPO_CFG)
         continued = two.call("full_state_dict")
     finally:
         two.close()
@@ -139,7 +146,7 @@ def test_a_checkpoint_saved_by_two_ranks_loads_into_one_and_the_next_update_matc
     one = SpawnedGroup(1, CONFIG, tiny_model().state_dict(), **OPTIONS)
     try:
         one.call("load", tmp_path / "step-1")
-        one.call("run", sharded_grpo_step, second, GRPO_CFG, 0)
+        one.call("run", sharded_grpo_step, second, 0, GRPO_CFG)
         resumed = one.call("full_state_dict")
     finally:
         one.close()
@@ -156,7 +163,7 @@ def test_a_sharded_update_resumed_from_a_checkpoint_serves_its_weights_under_the
     cfg = replace(GRPO_CFG, train_processes=2)
     batch = step_batch([6, 9, 4, 7])
     first = LocalPolicy(MemoryStore(), Engine(tiny_model_dir, sampling_dtype="float32"))
-    update = open_update(first, cfg, None)
+    update = grpo_update_of(first, cfg)
     try:
         assert isinstance(update, ShardedUpdate)
         update.step(batch)
@@ -168,7 +175,7 @@ def test_a_sharded_update_resumed_from_a_checkpoint_serves_its_weights_under_the
     assert saved_version >= 2
     restarted = LocalPolicy(MemoryStore(), Engine(tiny_model_dir, sampling_dtype="float32"))  # a new process's
     assert restarted.engine.version < saved_version
-    resumed = open_update(restarted, cfg, None)
+    resumed = grpo_update_of(restarted, cfg)
     try:
         assert resumed.load(tmp_path / "step-2")["step"] == 2
         assert restarted.engine.version == saved_version
@@ -185,7 +192,7 @@ def test_an_asynchronous_sharded_update_publishes_between_attempts_and_never_cha
 ) -> None:
     store = MemoryStore()
     with LocalPolicy(store, Engine(tiny_model_dir, sampling_dtype="float32")) as policy:  # fp32: serves its model
-        update = open_update(policy, replace(GRPO_CFG, train_processes=2, max_staleness=1), None)
+        update = grpo_update_of(policy, replace(GRPO_CFG, train_processes=2, max_staleness=1))
         try:
             assert isinstance(update, ShardedUpdate) and policy.calls is not None
             version, served = policy.engine.version, copy.deepcopy(policy.engine.model.state_dict())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import agentgrad as ag
 from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
 from agentgrad.algorithms.baseline import Baseline
+from agentgrad.algorithms.config import RunConfig
 from agentgrad.tracking import MissingTrackerError, MLflowTracker, TensorBoardTracker, WandbTracker, open_trackers
 from tests.tracking import wandb_files
 
@@ -27,18 +29,23 @@ def half_agent(task: dict) -> float:
 TASKS = [{"n": n} for n in range(6)]
 
 
+@dataclass
+class ClimbConfig(RunConfig):
+    steps: int = 4
+
+
 class Climb(Algorithm["list[float]"]):
     """A run of `steps` steps: each runs the tasks and logs `val/accuracy` rising to a peak at step 2, then
-    falling, so best and final differ; enough to check steps and figures without loading a model."""
+    falling, so best and final differ; enough to check steps and figures without loading a model. Configured as
+    every algorithm is: a `RunConfig` of its own."""
 
     def __init__(self, steps: int = 4, report_to: Sequence[str] = ()) -> None:
-        self.steps = steps
-        self.report_to = tuple(report_to)
+        self.config = ClimbConfig(steps=steps, report_to=report_to)
 
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> list[float]:
         self.bind(ctx)
         curve = []
-        for step in range(self.steps):
+        for step in range(self.config.steps):
             result = Evaluation.of(await self.run_rollouts(train_data, mode="train"))
             accuracy = 0.25 * step if step <= 2 else 0.5 - 0.1 * (step - 2)
             await self.log_metrics(step, {"train/reward_mean": result.reward_mean, "val/accuracy": accuracy})
@@ -215,12 +222,15 @@ def test_a_tracker_whose_library_is_missing_says_which_extra_installs_it(monkeyp
 def test_secrets_in_an_algorithms_config_never_reach_a_tracker(tmp_path: Path) -> None:
     from agentgrad.tracking.session import algorithm_config
 
+    @dataclass
+    class KeyedConfig(ClimbConfig):
+        api_key: str = "sk-live-0123456789abcdef"
+        hf_token: str = "hf_0123456789abcdef"
+        max_tokens: int = 48
+
     class Keyed(Climb):
         def __init__(self) -> None:
-            super().__init__(steps=1)
-            self.api_key = "sk-live-0123456789abcdef"
-            self.hf_token = "hf_0123456789abcdef"
-            self.max_tokens = 48
+            self.config = KeyedConfig(steps=1)
 
     config = algorithm_config(Keyed())
     assert config["api_key"] == "[redacted]" and config["steps"] == 1

@@ -1,0 +1,341 @@
+"""The training loop, written once: every algorithm that trains weights (GRPO, SFT) runs `train`.
+
+Each step: collect the step's rollouts (each sampled task `group_size` times; queued `max_staleness` steps ahead
+when asynchronous), read their spans in one query, turn them into a batch (the algorithm's `BatchBuilder`), update
+the policy (its `Update`: local, sharded or per role), log; validate on schedule, roll back on a regression,
+checkpoint, and stop after `max_failed_steps` steps in which every rollout failed. A run with a checkpoint in its
+`checkpoint_dir` resumes after it. An algorithm supplies only the two objects that differ; modes (roles,
+per-turn credit, sharding, judges) live inside them, so this file tests none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts
+from agentgrad.algorithms.base import (
+    Algorithm,
+    Evaluation,
+    Result,
+    count_no_reward,
+    flag_no_model_calls,
+    no_model_calls_error,
+)
+from agentgrad.algorithms.config import LoopConfig
+from agentgrad.algorithms.rollback import RollbackGuard
+from agentgrad.algorithms.updates import Update
+from agentgrad.engine.threads import in_own_thread
+from agentgrad.gateway.sampling import SamplingPlan
+from agentgrad.policy.base import Policy
+from agentgrad.policy.checkpoints import BestCheckpoint, complete_checkpoints, latest_checkpoint, prune_checkpoints
+from agentgrad.semconv import is_llm_call
+from agentgrad.types import Rollout, RolloutStatus, Span
+
+
+@dataclass
+class Batch:
+    """One step's rollouts as training data: what the update trains on, and what the step reports of it."""
+
+    data: Any  # the update's input (GRPO: (trajectory, advantage) pairs, or per role; SFT: the kept trajectories)
+    size: int  # sequences to train on; 0 skips the update
+    rewards: list[float]  # of the rollouts read (successful), after any judge
+    generated_tokens: int  # sampled in them, trained on or not
+    sequences: int  # trajectories in them, trained on or not
+    metrics: dict[str, float] = field(default_factory=dict)  # the algorithm's own `train/...` figures
+    summary: str = ""  # a few words for the progress line ("groups 5/8", "kept 12")
+
+
+class BatchBuilder(Protocol):
+    """How a step's finished rollouts become a batch (`spans`: each successful rollout's, by rollout id)."""
+
+    async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch: ...
+
+
+async def train(
+    algorithm: Algorithm[Any],
+    cfg: LoopConfig,
+    policy: Policy,
+    builder: BatchBuilder,
+    update: Update,
+    train_data: Sequence[Any],
+    val_data: Sequence[Any],
+) -> Result:
+    """Run `cfg.steps` steps of `algorithm` (its context bound) on the policy; the run's `Result`."""
+    name = type(algorithm).__name__
+    train_id, val_id = await publish_policy(algorithm, cfg, policy)
+    checkpoints = Checkpoints(cfg)
+    start, history, state = checkpoints.resume(update, algorithm)
+    pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"))
+    validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
+    guard = RollbackGuard.of(cfg, checkpoints.directory)
+    initial = await validation.run(start, guard, update, announce=True)
+    stop, failed_steps = False, 0
+    with progress_bar(name, algorithm.console, cfg.steps, start) as progress:
+        for step in range(start + 1, cfg.steps + 1):
+            began = time.perf_counter()
+            # ---- collect: the step's rollouts (asynchronous: queued ahead, running meanwhile)
+            collected = await pipeline.collect(step, policy.version)
+            rollout_seconds = time.perf_counter() - began
+            failed_steps = 0 if any(_ok(r) for r in collected.rollouts) else failed_steps + 1
+            check_failed_steps(algorithm, cfg, step, failed_steps)
+            # ---- adapt: spans -> the algorithm's batch
+            spans = await read_spans(algorithm, [r for r in collected.trained[0] if _ok(r)])
+            batch = await builder.build(collected, spans)
+            # ---- optimize: the update on the batch, then the new weights serve
+            update_began = time.perf_counter()
+            stats = await asyncio.to_thread(in_own_thread, update.step, batch.data) if batch.size else {}
+            update_seconds = time.perf_counter() - update_began
+            await pipeline.published(step)  # asynchronous: the runners go on through validation and checkpoints
+            # ---- log
+            metrics = step_metrics(cfg, collected, batch, stats, policy.version, began, rollout_seconds, update_seconds)
+            await algorithm.log_metrics(step, metrics)
+            history.append({"step": step, **metrics})
+            line = describe(metrics, batch)
+            # ---- validate, roll back, checkpoint
+            score = None
+            if validation.due(step):
+                validated = await validation.run(step, guard, update)
+                stop = validation.stop
+                score = validated.success_rate if validated is not None else None
+                line += f" | val acc {score:.3f}" if score is not None else ""
+            progress.step(step, line)
+            if checkpoints.due(step):
+                state = {"step": step, "history": history, "config": asdict(cfg), "queued": pipeline.state()}
+                await checkpoints.save(algorithm, update, step, score, state)
+            if stop:
+                break
+    return checkpoints.result(cfg.steps, initial, validation, guard, history)
+
+
+# ----------------------------------------------------------------------------- the phases
+
+
+async def publish_policy(algorithm: Algorithm[Any], cfg: LoopConfig, policy: Policy) -> tuple[str, str]:
+    """Publish the policy behind the gateway (the agent's other resources kept) for training and for validation
+    (greedy), and have the gateway apply the trainer's sampling to every call; the two resources ids."""
+    name = type(algorithm).__name__.lower()
+    train_id = await algorithm.publish_with(
+        cfg.resource_name,
+        policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+        {"algorithm": name, "purpose": "train"},
+    )
+    val_id = await algorithm.publish_with(
+        cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens), {"algorithm": name, "purpose": "val"}
+    )
+    policy.set_sampling(SamplingPlan.for_training(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.sampling))
+    return train_id, val_id
+
+
+def check_failed_steps(algorithm: Algorithm[Any], cfg: LoopConfig, step: int, failed_steps: int) -> None:
+    """Stop a run whose every rollout failed `max_failed_steps` steps in a row, with the errors they had."""
+    if cfg.max_failed_steps and failed_steps >= cfg.max_failed_steps:
+        failures = algorithm.last_failures.describe("train", algorithm.store) if algorithm.last_failures else ""
+        raise RuntimeError(
+            f"{type(algorithm).__name__} stopped at step {step}: every rollout failed in {failed_steps} step(s) in a "
+            f"row (max_failed_steps={cfg.max_failed_steps})\n{failures}"
+        )
+
+
+async def read_spans(algorithm: Algorithm[Any], rollouts: Sequence[Rollout]) -> dict[str, list[Span]]:
+    """The spans of the step's successful rollouts, in one query; those rewarded with no model call through the
+    gateway are marked, and a step where none made one is an error (nothing to train on: never a silent zero)."""
+    spans = await algorithm.store.query_spans_of([r.rollout_id for r in rollouts])
+    calls = [sum(is_llm_call(s) for s in spans[r.rollout_id]) for r in rollouts]
+    flagged = await flag_no_model_calls(algorithm.store, rollouts, calls)
+    rewarded = sum(r.reward is not None for r in rollouts)
+    if rewarded and not sum(calls):
+        raise no_model_calls_error(type(algorithm).__name__, rewarded)
+    if flagged:
+        algorithm.console.print(
+            f"{flagged} of {len(rollouts)} rewarded rollouts made no model call through the gateway "
+            "(marked in their metadata): some agent calls bypass it",
+            highlight=False,
+            markup=False,
+        )
+    return spans
+
+
+def step_metrics(
+    cfg: LoopConfig,
+    collected: StepRollouts,
+    batch: Batch,
+    stats: Mapping[str, float],
+    version: int,
+    began: float,
+    rollout_seconds: float,
+    update_seconds: float,
+) -> dict[str, float]:
+    """The step's figures, named by group: `train/` (the batch's and the update's), `perf/`, `async/`."""
+    rewards, rollouts = batch.rewards, collected.rollouts
+    update_stats = dict(stats)
+    sync_seconds = update_stats.pop("sync_seconds", 0.0)  # of update_seconds: new weights into the engine
+    return {
+        "train/reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+        "train/reward_std": statistics.pstdev(rewards) if rewards else 0.0,
+        "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
+        "train/failed_rollouts": sum(not _ok(r) for r in rollouts),
+        "train/no_reward": count_no_reward(rollouts),
+        "train/response_length": batch.generated_tokens / max(batch.sequences, 1),
+        **batch.metrics,
+        **{f"train/{k}": v for k, v in update_stats.items()},
+        "train/model_version": version,
+        "perf/rollout_seconds": rollout_seconds,
+        "perf/update_seconds": update_seconds,
+        "perf/sync_seconds": sync_seconds,
+        "perf/step_seconds": time.perf_counter() - began,
+        "perf/tokens_per_s": batch.generated_tokens / max(rollout_seconds, 1e-9),
+        **collected.metrics(),  # asynchronous: staleness distribution, dropped groups
+    }
+
+
+def describe(metrics: Mapping[str, float], batch: Batch) -> str:
+    """The progress line of a step."""
+    return (
+        f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
+        f"loss {metrics.get('train/loss', 0.0):+.3f} {batch.summary} {metrics['perf/step_seconds']:.1f}s"
+    ).replace("  ", " ")
+
+
+class Validation:
+    """Validation on the held-out tasks before the first step, every `val_every` steps and after the last; after
+    each, the rollback guard's verdict (`stop` when it says so). Remembers the first, the last and the best."""
+
+    def __init__(self, algorithm: Algorithm[Any], cfg: LoopConfig, tasks: Sequence[Any], resources_id: str) -> None:
+        self.algorithm, self.cfg, self.tasks, self.resources_id = algorithm, cfg, list(tasks), resources_id
+        self.final: Evaluation | None = None
+        self.best: Evaluation | None = None
+        self.stop = False
+
+    def due(self, step: int) -> bool:
+        return bool(self.cfg.val_every and step % self.cfg.val_every == 0) or step == self.cfg.steps
+
+    async def run(
+        self, step: int, guard: RollbackGuard | None, update: Update, *, announce: bool = False
+    ) -> Evaluation | None:
+        """Validate after `step` (the run's start: `announce` prints it); None when there are no validation tasks."""
+        if not self.tasks:
+            return None
+        rollouts = await self.algorithm.run_rollouts(
+            self.tasks,
+            mode="val",
+            resources_id=self.resources_id,
+            config=self.cfg.rollout_config(),
+            metadata=[{"step": step}] * len(self.tasks),
+        )
+        result = self.final = Evaluation.of(rollouts, self.cfg.success_threshold)
+        if self.best is None or result.success_rate > self.best.success_rate:
+            self.best = result
+        await self.algorithm.log_metrics(
+            step,
+            {
+                "val/accuracy": result.success_rate,
+                "val/reward_mean": result.reward_mean,
+                "val/no_reward": result.no_reward,
+            },
+        )
+        if announce:
+            self.algorithm.console.print(
+                f"validation before step {step}: accuracy {result.success_rate:.3f} "
+                f"reward {result.reward_mean:.3f} ({result.n} tasks)"
+            )
+        if guard is not None:
+            self.stop = await guard.after_validation(self.algorithm, step, result.success_rate, update)
+        return result
+
+
+class Checkpoints:
+    """`step-N` checkpoints under `checkpoint_dir`: where a run resumes, when to save, the newest kept and the
+    best-validated one spared."""
+
+    def __init__(self, cfg: LoopConfig) -> None:
+        self.cfg = cfg
+        self.directory = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        self.best = BestCheckpoint()
+
+    def resume(self, update: Update, algorithm: Algorithm[Any]) -> tuple[int, list[dict[str, float]], dict[str, Any]]:
+        """From the newest checkpoint, if any: (the step it saved, the run's history, its state); else a new run."""
+        found = latest_checkpoint(self.directory)
+        if found is None:
+            return 0, [], {}
+        state = in_own_thread(update.load, found)
+        self.best = BestCheckpoint.restored(state.get("best_checkpoint"))  # kept from pruning; serve it
+        algorithm.console.print(f"resumed from {found} (step {state['step']})")
+        return int(state["step"]), list(state.get("history", [])), state
+
+    def due(self, step: int) -> bool:
+        every = self.cfg.checkpoint_every
+        return self.directory is not None and (bool(every and step % every == 0) or step == self.cfg.steps)
+
+    async def save(
+        self, algorithm: Algorithm[Any], update: Update, step: int, score: float | None, state: dict[str, Any]
+    ) -> None:
+        """`step-N`, scored by this step's validation (None: none ran); the best is spared from pruning."""
+        assert self.directory is not None
+        saved = self.directory / f"step-{step}"
+        improved = self.best.consider(saved, step, score)
+        await asyncio.to_thread(in_own_thread, update.save, saved, {**state, "best_checkpoint": self.best.state()})
+        prune_checkpoints(self.directory, self.cfg.keep_checkpoints, spare=self.best.path)
+        if improved:
+            await algorithm.note_best_checkpoint(self.best)
+
+    def result(
+        self,
+        steps: int,
+        initial: Evaluation | None,
+        validation: Validation,
+        guard: RollbackGuard | None,
+        history: list[dict[str, float]],
+    ) -> Result:
+        if guard is not None and guard.best_path is not None and guard.best_step is not None:
+            self.best.consider(guard.best_path, guard.best_step, guard.best)  # rollback's copy of the best weights
+        last = latest_checkpoint(self.directory)
+        return Result(
+            steps=steps,
+            initial=initial,
+            final=validation.final,
+            best=validation.best,
+            checkpoint=str(last) if last else None,
+            best_checkpoint=self.best if self.best.path else None,
+            checkpoints=[str(p) for p in complete_checkpoints(self.directory)],
+            history=history,
+        )
+
+
+class StepProgress:
+    """A progress bar over the run's steps, and a line per step that stays on the console."""
+
+    def __init__(self, progress: Progress, total: int, completed: int) -> None:
+        self.progress, self.total = progress, total
+        self.bar = progress.add_task("", total=total, completed=completed)
+
+    def step(self, step: int, line: str) -> None:
+        self.progress.update(self.bar, advance=1, description=line)
+        self.progress.console.print(f"step {step}/{self.total}: {line}", highlight=False)
+
+
+@contextmanager
+def progress_bar(name: str, console: Console, steps: int, start: int) -> Iterator[StepProgress]:
+    """`with progress_bar(...) as progress: progress.step(step, line)`: the bar starts at `start` of `steps`."""
+    columns = (
+        TextColumn(name),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        yield StepProgress(progress, steps, start)
+
+
+def _ok(rollout: Rollout) -> bool:
+    return rollout.status is RolloutStatus.SUCCEEDED
