@@ -54,13 +54,14 @@ def test_an_interrupted_demo_run_resumes_from_its_newest_checkpoint_with_resume_
         run_folder(demo_args("--run-dir", str(path)), ask=lambda q: "n")
 
 
-def test_fresh_starts_over_and_keeps_the_earlier_run_aside_and_a_finished_run_is_not_rerun_silently(
-    tmp_path: Path,
-) -> None:
+def test_fresh_starts_over_and_keeps_the_earlier_run_aside_and_a_finished_run_is_only_shown(tmp_path: Path) -> None:
     path = tmp_path / "run"
     checkpoint(path, 5)
-    with pytest.raises(SystemExit, match="already finished its 5 steps"):
-        run_folder(demo_args("--run-dir", str(path), "--resume"))
+    for flags in ((), ("--resume",)):  # finished: nothing to resume, with or without a terminal to ask
+        finished = run_folder(demo_args("--run-dir", str(path), *flags))
+        assert finished.finished and finished.resume_step == 5
+    more = run_folder(demo_args("--run-dir", str(path), "--resume", "--steps", "7"))
+    assert not more.finished and more.resume_step == 5  # more steps: it trains on from there
     fresh = run_folder(demo_args("--run-dir", str(path), "--fresh"))
     assert fresh.resume_step is None and not (path / "checkpoints").exists()
     (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run-")]
@@ -68,10 +69,14 @@ def test_fresh_starts_over_and_keeps_the_earlier_run_aside_and_a_finished_run_is
 
 
 @pytest.mark.model
-def test_a_demo_sigkilled_after_a_checkpoint_resumes_at_that_step_in_the_same_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algorithm", ["grpo", "sft"])
+def test_a_demo_sigkilled_after_a_checkpoint_resumes_at_that_step_in_the_same_store_and_then_shows_its_result(
+    tmp_path: Path, algorithm: str
+) -> None:
     run = tmp_path / "run"
     command = [sys.executable, "-m", "agentgrad.cli", "demo", "--task", "plain", "--steps", "3", "--val-size", "2",
-               "--prompts-per-step", "2", "--group-size", "2", "--runners", "1", "--run-dir", str(run)]
+               "--prompts-per-step", "2", "--group-size", "2", "--runners", "1", "--run-dir", str(run),
+               "--algorithm", algorithm]
     env = {**os.environ, "COLUMNS": "200"}
     began = time.monotonic()
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -106,3 +111,11 @@ def test_a_demo_sigkilled_after_a_checkpoint_resumes_at_that_step_in_the_same_st
     assert sorted(set(loss_steps)) == [1, 2, 3]  # every step in the one store
     assert (run / "checkpoints" / "step-3" / TRAINER_STATE).exists()
     print(f"killed after {killed_after:.0f} s at step {saved}; resumed and finished at {took:.0f} s")
+
+    shown = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL,
+                           check=False, cwd=Path(__file__).resolve().parents[1])  # no terminal, no flag: finished
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "already finished its 3 steps" in shown.stdout and "held-out problems" in shown.stdout
+    table = resumed.stdout[resumed.stdout.index("held-out problems"):]
+    before_after = [line for line in table.splitlines() if line.strip("│ ").startswith(("before", "after"))]
+    assert len(before_after) == 2 and all(line in shown.stdout for line in before_after)  # the same figures

@@ -286,8 +286,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="checkpoint every K steps, so a crash loses fewer than K (default: 1); the "
         "newest 2 and the best validated are kept, 1.6 GB each for the default model, ~7 s to write here",
     )
-    parser.add_argument("--prompts-per-step", type=int, help="GRPO: tasks sampled per step (default: 8; 4 for sql)")
-    parser.add_argument("--group-size", type=int, help="GRPO: rollouts per task (default: 8; 4 for sql)")
+    parser.add_argument(
+        "--prompts-per-step", type=int, help="tasks sampled per step (default: GRPO 8, 4 for sql; SFT 64)"
+    )
+    parser.add_argument("--group-size", type=int, help="rollouts per task (default: GRPO 8, 4 for sql; SFT 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--lora-rank",
@@ -370,9 +372,12 @@ def main(args: argparse.Namespace) -> None:
     else:
         from agentgrad.algorithms.sft import SFT, SFTConfig
 
+        defaults = SFTConfig()
         algorithm = SFT(
             SFTConfig(
                 steps=demo_steps(args),
+                prompts_per_step=args.prompts_per_step or defaults.prompts_per_step,
+                group_size=args.group_size or defaults.group_size,
                 checkpoint_dir=checkpoints,
                 checkpoint_every=args.checkpoint_every,
                 seed=args.seed,
