@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentgrad.engine.model import checkpoint_kind
 from agentgrad.semconv import BASE_ADAPTER
 
 PEFT_BASE = "__base__"
@@ -175,8 +176,6 @@ def check_saved_adapter(name: str, folder: Path, base: str) -> None:
     Bases are compared by their last path part, so a Hugging Face id and a local copy of it
     (`HuggingFaceTB/SmolLM2-135M-Instruct`, `~/.cache/agentgrad/models/SmolLM2-135M-Instruct`) are one base.
     """
-    from agentgrad.policy.export import checkpoint_kind
-
     if not folder.is_dir():
         raise ValueError(
             f"adapter {name!r}: {folder} is not a folder (give a PEFT adapter folder or a step-N checkpoint)"

@@ -199,6 +199,20 @@ def _convert_qwen(target: Path) -> None:
     )
 
 
+def checkpoint_kind(path: Path) -> str:
+    """What a model folder holds, 'lora' (a PEFT adapter) or 'full' (Hugging Face weights); a folder that is neither
+    is a ValueError saying what was looked for."""
+    if (path / "adapter_config.json").is_file():
+        return "lora"
+    if (path / "config.json").is_file():
+        return "full"
+    found = ", ".join(sorted(p.name for p in path.iterdir())[:8]) if path.is_dir() else "not a folder"
+    raise ValueError(
+        f"{path} is not a checkpoint: a step-N folder has config.json (full weights) or adapter_config.json "
+        f"(a LoRA adapter); found: {found or 'nothing'}"
+    )
+
+
 def resolve_model(model: str | Path | None = None) -> str:
     """A loadable path or id; a built-in model (`smollm2-135m`, the default, or `qwen2.5-coder-0.5b`)
     is fetched and converted on first use."""

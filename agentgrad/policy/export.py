@@ -13,23 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from agentgrad.policy.checkpoints import TRAINER_STATE
-
-TRAINER_FILES = (TRAINER_STATE, "agentgrad.json")
-"""What a checkpoint holds for the trainer only: left out of an export."""
-
-
-def checkpoint_kind(path: Path) -> str:
-    """'lora' or 'full'; a folder that is neither is a ValueError saying what was looked for."""
-    if (path / "adapter_config.json").is_file():
-        return "lora"
-    if (path / "config.json").is_file():
-        return "full"
-    found = ", ".join(sorted(p.name for p in path.iterdir())[:8]) if path.is_dir() else "not a folder"
-    raise ValueError(
-        f"{path} is not a checkpoint: a step-N folder has config.json (full weights) or adapter_config.json "
-        f"(a LoRA adapter); found: {found or 'nothing'}"
-    )
+from agentgrad.engine.model import checkpoint_kind
+from agentgrad.policy.checkpoints import TRAINER_FILES
 
 
 def adapter_base(path: Path, base: str | None = None) -> str:
