@@ -8,7 +8,7 @@ logged (`train/reward_mean`, `train/loss`, `val/accuracy`, ...) with its step, l
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -21,10 +21,11 @@ WAITING = (RolloutStatus.QUEUING.value, RolloutStatus.REQUEUING.value)
 ENDED = tuple(s.value for s in AttemptStatus if s != AttemptStatus.RUNNING)
 
 
-def store_snapshot(store: Store) -> Snapshot:
-    """The store's metric families, computed when `/metrics` is scraped."""
+def store_snapshot(served: Callable[[], Store]) -> Snapshot:
+    """The metric families of the store `served()` names (the server's, which a test may swap), when scraped."""
 
     async def snapshot() -> Iterable[Metric]:
+        store = served()
         stats = await store.stats()
         rollouts = GaugeMetricFamily("agentgrad_store_rollouts", "Rollouts by status", labels=["status"])
         for status in RolloutStatus:

@@ -217,7 +217,7 @@ def create_app(
     starlette.state.store = store
     starlette.state.max_body_bytes = max_body_bytes
     metrics = metrics or ServerMetrics()
-    metrics.add(store_snapshot(store))
+    metrics.add(store_snapshot(lambda: starlette.state.store))
     app = Guard(
         instrument(_Dispatch(starlette, handlers), metrics, "store"),
         token=token,
