@@ -213,11 +213,12 @@ def run_gateway(args: argparse.Namespace) -> None:
     gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
+    from agentgrad.gateway.admin import is_public
     from agentgrad.guard import Guard
 
     # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.guard).
     run(
-        Guard(gateway, token=args.token),
+        Guard(gateway, token=args.token, public=is_public),
         host=args.host,
         port=args.port,
         access_log=False,

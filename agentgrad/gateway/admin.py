@@ -9,19 +9,21 @@ longer serves gets a 409. `GET` answers the summary of the table serving: its id
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 import orjson
 
 from agentgrad.gateway.relay import reject, send_json
-from agentgrad.gateway.routing import parse_routes
 from agentgrad.gateway.table import RouteTable, TableChanged
 from agentgrad.guard import MAX_BODY_BYTES
 
 ROUTES_PATH = "/admin/routes"
 HEALTH_PATH = "/health"
-WHERE = "the route table"
+
+
+def is_public(path: str) -> bool:
+    """The gateway's one route without a token (`guard.Guard(public=...)`): its health check, for probes."""
+    return path == HEALTH_PATH
 
 
 class Swappable(Protocol):
@@ -31,7 +33,7 @@ class Swappable(Protocol):
 
     def route_summary(self) -> dict[str, Any]: ...
 
-    def set_routes(self, backends: Mapping[str, Any], if_id: str | None = None) -> RouteTable: ...
+    def set_routing_file(self, table: Any, if_id: str | None = None) -> RouteTable: ...
 
 
 async def serve_routes(gateway: Swappable, method: str, receive: Any, send: Any) -> None:
@@ -53,7 +55,7 @@ async def serve_routes(gateway: Swappable, method: str, receive: Any, send: Any)
         return await reject(send, 400, message, "invalid_route_table")
     if_id = posted.get("if_id")
     try:
-        gateway.set_routes(parse_routes(posted["routes"], WHERE), if_id=if_id if isinstance(if_id, str) else None)
+        gateway.set_routing_file(posted["routes"], if_id=if_id if isinstance(if_id, str) else None)
     except TableChanged as exc:
         return await reject(send, 409, str(exc), "route_table_changed")
     except ValueError as exc:

@@ -207,6 +207,7 @@ class Gateway:
         `if_id`: only if the table serving now is that one (else `TableChanged`)."""
         with self._swapping:
             if if_id is not None and if_id != self.table.id:
+                self.counts.swaps.add(("conflict",))
                 raise TableChanged(
                     f"the route table is {self.table.id} (generation {self.table.generation}), not {if_id}: "
                     "it changed since you read it; read it again (`agentgrad gateway routes show`) and retry"
@@ -226,6 +227,16 @@ class Gateway:
             self.counts.swaps.add(("applied",))
         log.info("route table %s (generation %d) serves from now on", table.id, table.generation)
         return table
+
+    def set_routing_file(self, table: Any, if_id: str | None = None) -> RouteTable:
+        """`set_routes` from a routing file already parsed (TOML's tables, or the same as JSON: the admin route's
+        body); a file that does not read refuses the table the same way, with the reason."""
+        try:
+            backends = routing.parse_routes(table, "the route table")
+        except ValueError:
+            self.counts.swaps.add(("refused",))
+            raise
+        return self.set_routes(backends, if_id=if_id)
 
     def reroute(self, model: str, target: Backend | str | ABSplit) -> RouteTable:
         """Serve `model` from `target` from the next call on, every other route kept (`set_routes`): how a
