@@ -39,7 +39,7 @@ def read_routing_file(path: str) -> dict[str, Any]:
         parse_routes(table, path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return table  # type: ignore[no-any-return]
+    return table
 
 
 def show_command(args: argparse.Namespace) -> None:
