@@ -71,9 +71,7 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
 
 
 def test_every_server_is_probed_on_its_health_route_requests_resources_and_takes_its_token_from_a_secret() -> None:
-    services = {
-        doc["spec"]["selector"]["app"]: doc for _, doc in documents() if doc["kind"] == "Service"
-    }
+    services = {doc["spec"]["selector"]["app"]: doc for _, doc in documents() if doc["kind"] == "Service"}
     checked = set()
     for _, doc in workloads():
         app = doc["spec"]["template"]["metadata"]["labels"]["app"]
@@ -137,7 +135,9 @@ def test_prometheus_accepts_the_scrape_configuration_and_the_alert_rules(tmp_pat
         shutil.copy(DEPLOY / "prometheus" / name, tmp_path / name)
     config = (DEPLOY / "prometheus" / "prometheus.yml").read_text().replace("/etc/agentgrad-token/token", str(token))
     (tmp_path / "prometheus.yml").write_text(config)
-    checked = subprocess.run([PROMTOOL, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True, text=True)
+    checked = subprocess.run(
+        [PROMTOOL, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 9 rules found" in checked.stdout
 
@@ -156,7 +156,13 @@ def test_each_alert_fires_on_the_series_that_should_raise_it(tmp_path: Path) -> 
 def test_the_alert_rules_read_only_metrics_the_servers_export() -> None:
     store = MemoryStore()
     engine = SimpleNamespace(  # what the engine's collector reads, without a model
-        stats={}, running_rows=0, max_batch_size=8, waiting_requests=0, kv_bytes=0, version=0, prefix_cache=PrefixCache(0)
+        stats={},
+        running_rows=0,
+        max_batch_size=8,
+        waiting_requests=0,
+        kv_bytes=0,
+        version=0,
+        prefix_cache=PrefixCache(0),
     )
     exported = {family.name for family in EngineCollector(engine).collect()}  # type: ignore[arg-type]
     gateway = Gateway(store, default=Backend("http://127.0.0.1:9/v1"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -49,7 +50,9 @@ def test_the_store_exports_its_queue_attempts_requeues_and_the_newest_training_f
 
         asyncio.run(work())
         after = scrape(server.url)
-    assert value(after, "agentgrad_store_queue_depth") == 2  # both timed out wait again (the third claim took the other)
+    assert (
+        value(after, "agentgrad_store_queue_depth") == 2
+    )  # both timed out wait again (the third claim took the other)
     assert value(after, "agentgrad_store_attempts_running") == 1
     assert value(after, "agentgrad_store_attempts_ended_total", status="timeout") == 2
     assert value(after, "agentgrad_store_attempts_ended_total", status="unresponsive") == 0
@@ -71,14 +74,20 @@ def test_store_requests_are_counted_by_route_template_and_status_and_metrics_nee
         samples = scrape(server.url, "s3cret")
     route = {"server": "store", "route": "/api/rollouts/{rollout_id}", "method": "GET", "status": "404"}
     assert value(samples, "agentgrad_http_requests_total", **route) == 3
-    assert value(samples, "agentgrad_http_requests_total", server="store", route="/api/health", method="GET", status="200") == 1
-    assert value(samples, "agentgrad_http_requests_total", server="store", route="other", method="GET", status="404") == 1
+    assert (
+        value(samples, "agentgrad_http_requests_total", server="store", route="/api/health", method="GET", status="200")
+        == 1
+    )
+    assert (
+        value(samples, "agentgrad_http_requests_total", server="store", route="other", method="GET", status="404") == 1
+    )
     assert value(samples, "agentgrad_http_request_duration_seconds_count", server="store", route=route["route"]) == 3
     assert not any("ro-1" in str(labels) for _, labels in samples)  # raw paths never become labels
 
 
 @pytest.fixture
-def upstream() -> tuple[FakeUpstream, str]:
+def upstream() -> Iterator[tuple[FakeUpstream, str]]:
+    """A fake OpenAI-compatible upstream on loopback, and its `/v1` URL."""
     fake = FakeUpstream()
     with ServerThread(fake.app) as server:
         yield fake, server.url + "/v1"
@@ -170,6 +179,8 @@ def test_the_gateways_metrics_need_its_token_and_a_store_server_hosting_it_expor
         samples = scrape(server.url, "s3")
     assert value(samples, "agentgrad_gateway_route_table_generation") == 1
     assert value(samples, "agentgrad_store_queue_depth") == 0
-    assert value(samples, "agentgrad_http_requests_total", server="store", route="/v1/models", method="GET", status="200") == 1
+    assert (
+        value(samples, "agentgrad_http_requests_total", server="store", route="/v1/models", method="GET", status="200")
+        == 1
+    )
     assert total(samples, "agentgrad_http_requests_total", server="gateway") == 0  # counted once, by the host
-

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ def started_rollouts(store: MemoryStore, count: int) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def upstream() -> tuple[FakeUpstream, str]:
+def upstream() -> Iterator[tuple[FakeUpstream, str]]:
+    """A fake OpenAI-compatible upstream on loopback (one copy serves both arms: the span names the arm), and its URL."""
     fake = FakeUpstream()
     with ServerThread(fake.app) as server:
         yield fake, server.url + "/v1"
@@ -96,9 +98,12 @@ def test_a_split_moved_from_50_50_to_90_10_under_64_agents_loses_no_call_and_ser
     async def operator(base: str) -> None:
         while len(statuses) < CALLS_BEFORE:
             await asyncio.sleep(0.01)
-        async with aiohttp.ClientSession(base) as session:  # its own connection: the agents hold theirs
-            async with session.put(ROUTES_PATH, json={"routes": split(url, 0.9), "if_id": old}) as answer:
-                swap_answer.update(await answer.json(), status=answer.status)
+        routes = {"routes": split(url, 0.9), "if_id": old}
+        async with (
+            aiohttp.ClientSession(base) as session,  # its own connection: the agents hold theirs
+            session.put(ROUTES_PATH, json=routes) as answer,
+        ):
+            swap_answer.update(await answer.json(), status=answer.status)
         swapped.set()
 
     async def load(base: str) -> float:
@@ -180,7 +185,10 @@ BAD_TABLES = [
         {"upstreams": {"a": {"url": "{url}"}}, "ab": {"policy": {"arms": ["a", "z"]}}},
         "[ab] arms name ['z'], which are not [upstreams.NAME] tables",
     ),
-    ({"upstreams": {"a": {"url": "{url}", "models": ["policy"], "system": "vllm", "cache": True}}}, "never come from a cache"),
+    (
+        {"upstreams": {"a": {"url": "{url}", "models": ["policy"], "system": "vllm", "cache": True}}},
+        "never come from a cache",
+    ),
 ]
 
 

@@ -26,8 +26,12 @@ def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     folder: Path = tmp_path_factory.mktemp("tiny-qwen2")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model())
     torch.manual_seed(0)
-    shape = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=512, **shape)).save_pretrained(folder)
+    shape = dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=512, **shape)).save_pretrained(
+        folder
+    )
     tokenizer.save_pretrained(folder)
     engine = Engine(folder, sampling_dtype="float32", device="cpu", name="tiny")
     yield engine
@@ -49,11 +53,19 @@ def test_the_engine_exports_requests_tokens_batch_and_cache_figures_as_it_genera
     )
     assert generated == tiny_engine.stats["generated_tokens"] > 0
     assert value(after, "agentgrad_engine_requests_total") == 2
-    steps, rows = value(after, "agentgrad_engine_decode_steps_total"), value(after, "agentgrad_engine_decode_rows_total")
+    steps, rows = (
+        value(after, "agentgrad_engine_decode_steps_total"),
+        value(after, "agentgrad_engine_decode_rows_total"),
+    )
     assert 0 < steps < rows <= 4 * steps  # four rows per request, finishing at different steps
     assert value(after, "agentgrad_engine_prefix_cache_tokens_total") > 0  # the second prompt reused the first's
-    assert value(after, "agentgrad_engine_prefix_cache_bytes") > 0 and value(after, "agentgrad_engine_prefix_cache_entries") > 0
-    assert value(after, "agentgrad_engine_batch_rows") == 0 and value(after, "agentgrad_engine_kv_cache_bytes") == 0  # idle
+    assert (
+        value(after, "agentgrad_engine_prefix_cache_bytes") > 0
+        and value(after, "agentgrad_engine_prefix_cache_entries") > 0
+    )
+    assert (
+        value(after, "agentgrad_engine_batch_rows") == 0 and value(after, "agentgrad_engine_kv_cache_bytes") == 0
+    )  # idle
     assert value(after, "agentgrad_engine_max_batch_rows") == tiny_engine.max_batch_size
     assert value(after, "process_resident_memory_bytes") > 0
     labels = {"server": "engine", "route": "/v1/chat/completions", "method": "POST", "status": "200"}
