@@ -13,7 +13,7 @@ QWEN := $(VENV)/.qwen
 FRAMEWORK_ENVS := crewai autogen
 FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
 
-.PHONY: demo test test-fast lint model qwen bench clean envs vllm browser docs
+.PHONY: demo test test-fast lint model qwen bench clean envs vllm browser docs prometheus
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -71,6 +71,15 @@ $(BROWSER):
 
 browser: $(BROWSER)
 
+# Prometheus's promtool: tests/test_deploy.py checks deploy/prometheus (configuration, alert rules and their unit
+# tests) with it; benchmarks/metrics_scrape.py runs the prometheus server itself. Debian's package (CI runs as root)
+PROMTOOL := /usr/bin/promtool
+$(PROMTOOL):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+
+prometheus: $(PROMTOOL)
+
 # the documentation site: MkDocs reads docs/ and mkdocs.yml; mkdocstrings reads agentgrad's source statically
 DOCS_VENV ?= .venv-docs
 DOCS_INSTALLED := $(DOCS_VENV)/.installed
@@ -96,11 +105,11 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
-test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(FRAMEWORK_INSTALLED)
+test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(FRAMEWORK_INSTALLED)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q
 
-test-fast: $(INSTALLED) $(FRAMEWORK_INSTALLED)
+test-fast: $(INSTALLED) $(PROMTOOL) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
 
 clean:

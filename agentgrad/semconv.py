@@ -98,6 +98,9 @@ WEIGHTS_VERSION = "agentgrad.llm.weights_version"
 """The version of the model weights that served the call (the engine's `x-agentgrad-model-version`)."""
 AB_ARM = "agentgrad.ab.arm"
 """The arm of an A/B split (`agentgrad.gateway.ab.ABSplit`) that served the call."""
+ROUTE_TABLE = "agentgrad.gateway.route_table"
+"""The id of the gateway's route table that routed the call (`agentgrad.gateway.table.RouteTable.id`): a table
+swapped while the call ran does not change it."""
 ADAPTER_NAME = "agentgrad.adapter.name"
 """The LoRA adapter that served the call (`agentgrad.engine.adapters`), or `BASE_ADAPTER` when no adapter
 matched its agent; absent when the engine serves one set of weights."""

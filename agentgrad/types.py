@@ -250,6 +250,7 @@ class StoreStats(BaseModel):
     spans: int
     workers: int
     resources: int
+    requeues: int = Field(0, description="Times a rollout went back to the queue after an attempt ended (retries).")
 
 
 # ----------------------------------------------------------------------------- resources

@@ -13,8 +13,9 @@ PACKAGE = Path(semconv.__file__).parent
 NAMES = {v for k, v in vars(semconv).items() if k.isupper() and isinstance(v, str)}
 NAMES |= set(semconv.GEN_AI_REQUEST_PARAMS.values())
 VALUES = {semconv.CHAT, semconv.TEXT_COMPLETION, semconv.CHAT_COMPLETIONS_API, semconv.COMPLETIONS_API,
-          semconv.RESPONSES_API, semconv.MESSAGES_API, semconv.TOKEN_IDS_NOT_REQUESTED, semconv.TOKEN_IDS_NOT_RETURNED}
-"""Attribute values that are ordinary words elsewhere (an OpenAPI `responses` table, say)."""
+          semconv.RESPONSES_API, semconv.MESSAGES_API, semconv.TOKEN_IDS_NOT_REQUESTED, semconv.TOKEN_IDS_NOT_RETURNED,
+          semconv.UPSTREAM_PARSER}
+"""Attribute values that are ordinary words elsewhere (an OpenAPI `responses` table, a metric's `upstream` label)."""
 
 
 def test_no_module_but_semconv_spells_a_span_attribute_or_header_name() -> None:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from rich.markup import escape
 from rich.table import Table
 
-from agentgrad.cli import experiments, views
+from agentgrad.cli import experiments, gateway_routes, views
 from agentgrad.cli.common import UsageError, with_store
 from agentgrad.cli.options import add_report_to
 from agentgrad.guard import TOKEN_ENV, check_exposure
@@ -204,6 +204,8 @@ def run_gateway(args: argparse.Namespace) -> None:
     """`agentgrad gateway`: serve the gateway until interrupted; buffered spans are written on the way out."""
     from agentgrad.serving import run
 
+    if not args.store:
+        raise UsageError("agentgrad gateway needs --store: a SQLite path, 'memory', or a store server URL")
     try:
         check_exposure(args.host, args.token, "the gateway")
     except ValueError as exc:
@@ -211,11 +213,12 @@ def run_gateway(args: argparse.Namespace) -> None:
     gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
+    from agentgrad.gateway.admin import is_public
     from agentgrad.guard import Guard
 
     # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.guard).
     run(
-        Guard(gateway, token=args.token),
+        Guard(gateway, token=args.token, public=is_public),
         host=args.host,
         port=args.port,
         access_log=False,
@@ -237,16 +240,17 @@ def serve(args: argparse.Namespace) -> None:
     store = open_store(args.store)
     extra: list[Any] = []
     closing: list[Any] = []
+    metrics = None
     if args.backend or args.default or args.routes:
         gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
-        extra, closing = gateway.routes(), [gateway.aclose]
+        extra, closing, metrics = gateway.routes(), [gateway.aclose], gateway.metrics  # one /metrics for both
     shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
     console.print(
         f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})"
     )
     console.print(f"  dashboard: {shown}/" + (f"\n  gateway: {shown}/v1" if extra else "") + "\nCtrl+C stops it")
     run(
-        create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing),
+        create_app(store, token=args.token, extra_routes=extra, on_shutdown=closing, metrics=metrics),
         host=args.host,
         port=args.port,
         **UVICORN_OPTIONS,
@@ -465,9 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 
     gateway = commands.add_parser(
-        "gateway", help="serve the OpenAI-compatible gateway that records model calls into a store"
+        "gateway",
+        help="serve the OpenAI-compatible gateway that records model calls into a store; `gateway routes`: its table",
     )
-    gateway.add_argument("--store", required=True, help="SQLite path, 'memory', or store server URL")
+    gateway.add_argument("--store", help="serving: SQLite path, 'memory', or store server URL (required)")
     add_backend_arguments(gateway)
     gateway.add_argument("--host", default="127.0.0.1")
     gateway.add_argument("--port", type=int, default=8090)
@@ -477,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"bearer token callers must send as their API key (default: ${TOKEN_ENV}; required off loopback)",
     )
     gateway.set_defaults(handler=run_gateway)
+    gateway_routes.add_commands(gateway)
 
     server = commands.add_parser("serve", help="serve a store over HTTP (runners and algorithms anywhere can use it)")
     server.add_argument("--store", required=True, help="SQLite file (created if missing), or 'memory'")

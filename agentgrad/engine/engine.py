@@ -39,6 +39,7 @@ from agentgrad.engine.kv_cache import (
     SharedPrefix,
     common_prefix_length,
     drop_finished,
+    held_bytes,
     hold_prefix_once,
     new_cache,
     restack,
@@ -128,7 +129,13 @@ class Engine:
             "cancelled": 0,
             "mixed_adapter_steps": 0,  # decode steps whose batch held rows of several adapters (`adapters.py`)
             "held_once_steps": 0,  # decode steps that read their rows' shared prefix once (`kv_cache.SharedPrefix`)
+            "decode_steps": 0,
+            "decode_rows": 0,  # rows generating, summed over decode steps: over `decode_steps`, the mean batch size
         }
+        self.running_rows = 0
+        """Rows the running batch is generating now."""
+        self.kv_bytes = 0
+        """Bytes of keys and values the running batch holds (`kv_cache.held_bytes`)."""
         self.adapters: Adapters | None = None  # several LoRA adapters served together (`adapters.serve_adapters`)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self._constrainer: Any = None
@@ -139,6 +146,11 @@ class Engine:
         self._cv = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+
+    @property
+    def waiting_requests(self) -> int:
+        """Requests submitted that have not joined the running batch yet."""
+        return len(self._waiting)
 
     # ------------------------------------------------------------------ weights
 
@@ -344,6 +356,7 @@ class Engine:
                         batch = self._drop_finished(batch)
                     if batch is not None:
                         batch = self._drop_finished(self._decode(batch))
+                self.running_rows, self.kv_bytes = (batch.live, held_bytes(batch)) if batch is not None else (0, 0)
             except Exception as exc:  # fail the requests in flight, keep serving the next ones
                 log.exception("generation failed")
                 failed = {id(row.request): row.request for row in (batch.rows if batch else [])}
@@ -494,6 +507,8 @@ class Engine:
         return self._decoder if self.adapters is None else None
 
     def _decode(self, batch: Batch) -> Batch:
+        self.stats["decode_steps"] += 1
+        self.stats["decode_rows"] += batch.live
         decoder = self._lean_decoder()
         if decoder is None:
             unshare_prefix(batch, 0)

@@ -79,6 +79,11 @@ class BufferPool:
                 dropped = self._free.pop(0)
                 self._bytes -= dropped.numel() * dropped.element_size()
 
+    @property
+    def bytes(self) -> int:
+        """Bytes of retired buffers kept for reuse."""
+        return self._bytes
+
     def clear(self) -> None:
         with self._lock:
             self._free.clear()
@@ -273,6 +278,12 @@ class Batch:
     def live(self) -> int:
         """Rows still generating (the others finished and are dropped later, see `engine.FINISHED_SHARE_TO_DROP`)."""
         return sum(row.finish_reason is None for row in self.rows)
+
+
+def held_bytes(batch: Batch) -> int:
+    """Bytes of keys and values `batch` holds: its rows' (the columns in use) and a prefix held once."""
+    held = sum(keys.nbytes + values.nbytes for keys, values in batch.prefix.kv) if batch.prefix is not None else 0
+    return held + sum(layer.keys.nbytes + layer.values.nbytes for layer in batch.cache.layers)
 
 
 def hold_prefix_once(batch: Batch, prefix: SharedPrefix) -> None:

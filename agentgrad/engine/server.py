@@ -6,7 +6,8 @@ from the local engine and from a vLLM server: with `return_token_ids: true` a ch
 carries top-level `prompt_token_ids` and per-choice `token_ids`; `logprobs: true` adds
 `choices[i].logprobs.content`. Every response names the weights version that produced it,
 in the `x-agentgrad-model-version` header and as `system_fingerprint`. The routes live in
-`chat.py`, `completions.py` and `responses.py`; what each parameter does is in `api.py`.
+`chat.py`, `completions.py` and `responses.py`; what each parameter does is in `api.py`. `GET /metrics` is
+Prometheus's: requests by route and status, and the engine's batch, tokens and caches (`metrics.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -24,8 +26,10 @@ from agentgrad.engine.chat import chat_completions
 from agentgrad.engine.completions import completions
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.messages import messages
+from agentgrad.engine.metrics import EngineCollector
 from agentgrad.engine.responses import responses
 from agentgrad.engine.wire import VERSION_HEADER, ClientGone, model_names
+from agentgrad.metrics import ServerMetrics, instrument
 
 __all__ = ["VERSION_HEADER", "create_engine_app"]
 
@@ -40,7 +44,8 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
     LoRA modules.
 
     `/health` says only that the engine is up and its weights version; put the app behind
-    `guard.Guard(app, token=...)` (as `agentgrad engine serve --token` does) to require the token there too.
+    `guard.Guard(app, token=...)` (as `agentgrad engine serve --token` does) to require the token there too, and on
+    `/metrics` (`app.state.metrics`).
     """
     names = served_names or [engine.name]
 
@@ -69,7 +74,10 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": engine.version})
 
-    return Starlette(
+    metrics = ServerMetrics()
+    metrics.add(EngineCollector(engine))
+    app = Starlette(
+        middleware=[Middleware(instrument, metrics=metrics, server="engine")],
         routes=[
             Route("/v1/chat/completions", route(chat_completions), methods=["POST"]),
             Route("/v1/completions", route(completions), methods=["POST"]),
@@ -77,5 +85,7 @@ def create_engine_app(engine: Engine, served_names: list[str] | None = None) -> 
             Route("/v1/messages", route(messages), methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
-        ]
+        ],
     )
+    app.state.metrics = metrics
+    return app

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -43,25 +44,29 @@ from urllib.parse import unquote
 
 import orjson
 
+import agentgrad.gateway.admin as admin
 import agentgrad.gateway.messages as messages
 import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
 from agentgrad.gateway.ab import ABSplit
+from agentgrad.gateway.admin import HEALTH_PATH, ROUTES_PATH
 from agentgrad.gateway.checks import request_problem
+from agentgrad.gateway.metrics import GatewayMetrics
 from agentgrad.gateway.recording import Call, GatewaySink, upstream_headers
 from agentgrad.gateway.relay import Recorder, fail, reject, relay_answer, relay_stream, send_error, send_json
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
+from agentgrad.gateway.table import RouteTable, TableChanged
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
     Backend,
     Deadline,
     GatewayError,
-    Upstream,
     post_with_retries,
 )
 from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
+from agentgrad.metrics import METRICS_PATH, ROUTE_KEY, ServerMetrics, counted
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.store import Store
 
@@ -82,6 +87,8 @@ _APIS = {
     "responses": RESPONSES_API,
     "messages": MESSAGES_API,
 }
+_ROUTE_LABELS = {endpoint: f"/v1/{endpoint}" for endpoint in (*_APIS, "models", sc.FLUSH_ENDPOINT)}
+"""A call's route label for its HTTP metrics: its endpoint, whatever rollout or agent its path names."""
 _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
     sc.ROLLOUT_HEADER.encode(),
     sc.ATTEMPT_HEADER.encode(),
@@ -120,31 +127,19 @@ class Gateway:
         first_byte_timeout_s: float | None = None,
         timeout_s: float | None = None,
     ) -> None:
-        if not backends and default is None and not routers:
-            raise ValueError("a gateway needs backends={model: Backend(url)} or default=Backend(url)")
         self.store = store
-        splits = {name: b for name, b in (backends or {}).items() if isinstance(b, ABSplit)}
-        routed = {
-            name: Upstream.of(name, b if isinstance(b, Backend) else Backend(b))
-            for name, b in (backends or {}).items()
-            if not isinstance(b, ABSplit)
-        }
-        for name, upstream in routed.items():
-            routing.check_cacheable(name, upstream.backend)
-        self._upstreams = {name: u for name, u in routed.items() if not routing.is_pattern(name)}
-        self._patterns = {name: u for name, u in routed.items() if routing.is_pattern(name)}
-        """Model glob patterns (`claude-*`) → upstreams, tried in order after the exact names."""
-        self._limiters = {
-            name: routing.Limiter(name, u.backend.rate_limit) for name, u in routed.items() if u.backend.rate_limit
-        }
+        self._pinned = dict(routers or {})  # replica pools handed in code: in every route table
+        self._fixed_default = default
+        self.table = RouteTable.build(backends, default=default, routers=self._pinned)
+        """The route table serving now; `set_routes` swaps it (`table.py`)."""
+        self._swapping = threading.Lock()
         self.cache = routing.ResponseCache()
         """Answers of upstreams with `cache=True` (judges, critics; never the policy)."""
-        self._default_router = default if isinstance(default, ReplicaPool) else None
-        self._default = (
-            None
-            if default is None or isinstance(default, ReplicaPool)
-            else Upstream.of("default", default if isinstance(default, Backend) else Backend(default))
-        )
+        self.metrics = ServerMetrics()
+        """Prometheus metrics served at `/metrics`: HTTP requests, and the gateway's calls (`gateway.metrics`)."""
+        self.counts = GatewayMetrics(lambda: self.table)
+        self.metrics.add(self.counts)
+        self._count_http = True  # off when mounted on a host that counts its requests (`routes`)
         self.token = token
         self._auth = expected_authorization(token)
         self.max_retries = max_retries
@@ -155,17 +150,6 @@ class Gateway:
             if value is not None and not value > 0:
                 raise ValueError(f"{name} is a number of seconds above 0, not {value!r}")
         self._close_store = close_store
-        self._routers = {**splits, **(routers or {})}
-        self._models_body = orjson.dumps(
-            {
-                "object": "list",
-                "data": [
-                    {"id": n, "object": "model", "created": 0, "owned_by": u.backend.system}
-                    for n, u in self._upstreams.items()
-                ]
-                + [{"id": n, "object": "model", "created": 0, "owned_by": r.system} for n, r in self._routers.items()],
-            }
-        )
         self._session: Any = None
         self._recorder: Recorder | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -213,13 +197,67 @@ class Gateway:
 
     @property
     def models(self) -> list[str]:
-        return [*self._upstreams, *self._routers]
+        return self.table.models
+
+    def set_routes(self, backends: Mapping[str, Backend | str | ABSplit], if_id: str | None = None) -> RouteTable:
+        """Serve `backends` (what `routing.load_routes` / `parse_routes` read: model names and patterns -> upstreams,
+        A/B splits) from the next call on; calls in flight finish on the table they started with. The default
+        upstream and the pinned replica pools stay. Safe from any thread (the admin route, an algorithm rolling
+        back). A table that cannot serve raises ValueError with the reason, and the old one keeps serving;
+        `if_id`: only if the table serving now is that one (else `TableChanged`)."""
+        with self._swapping:
+            if if_id is not None and if_id != self.table.id:
+                self.counts.swaps.add(("conflict",))
+                raise TableChanged(
+                    f"the route table is {self.table.id} (generation {self.table.generation}), not {if_id}: "
+                    "it changed since you read it; read it again (`agentgrad gateway routes show`) and retry"
+                )
+            try:
+                table = RouteTable.build(
+                    backends,
+                    default=self._fixed_default,
+                    routers=self._pinned,
+                    generation=self.table.generation + 1,
+                    previous=self.table,
+                )
+            except ValueError:
+                self.counts.swaps.add(("refused",))
+                raise
+            self.table = table
+            self.counts.swaps.add(("applied",))
+        log.info("route table %s (generation %d) serves from now on", table.id, table.generation)
+        return table
+
+    def set_routing_file(self, table: Any, if_id: str | None = None) -> RouteTable:
+        """`set_routes` from a routing file already parsed (TOML's tables, or the same as JSON: the admin route's
+        body); a file that does not read refuses the table the same way, with the reason."""
+        try:
+            backends = routing.parse_routes(table, "the route table")
+        except ValueError:
+            self.counts.swaps.add(("refused",))
+            raise
+        return self.set_routes(backends, if_id=if_id)
+
+    def reroute(self, model: str, target: Backend | str | ABSplit) -> RouteTable:
+        """Serve `model` from `target` from the next call on, every other route kept (`set_routes`): how a
+        serving gateway goes back to an earlier version (an upstream naming the best checkpoint's adapter)."""
+        with self._swapping:
+            backends = {**self.table.backends, model: target}
+            current = self.table.id
+        return self.set_routes(backends, if_id=current)
+
+    def route_summary(self) -> dict[str, Any]:
+        """The table serving now: id, generation, routing file (no secrets), what stays pinned (`GET /admin/routes`)."""
+        return self.table.summary(self._pinned)
 
     def routes(self) -> list[Any]:
-        """Starlette routes serving the gateway at the root of a host app (a store server)."""
+        """Starlette routes serving the gateway at the root of a host app (a store server); the host counts their
+        requests, and its `/metrics` shows the gateway's when it shares `self.metrics` (`create_app(metrics=...)`)."""
         from starlette.routing import Route
 
+        self._count_http = False
         return [
+            Route(ROUTES_PATH, self, methods=["GET", "PUT"]),
             Route("/v1/{path:path}", self),
             Route("/agents/{agent}/v1/{path:path}", self),
             Route("/rollouts/{rollout_id}/attempts/{attempt_id}/v1/{path:path}", self),
@@ -235,7 +273,7 @@ class Gateway:
         import aiohttp
 
         self._loop = asyncio.get_running_loop()
-        self._recorder = Recorder(GatewaySink(self.store, self._loop))
+        self._recorder = Recorder(GatewaySink(self.store, self._loop), self.counts)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=MAX_UPSTREAM_CONNECTIONS, keepalive_timeout=60),
             timeout=aiohttp.ClientTimeout(total=None),  # each call sets its own (`Deadline`)
@@ -275,6 +313,8 @@ class Gateway:
         root = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
+        if path == HEALTH_PATH:  # public, like the store's: it says only that the gateway is up (a probe's route)
+            return await send_json(send, 200, b'{"status":"ok"}')
         headers = dict(scope["headers"])
         authorization = headers.get(b"authorization")
         if authorization is None and b"x-api-key" in headers:  # the anthropic SDK sends its key so
@@ -282,6 +322,30 @@ class Gateway:
         if not bearer_ok(authorization, self._auth):  # before routing: no route is told to strangers
             message = "this gateway needs `Authorization: Bearer <token>`: use the gateway's token as the API key"
             return await reject(send, 401, message, "invalid_api_key")
+        if self._count_http:
+            await counted(
+                scope,
+                send,
+                self.metrics,
+                "gateway",
+                lambda sending: self._serve(scope, receive, sending, path, headers),
+            )
+        else:
+            await self._serve(scope, receive, send, path, headers)
+
+    async def _serve(
+        self, scope: dict[str, Any], receive: Any, send: Any, path: str, headers: dict[bytes, bytes]
+    ) -> None:
+        """Route a request the guard and the token let through: a model call, `/v1/models`, the flush, `/metrics`,
+        the route table (`admin.py`)."""
+        method = scope["method"]
+        if path == METRICS_PATH and method == "GET":
+            scope[ROUTE_KEY] = METRICS_PATH
+            return await self.metrics.serve(send)
+        if path == ROUTES_PATH:
+            scope[ROUTE_KEY] = ROUTES_PATH
+            await self.start()
+            return await admin.serve_routes(self, method, receive, send)
         match = _ROUTE.fullmatch(path)
         if match is None:
             return await reject(
@@ -292,7 +356,8 @@ class Gateway:
                 "optionally under /rollouts/{rollout_id}/attempts/{attempt_id} and /agents/{name}",
                 "not_found",
             )
-        endpoint, method = match["endpoint"], scope["method"]
+        endpoint = match["endpoint"]
+        scope[ROUTE_KEY] = _ROUTE_LABELS[endpoint]
         expected = "GET" if endpoint == "models" else "POST"
         if method != expected:
             error = GatewayError(
@@ -301,7 +366,7 @@ class Gateway:
             return await send_error(send, error, extra=[(b"allow", expected.encode())])
         await self.start()
         if endpoint == "models":
-            await send_json(send, 200, self._models_body)
+            await send_json(send, 200, self.table.models_body)
         elif endpoint == sc.FLUSH_ENDPOINT:
             await self.flush()
             await send_json(send, 200, b'{"flushed":true}')
@@ -354,6 +419,7 @@ class Gateway:
         call = Call(
             api, request, None, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"), started, start_time
         )
+        call.route_table = self.table.id
         if api == MESSAGES_API:
             call.relayed_headers = messages.relayed_headers(headers)
         plan = self.sampling
@@ -366,11 +432,13 @@ class Gateway:
             call.sampling[sc.NOT_TRAINED] = headers[_NOT_TRAINED_KEY].decode("utf-8", "replace") or "yes"
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the
         # upstream request is cancelled (its connection closed) rather than left running for nobody.
-        work = asyncio.ensure_future(self._forward(call, send))
+        work = asyncio.ensure_future(self._forward(call, send, self.table))  # the table it keeps to its end
+        self.counts.in_flight += 1
         gone = asyncio.ensure_future(_disconnected(receive))
         try:
             await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self.counts.in_flight -= 1
             gone.cancel()
             if not work.done():
                 work.cancel()
@@ -395,15 +463,15 @@ class Gateway:
         if not work.cancelled():
             work.result()  # a failure of the gateway's own surfaces as before (the server answers 500)
 
-    async def _forward(self, call: Call, send: Any) -> None:
-        """Send the call upstream within its deadline and relay the answer; every outcome is recorded."""
+    async def _forward(self, call: Call, send: Any, table: RouteTable) -> None:
+        """Send the call upstream, as `table` routes it, within its deadline and relay the answer; every outcome is
+        recorded."""
         import aiohttp
 
         model, request = call.request["model"], call.request
-        named = self._upstreams.get(model) or routing.matching(model, self._patterns)
-        router = self._routers.get(model) or (self._default_router if named is None else None)
+        named, router = table.route(model)
         lease = await router.acquire(call.rollout_id, call.agent) if router is not None else None  # held through a sync
-        upstream = lease.upstream if lease is not None else (named or self._default)
+        upstream = lease.upstream if lease is not None else (named or table.default)
         call.upstream = upstream
         call.arm = getattr(lease, "arm", None)  # an A/B split's (agentgrad.gateway.ab)
         call.adapter = getattr(lease, "adapter", None)  # a pool of LoRA adapters': the agent's (vLLM names none)
@@ -414,7 +482,7 @@ class Gateway:
                     call,
                     GatewayError(
                         404,
-                        f"model {model!r} is not served by this gateway; known models: {sorted(self._upstreams)}",
+                        f"model {model!r} is not served by this gateway; known models: {sorted(table.upstreams)}",
                         "invalid_request_error",
                         "model_not_found",
                     ),
@@ -435,12 +503,13 @@ class Gateway:
                 )
             call.token_ids_asked = added.asked
             backend = upstream.backend
-            cache_key = (upstream.name, call.api, outgoing) if backend.cache and not request.get("stream") else None
+            url = upstream.urls[call.api]
+            cache_key = (url, call.api, outgoing) if backend.cache and not request.get("stream") else None
             cached = self.cache.get(cache_key) if cache_key is not None else None
             if cached is not None:
                 call.sampling[sc.CACHE_HIT] = True
                 return await relay_answer(send, call, cached, added, None, 0, self._recording)
-            limiter = self._limiters.get(upstream.name)
+            limiter = table.limiters.get(upstream.name)
             connect_s, first_byte_s, total_s = (
                 ours if ours is not None else theirs
                 for ours, theirs in zip(
@@ -448,7 +517,7 @@ class Gateway:
                 )
             )
             deadline = Deadline.start(connect_s, first_byte_s, total_s)
-            url, retries, response = upstream.urls[call.api], 0, None
+            retries, response = 0, None
             try:
                 try:
                     async with asyncio.timeout_at(deadline.ends):  # a wait for the rate limit counts too

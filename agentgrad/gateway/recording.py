@@ -266,6 +266,8 @@ class Call:
     `NOT_TRAINED`, on a call the agent marked as no training data."""
     arm: str | None = None
     """The A/B arm that served it (`agentgrad.gateway.ab`), when its model is split."""
+    route_table: str | None = None
+    """The id of the route table that routed it (`gateway.table.RouteTable`): it keeps that table to its end."""
     adapter: str | None = None
     """The LoRA adapter that served it: as an engine holding several says (`agentgrad.engine.adapters`), or as the
     replica pool chose it for the agent (vLLM, which names none)."""
@@ -301,6 +303,8 @@ def call_span(call: Call, response_attributes: dict[str, Any], error: GatewayErr
         attributes[sc.AGENT_NAME] = call.agent
     if call.arm is not None:
         attributes[sc.AB_ARM] = call.arm
+    if call.route_table is not None:
+        attributes[sc.ROUTE_TABLE] = call.route_table
     if call.adapter:
         attributes[sc.ADAPTER_NAME] = call.adapter
     attributes.update(call.sampling)

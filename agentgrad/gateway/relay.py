@@ -36,10 +36,12 @@ NO_CLIENT_RETRY = (b"x-should-retry", b"false")  # the gateway already retried; 
 
 
 class Recorder:
-    """Counts the answers on their way to agents and queues each call's span once its answer is through."""
+    """Counts the answers on their way to agents and queues each call's span once its answer is through; `metrics`
+    (`gateway.metrics.GatewayMetrics`) counts each call for Prometheus at the same moment."""
 
-    def __init__(self, sink: GatewaySink) -> None:
+    def __init__(self, sink: GatewaySink, metrics: Any = None) -> None:
         self.sink = sink
+        self.metrics = metrics
         self.pending = 0
         self._idle = asyncio.Event()
 
@@ -51,7 +53,10 @@ class Recorder:
         """Build the call's span and queue it for the store (after the client got its answer)."""
         call.recorded = True
         try:
-            self.sink.put(call_span(call, answered, error, retries))
+            span = call_span(call, answered, error, retries)
+            self.sink.put(span)
+            if self.metrics is not None:
+                self.metrics.record(call, answered, error, retries, span.attributes[sc.LATENCY_MS] / 1000)
         except Exception:
             log.exception("could not record a call to %s", call.request.get("model"))
         finally:

@@ -209,6 +209,18 @@ _OPTIONS = {"models", "key_env", "requests_per_minute", "tokens_per_minute", "ma
 
 
 _SPLIT_KEYS = {"arms", "share", "seed"}
+_NUMBER = (int, float)
+_KINDS: dict[str, tuple[Any, str]] = {
+    **{key: (str, "a string") for key in ("url", "key_env", "model", "system", "tool_parser")},
+    **{key: (bool, "true or false") for key in ("token_ids", "logprobs", "cache")},
+    **{key: (_NUMBER, "a number of seconds") for key in ("connect_timeout_s", "first_byte_timeout_s", "timeout_s")},
+    **{key: (_NUMBER, "a number per minute") for key in ("requests_per_minute", "tokens_per_minute")},
+    "max_retries": (int, "a whole number"),
+    "max_queued": (int, "a whole number"),
+    "headers": (dict, "a table of header names and values"),
+}
+"""What each key of an `[upstreams.NAME]` table holds: a routing file set on a live gateway is checked whole."""
+_POSITIVE = {"connect_timeout_s", "first_byte_timeout_s", "timeout_s"}
 
 
 def load_routes(path: str | Path) -> dict[str, Backend | ABSplit]:
@@ -218,9 +230,22 @@ def load_routes(path: str | Path) -> dict[str, Backend | ABSplit]:
         table = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"cannot read the routing file {path}: {exc}") from None
+    return parse_routes(table, path)
+
+
+def parse_routes(table: Any, path: str | Path) -> dict[str, Backend | ABSplit]:
+    """The same from a routing file already parsed (TOML, or the same tables as JSON: what
+    `agentgrad gateway routes set` sends); `path` names it in errors."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: a routing file is a table with [upstreams.NAME] tables, not {type(table).__name__}")
+    unknown = set(table) - {"upstreams", "ab"}
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)}; a routing file has upstreams and ab")
     upstreams = table.get("upstreams")
     if not isinstance(upstreams, dict) or not upstreams:
         raise ValueError(f"{path}: no [upstreams.NAME] tables; each names a url and the models it serves")
+    if not all(isinstance(spec, dict) for spec in upstreams.values()):
+        raise ValueError(f"{path}: each upstreams.NAME is a table with a url and the models it serves")
     splits = table.get("ab", {})
     if not isinstance(splits, dict):
         raise ValueError(f"{path}: ab is a table of splits, [ab.MODEL] with arms = [UPSTREAM, UPSTREAM]")
@@ -259,6 +284,12 @@ def _backend(path: str | Path, name: str, spec: dict[str, Any], arm: bool) -> Ba
             f"{path}: upstreams.{name}.models is a list of model names or patterns like 'claude-*' "
             "(it may be left out only by an upstream that is an arm of an [ab.MODEL] split)"
         )
+    for key, value in spec.items():
+        kind, shape = _KINDS.get(key, (object, ""))
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ValueError(f"{path}: upstreams.{name}.{key} is {shape}, not {value!r}")
+        if key in _POSITIVE and not value > 0:
+            raise ValueError(f"{path}: upstreams.{name}.{key} is a number above 0, not {value!r}")
     options = {k: v for k, v in spec.items() if k in _BACKEND_FIELDS}
     if "key_env" in spec:
         options["api_key_env"] = spec["key_env"]

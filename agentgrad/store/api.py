@@ -338,6 +338,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "query_metrics", "GET", "/api/metrics", list[Metric], "Points by exact name or name prefix.", query=MetricsQuery
     ),
+    Operation("latest_metrics", "GET", "/api/metrics/latest", list[Metric], "The newest point of each curve, by time."),
     Operation(
         "put_run", "POST", "/api/runs", Run, "Record a run, or replace its record by id.", body=PutRunBody, once=True
     ),

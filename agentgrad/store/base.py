@@ -272,6 +272,15 @@ class Store(ABC):
     ) -> list[Metric]:
         """Points by name (exact) or name prefix, of one run when `run_id` is given, in step then time order."""
 
+    async def latest_metrics(self) -> list[Metric]:
+        """The newest point (by time) of each metric name: what a monitoring scrape exports. Backends with an index
+        answer it without reading every point."""
+        latest: dict[str, Metric] = {}
+        for point in await self.query_metrics():
+            if point.name not in latest or point.time >= latest[point.name].time:
+                latest[point.name] = point
+        return list(latest.values())
+
     # ------------------------------------------------------------------ runs
 
     @abstractmethod

@@ -344,6 +344,9 @@ class StoreClient(Store):
     async def query_runs(self) -> list[Run]:
         return await self._invoke("query_runs")
 
+    async def latest_metrics(self) -> list[Metric]:
+        return await self._invoke("latest_metrics")
+
     async def stats(self) -> StoreStats:
         return await self._invoke("stats")
 

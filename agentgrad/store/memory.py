@@ -291,4 +291,7 @@ class MemoryStore(LocalStore):
                 spans=self._span_count,
                 workers=len(self._workers),
                 resources=len(self._resources),
+                requeues=sum(
+                    max(r.num_attempts - 1, 0) + (r.status == RolloutStatus.REQUEUING) for r in self._rollouts.values()
+                ),
             )

@@ -8,7 +8,8 @@ to Starlette, which has the same routes.
 
 Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong
 (`http_errors`). The host, cross-site, token and body checks (`agentgrad.guard.Guard`) wrap the
-whole app as one ASGI layer, the one the gateway and the engine run behind too.
+whole app as one ASGI layer, the one the gateway and the engine run behind too. Inside it, every
+request is counted for Prometheus and `GET /metrics` answers (`agentgrad.metrics`, `store/metrics.py`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from starlette.types import Receive, Scope, Send
 
 from agentgrad.dashboard import dashboard_routes
 from agentgrad.guard import Guard, check_exposure, store_errors
+from agentgrad.metrics import ROUTE_KEY, ServerMetrics, instrument
 from agentgrad.serving import ServerThread
 from agentgrad.store.api import JSON, OPERATIONS, Operation, arguments, openapi_schema
 from agentgrad.store.base import Store
 from agentgrad.store.http_errors import error_response, exception_answer
 from agentgrad.store.idempotency import Answer
+from agentgrad.store.metrics import store_snapshot
 from agentgrad.store.otlp import otlp_traces
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -120,6 +123,7 @@ class _Dispatch:
                         handler, params = candidate, match.groupdict()
                         break
             if handler is not None:
+                scope[ROUTE_KEY] = handler.operation.path
                 body = await _read_body(receive)
                 if body is None:
                     return  # the client went away
@@ -180,11 +184,13 @@ def create_app(
     extra_routes: Sequence[BaseRoute] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
+    metrics: ServerMetrics | None = None,
 ) -> Guard:
-    """The store server as an ASGI app, behind the guard (`agentgrad.guard`): the API under `/api/`, OTLP ingest, the dashboard at `/`.
-    With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
+    """The store server as an ASGI app, behind the guard (`agentgrad.guard`): the API under `/api/`, OTLP ingest, the dashboard at `/`,
+    Prometheus metrics at `/metrics`. With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
     (the gateway, say) are served after the API's; `on_shutdown` coroutines (the gateway's `aclose`)
-    run when the server stops. `app.state.store` is the store it serves."""
+    run when the server stops; `metrics`: the registry to export into (a mounted gateway's, so one scrape reads
+    both). `app.state.store` is the store it serves."""
     handlers = [_Handler(operation) for operation in OPERATIONS]
     schema: dict[str, Any] = {}
 
@@ -210,14 +216,17 @@ def create_app(
     starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
     starlette.state.store = store
     starlette.state.max_body_bytes = max_body_bytes
+    metrics = metrics or ServerMetrics()
+    metrics.add(store_snapshot(lambda: starlette.state.store))
     app = Guard(
-        _Dispatch(starlette, handlers),
+        instrument(_Dispatch(starlette, handlers), metrics, "store"),
         token=token,
         public=_is_public,
         errors=store_errors,
         max_body_bytes=max_body_bytes,
     )
     app.state = starlette.state  # type: ignore[attr-defined]
+    starlette.state.metrics = metrics
     return app
 
 

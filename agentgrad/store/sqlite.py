@@ -607,6 +607,11 @@ class SqliteStore(LocalStore):
         rows = self._read(sql + " ORDER BY step, time, id", params)
         return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
 
+    async def latest_metrics(self) -> list[Metric]:
+        # SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum
+        rows = self._read("SELECT name, step, value, MAX(time), run_id FROM metrics GROUP BY name", ())
+        return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
+
     async def put_run(self, run: Run) -> Run:
         with self._write() as db:
             db.execute(
@@ -631,7 +636,17 @@ class SqliteStore(LocalStore):
             spans = self._conn.execute("SELECT COUNT(*) FROM spans").fetchone()[0]
             workers = self._conn.execute("SELECT COUNT(*) FROM workers").fetchone()[0]
             resources = self._conn.execute("SELECT COUNT(*) FROM resources").fetchone()[0]
-        return StoreStats(rollouts=rollouts, attempts=attempts, spans=spans, workers=workers, resources=resources)
+            requeues = self._conn.execute(
+                "SELECT COALESCE(SUM(num_attempts - 1 + (status = 'requeuing')), 0) FROM rollouts WHERE num_attempts > 0"
+            ).fetchone()[0]
+        return StoreStats(
+            rollouts=rollouts,
+            attempts=attempts,
+            spans=spans,
+            workers=workers,
+            resources=resources,
+            requeues=requeues,
+        )
 
 
 def _open_reason(path: Path) -> str:

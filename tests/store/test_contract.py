@@ -489,6 +489,29 @@ async def test_metrics_of_one_run_are_read_apart_from_the_others(store: Store) -
     assert len(await store.query_metrics("val/accuracy")) == 3
 
 
+async def test_the_latest_metrics_are_the_newest_point_of_each_curve_by_time(store: Store) -> None:
+    await store.add_metrics([Metric(name="train/loss", step=s, value=1 - s / 10, time=100 + s, run_id="a") for s in (0, 2, 1)])
+    await store.add_metrics([Metric(name="train/loss", step=0, value=0.9, time=200, run_id="b")])  # a newer run
+    await store.add_metrics([Metric(name="val/accuracy", step=4, value=0.5, time=150, run_id="a")])
+    latest = {m.name: (m.step, m.value, m.run_id) for m in await store.latest_metrics()}
+    assert latest == {"train/loss": (0, 0.9, "b"), "val/accuracy": (4, 0.5, "a")}
+
+
+async def test_stats_count_every_return_of_a_rollout_to_the_queue(store: Store, clock: ManualClock) -> None:
+    await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=10, max_attempts=3))
+    assert (await store.stats()).requeues == 0
+    counts = []
+    for _ in range(3):
+        await store.dequeue_rollout()
+        counts.append((await store.stats()).requeues)
+        clock.advance(10.001)
+        await store.check_attempts(force=True)
+        counts.append((await store.stats()).requeues)
+    assert counts == [0, 1, 1, 2, 2, 2]  # the third timeout fails the rollout: no requeue
+    await store.enqueue_rollout("never claimed")
+    assert (await store.stats()).requeues == 2
+
+
 async def test_a_run_is_recorded_replaced_by_id_and_listed_by_start_time(store: Store) -> None:
     later = Run(run_id="r2", name="second", algorithm="GRPO", start_time=200.0, config={"steps": 3}, seed=1)
     first = Run(run_id="r1", name="first", algorithm="Baseline", start_time=100.0, versions={"python": "3.11.9"})
