@@ -309,7 +309,7 @@ class LLM(BaseModel):
                 )
             return key
         if self.proxied:
-            from agentgrad.guard import TOKEN_ENV
+            from agentgrad.serving.guard import TOKEN_ENV
 
             return os.environ.get(TOKEN_ENV) or KEY_PLACEHOLDER
         return KEY_PLACEHOLDER

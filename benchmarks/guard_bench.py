@@ -4,7 +4,7 @@ typical gateway POST, a store span batch and a store GET, each through `Guard` a
     .venv/bin/python benchmarks/guard_bench.py
 """
 import asyncio, json, time
-from agentgrad.guard import Guard
+from agentgrad.serving.guard import Guard
 
 BODY = json.dumps({"model": "policy", "messages": [{"role": "system", "content": "You are a careful calculator. Answer with 'Answer: <number>'."}, {"role": "user", "content": "What is 37 + 45?"}], "temperature": 1.0, "max_tokens": 32}).encode()
 SPANS = json.dumps({"spans": [{"name": f"s{i}", "attributes": {"a": [1, 2, 3], "b": {"c": "d"}}} for i in range(10)]}).encode()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agentgrad.gateway import Backend, Gateway
-from agentgrad.guard import Guard
+from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import Span

@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, Unpack
 
 from rich.console import Console
 
@@ -146,6 +146,15 @@ async def collect_failures(store: Store, rollouts: Sequence[Rollout]) -> Failure
     return Failures(len(failed), len(rollouts), reasons.most_common(TOP_ERRORS))
 
 
+class QueueOptions(TypedDict, total=False):
+    """How `Algorithm.enqueue` queues a batch of rollouts: the resources they run with (default: the latest), their
+    retry policy, and each one's metadata (one dict per task)."""
+
+    resources_id: str | None
+    config: RolloutConfig | None
+    metadata: Sequence[dict[str, Any]] | None
+
+
 R = TypeVar("R", covariant=True)
 
 
@@ -207,39 +216,25 @@ class Algorithm(Generic[R]):
         return await self.publish({**(latest.resources if latest else {}), name: resource}, metadata)
 
     async def run_rollouts(
-        self,
-        tasks: Sequence[Any],
-        *,
-        mode: str,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: Sequence[dict[str, Any]] | None = None,
-        timeout: float | None = None,
+        self, tasks: Sequence[Any], *, mode: str, timeout: float | None = None, **queued: Unpack[QueueOptions]
     ) -> list[Rollout]:
-        """Queue one rollout per task and wait for all of them; returns them in task order.
+        """Queue one rollout per task (`enqueue`) and wait for all of them (`gather`, up to `timeout` seconds);
+        returns them in task order.
 
         Rollouts that did not succeed are reported on the console with their most frequent errors
         (and kept in `last_failures`), so a run whose every rollout fails says why.
         """
-        ids = await self.enqueue(tasks, mode=mode, resources_id=resources_id, config=config, metadata=metadata)
+        ids = await self.enqueue(tasks, mode=mode, **queued)
         return await self.gather(ids, mode=mode, timeout=timeout)
 
-    async def enqueue(
-        self,
-        tasks: Sequence[Any],
-        *,
-        mode: str,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: Sequence[dict[str, Any]] | None = None,
-    ) -> list[str]:
+    async def enqueue(self, tasks: Sequence[Any], *, mode: str, **queued: Unpack[QueueOptions]) -> list[str]:
         """Queue one rollout per task without waiting for them (runners start at once); returns their ids."""
-        config = config or RolloutConfig()
+        config, metadata = queued.get("config") or RolloutConfig(), queued.get("metadata")
         requests = [
             {
                 "input": task,
                 "mode": mode,
-                "resources_id": resources_id,
+                "resources_id": queued.get("resources_id"),
                 "config": config,
                 "metadata": metadata[i] if metadata else {},
             }

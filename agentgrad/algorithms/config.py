@@ -97,7 +97,6 @@ class LoopConfig(RunConfig):
     learning_rate: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
-    micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the update
     gradient_checkpointing: bool = False  # recompute each layer's activations in backward instead of keeping them
     train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under "ray")
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
@@ -132,7 +131,7 @@ class LoopConfig(RunConfig):
                     "rollback_on_drop needs synchronous training (max_staleness None or 0): rollouts queued ahead "
                     "were sampled by the weights a rollback discards"
                 )
-        for name, least in (("steps", 0), ("prompts_per_step", 1), ("group_size", 1), ("micro_batch_size", 1)):
+        for name, least in (("steps", 0), ("prompts_per_step", 1), ("group_size", 1)):
             if getattr(self, name) < least:
                 raise ValueError(f"{name} must be at least {least}, got {getattr(self, name)}")
         for name, zero in (("max_failed_steps", "never stop"), ("checkpoint_every", "only at the end")):

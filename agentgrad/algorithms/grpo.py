@@ -20,17 +20,14 @@ from rich.console import Console
 
 from agentgrad.adapters import final_answer, to_trajectories
 from agentgrad.algorithms.async_rollouts import StepRollouts
-from agentgrad.algorithms.base import Algorithm, Result, RunContext
-from agentgrad.algorithms.config import configured
+from agentgrad.algorithms.base import Result
 from agentgrad.algorithms.credit import CreditRule, Member, credit_rule, unpaid_reward
 from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.grpo_update import grpo_update, sharded_grpo_step
-from agentgrad.algorithms.loop import Batch, train
+from agentgrad.algorithms.loop import Batch, TrainsWeights
 from agentgrad.algorithms.roles import role_batches, role_metrics
-from agentgrad.algorithms.updates import open_update
-from agentgrad.distributed.group import follow
+from agentgrad.algorithms.updates import ShardedTrain, Train
 from agentgrad.engine import Engine
-from agentgrad.policy.config import make_policy
 from agentgrad.types import Rollout, RolloutStatus, Span
 
 GroupReward = Callable[[Any, Sequence[str]], Awaitable[Sequence[float]]]
@@ -43,19 +40,17 @@ GRPOResult = Result
 """What `GRPO.run` (and `Trainer.fit`) returns: the shape every algorithm's run returns."""
 
 
-class GRPO(Algorithm[Result]):
-    """`GRPO(GRPOConfig(...), local_engine=..., name=value, ...)`; without an engine, loads `model` (default SmolLM2).
+class GRPO(TrainsWeights):
+    """`GRPO(GRPOConfig(...), local_engine=..., group_reward=..., name=value, ...)`; without an engine, loads `model`
+    (default SmolLM2). Overrides and engines as every algorithm that trains weights takes them (`TrainsWeights`).
 
-    Keyword overrides copy the config (`dataclasses.replace`), never change it; a `PolicyConfig`
-    field name (`engine="vllm"`, `lora_rank=8`, `tis_cap=2.0`, ...) sets `config.policy`'s.
-    `local_engine` is a built-in `Engine` already loaded in this process, whose weights are trained.
     `group_reward` (`agentgrad.judge.GroupJudge`, or any async `(task, final answers) -> rewards`) replaces the
     agents' rewards of each group's successful rollouts with ones scored side by side (a judge, for tasks
     with no checker).
     """
 
-    serves_gateway = True
     config: GRPOConfig
+    config_type = GRPOConfig
 
     def __init__(
         self,
@@ -66,44 +61,20 @@ class GRPO(Algorithm[Result]):
         group_reward: GroupReward | None = None,
         **overrides: Any,
     ) -> None:
-        self.config = configured(config, GRPOConfig, overrides, "GRPO")
-        self.local_engine = local_engine
-        self.model_name = model
+        super().__init__(config, local_engine=local_engine, model=model, **overrides)
         self.group_reward = group_reward
 
-    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Result:
-        self.bind(ctx)
-        cfg = self.config
-        if not train_data:
-            raise ValueError("GRPO needs training tasks")
-        with make_policy(
-            cfg.policy,
-            ctx.store,
-            self.local_engine,
-            self.model_name,
-            gateway_port=ctx.gateway_port,
-            roles=cfg.roles,
-            default_role=cfg.default_role,
-        ) as policy:
-            update = open_update(
-                policy,
-                cfg,
-                ctx.launcher,
-                partial(grpo_update, cfg=cfg),
-                partial(sharded_grpo_step, cfg=cfg),
-                reference=cfg.kl_coef > 0,
-            )
-            try:
-                builder = GroupBatches(cfg, self.console, self.group_reward)
-                return await train(self, cfg, policy, builder, update, list(train_data), list(val_data or []))
-            finally:
-                update.close()
+    def batches(self) -> GroupBatches:
+        return GroupBatches(self.config, self.console, self.group_reward)
 
-    def follow(self) -> None:
-        """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""
-        from agentgrad.engine.model import load_model
+    def losses(self) -> tuple[Train, ShardedTrain]:
+        return partial(grpo_update, cfg=self.config), partial(sharded_grpo_step, cfg=self.config)
 
-        follow(lambda: self.local_engine.model if self.local_engine is not None else load_model(self.model_name)[0])
+    def roles(self) -> tuple[Mapping[str, str] | None, str | None]:
+        return self.config.roles, self.config.default_role
+
+    def reference(self) -> bool:
+        return self.config.kl_coef > 0
 
 
 @dataclass

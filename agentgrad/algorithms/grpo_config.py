@@ -27,6 +27,7 @@ class GRPOConfig(LoopConfig):
     clip_eps: float = 0.2  # PPO clip range of the ratio new/old probability
     kl_coef: float = 0.0  # > 0: k3 KL penalty to the starting weights (a frozen copy; the base weights under LoRA)
     updates_per_step: int = 1  # optimizer passes over each step's batch (> 1 reuses samples, off-policy)
+    micro_batch_size: int = 32  # sequences per forward/backward; gradients accumulate over the step
     # ---- roles (algorithms/roles.py): one LoRA adapter per agent role, trained together
     roles: Mapping[str, str] | None = None  # role -> agent pattern (a regex on the ag.agent name)
     default_role: str | None = None  # the role whose adapter serves the agents no role matches (None: the base)
@@ -35,8 +36,9 @@ class GRPOConfig(LoopConfig):
         super().__post_init__()
         if self.group_size < 2:
             raise ValueError(f"group_size must be at least 2 to compare rollouts of a task, got {self.group_size}")
-        if self.updates_per_step < 1:
-            raise ValueError(f"updates_per_step must be at least 1, got {self.updates_per_step}")
+        for name in ("updates_per_step", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.credit not in ("final", "per_turn") or not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"credit is 'final' or 'per_turn' and 0 <= gamma <= 1, got {self.credit!r}, {self.gamma}")
         if self.roles:

@@ -27,17 +27,21 @@ from agentgrad.algorithms.base import (
     Algorithm,
     Evaluation,
     Result,
+    RunContext,
     count_no_reward,
     flag_no_model_calls,
     no_model_calls_error,
 )
-from agentgrad.algorithms.config import LoopConfig
+from agentgrad.algorithms.config import LoopConfig, configured
 from agentgrad.algorithms.rollback import RollbackGuard
-from agentgrad.algorithms.updates import Update
+from agentgrad.algorithms.updates import ShardedTrain, Train, Update, open_update
+from agentgrad.distributed.group import follow
+from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.sampling import SamplingPlan
 from agentgrad.policy.base import Policy
 from agentgrad.policy.checkpoints import BestCheckpoint, complete_checkpoints, latest_checkpoint, prune_checkpoints
+from agentgrad.policy.config import make_policy
 from agentgrad.semconv import is_llm_call
 from agentgrad.types import Rollout, RolloutStatus, Span
 
@@ -59,6 +63,77 @@ class BatchBuilder(Protocol):
     """How a step's finished rollouts become a batch (`spans`: each successful rollout's, by rollout id)."""
 
     async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch: ...
+
+
+class TrainsWeights(Algorithm[Result]):
+    """An algorithm that trains a local model's weights through the loop (GRPO, SFT): it supplies its config type,
+    its batch builder and its loss (`Train`, and the same on one rank of a sharded update); the policy, the update
+    and the loop are built here once.
+
+    `Algorithm(config, local_engine=..., model=..., name=value)`: keyword overrides copy the config, never change
+    it; a `PolicyConfig` field name (`engine="vllm"`, `lora_rank=8`) sets `config.policy`'s. `local_engine` is a
+    built-in `Engine` already loaded in this process, whose weights are trained; without it `model` is loaded
+    (default SmolLM2).
+    """
+
+    serves_gateway = True
+    config: LoopConfig
+    config_type: type[LoopConfig] = LoopConfig
+
+    def __init__(
+        self,
+        config: LoopConfig | None = None,
+        *,
+        local_engine: Engine | None = None,
+        model: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.config = configured(config, self.config_type, overrides, type(self).__name__)
+        self.local_engine = local_engine
+        self.model_name = model
+
+    def batches(self) -> BatchBuilder:
+        """How this algorithm turns a step's rollouts into a batch."""
+        raise NotImplementedError
+
+    def losses(self) -> tuple[Train, ShardedTrain]:
+        """Its optimizer step on a batch: in this process, and on one rank of a training group."""
+        raise NotImplementedError
+
+    def roles(self) -> tuple[Mapping[str, str] | None, str | None]:
+        """One LoRA adapter per agent role (role -> agent pattern) and the default role; (None, None): one policy."""
+        return None, None
+
+    def reference(self) -> bool:
+        """Whether the update keeps a frozen reference of the starting weights (a KL term)."""
+        return False
+
+    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Result:
+        self.bind(ctx)
+        cfg = self.config
+        if not train_data:
+            raise ValueError(f"{type(self).__name__} needs training tasks")
+        roles, default_role = self.roles()
+        with make_policy(
+            cfg.policy,
+            ctx.store,
+            self.local_engine,
+            self.model_name,
+            gateway_port=ctx.gateway_port,
+            roles=roles,
+            default_role=default_role,
+        ) as policy:
+            update = open_update(policy, cfg, ctx.launcher, *self.losses(), reference=self.reference())
+            try:
+                return await train(self, cfg, policy, self.batches(), update, list(train_data), list(val_data or []))
+            finally:
+                update.close()
+
+    def follow(self) -> None:
+        """A rank past 0 under torchrun: build this rank's shard and join each update rank 0 runs."""
+        from agentgrad.engine.model import load_model
+
+        follow(lambda: self.local_engine.model if self.local_engine is not None else load_model(self.model_name)[0])
 
 
 async def train(

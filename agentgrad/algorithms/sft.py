@@ -15,20 +15,17 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 
 from agentgrad.adapters import Trajectory, to_trajectories
 from agentgrad.algorithms.async_rollouts import StepRollouts
-from agentgrad.algorithms.base import Algorithm, Result, RunContext
-from agentgrad.algorithms.config import LoopConfig, configured
-from agentgrad.algorithms.loop import Batch, train
-from agentgrad.algorithms.updates import open_update
+from agentgrad.algorithms.base import Result
+from agentgrad.algorithms.config import LoopConfig
+from agentgrad.algorithms.loop import Batch, TrainsWeights
+from agentgrad.algorithms.updates import ShardedTrain, Train
 from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
-from agentgrad.engine import Engine
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
-from agentgrad.policy.config import make_policy
 from agentgrad.types import RolloutStatus, Span
 
 SFTResult = Result
@@ -51,6 +48,7 @@ class SFTConfig(LoopConfig):
     # ---- the optimizer: NLL of the kept model-written tokens, token mean over each batch
     epochs: int = 2  # passes over each step's kept data
     batch_size: int = 16  # sequences per optimizer step
+    weight_decay: float = 0.01  # AdamW's default, as SFT has always trained
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,43 +57,18 @@ class SFTConfig(LoopConfig):
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
-class SFT(Algorithm[Result]):
+class SFT(TrainsWeights):
     """`SFT(SFTConfig(...), local_engine=..., name=value, ...)`; without an engine, loads `model` (default SmolLM2).
+    Overrides and engines as every algorithm that trains weights takes them (`TrainsWeights`)."""
 
-    Overrides copy the config as GRPO's do; a `PolicyConfig` field name sets `config.policy`'s.
-    """
-
-    serves_gateway = True
     config: SFTConfig
+    config_type = SFTConfig
 
-    def __init__(
-        self,
-        config: SFTConfig | None = None,
-        *,
-        local_engine: Engine | None = None,
-        model: str | None = None,
-        **overrides: Any,
-    ) -> None:
-        self.config = configured(config, SFTConfig, overrides, "SFT")
-        self.local_engine = local_engine
-        self.model_name = model
+    def batches(self) -> KeptBatches:
+        return KeptBatches(self.config)
 
-    async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Result:
-        self.bind(ctx)
-        cfg = self.config
-        if not train_data:
-            raise ValueError("SFT needs training tasks")
-        with make_policy(
-            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port
-        ) as policy:
-            update = open_update(
-                policy, cfg, ctx.launcher, partial(fine_tune, cfg=cfg), partial(sharded_fine_tune, cfg=cfg)
-            )
-            try:
-                builder = KeptBatches(cfg)
-                return await train(self, cfg, policy, builder, update, list(train_data), list(val_data or []))
-            finally:
-                update.close()
+    def losses(self) -> tuple[Train, ShardedTrain]:
+        return partial(fine_tune, cfg=self.config), partial(sharded_fine_tune, cfg=self.config)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from agentgrad.redact import RedactingConsole
 
 if TYPE_CHECKING:
     from agentgrad.algorithms.base import Evaluation, Result
+    from agentgrad.algorithms.loop import TrainsWeights
 
 console = RedactingConsole()
 
@@ -259,7 +260,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--val-every",
         type=int,
         metavar="K",
-        help="GRPO: validate every K steps too (default: only before and after; 2 for sql)",
+        help="validate every K steps too (default: GRPO only before and after, 2 for sql; SFT every step)",
     )
     parser.add_argument(
         "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; 2 for sql)"
@@ -308,7 +309,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--train-processes",
         type=int,
         default=1,
-        help="GRPO: shard the update with FSDP2 over this many processes (Ray actors with --strategy ray)",
+        help="shard the update with FSDP2 over this many processes (Ray actors with --strategy ray)",
     )
     parser.add_argument(
         "--engine",
@@ -347,44 +348,27 @@ def main(args: argparse.Namespace) -> None:
     policy = PolicyConfig(
         engine=args.engine, vllm_replicas=args.vllm_replicas, vllm_urls=args.vllm_url or (), lora_rank=args.lora_rank
     )
-    checkpoints = str(run.checkpoints)
-    algorithm: ag.Algorithm[Result]
+    steps = demo_steps(args)
+    settings: dict[str, Any] = {
+        "steps": steps,
+        "checkpoint_dir": str(run.checkpoints),
+        "checkpoint_every": args.checkpoint_every,
+        "seed": args.seed,
+        "train_processes": args.train_processes,
+        "policy": policy,
+        **{name: value for name in ("prompts_per_step", "group_size", "val_every") if (value := getattr(args, name))},
+    }
+    algorithm: TrainsWeights
     if args.algorithm == "grpo":
-        from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+        from agentgrad.algorithms.grpo import GRPO
 
-        steps = demo_steps(args)
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
-        algorithm = GRPO(
-            GRPOConfig(
-                steps=steps,
-                val_every=args.val_every or (10 if args.task == "plain" else steps),
-                micro_batch_size=8,
-                checkpoint_dir=checkpoints,
-                checkpoint_every=args.checkpoint_every,
-                prompts_per_step=args.prompts_per_step or 8,
-                group_size=args.group_size or 8,
-                seed=args.seed,
-                train_processes=args.train_processes,
-                policy=policy,
-            ),
-            local_engine=engine,
-        )
+        settings.setdefault("val_every", 10 if args.task == "plain" else steps)
+        algorithm = GRPO(local_engine=engine, micro_batch_size=8, **settings)
     else:
-        from agentgrad.algorithms.sft import SFT, SFTConfig
+        from agentgrad.algorithms.sft import SFT
 
-        defaults = SFTConfig()
-        algorithm = SFT(
-            SFTConfig(
-                steps=demo_steps(args),
-                prompts_per_step=args.prompts_per_step or defaults.prompts_per_step,
-                group_size=args.group_size or defaults.group_size,
-                checkpoint_dir=checkpoints,
-                checkpoint_every=args.checkpoint_every,
-                seed=args.seed,
-                policy=policy,
-            ),
-            local_engine=engine,
-        )
+        algorithm = SFT(local_engine=engine, **settings)
     if args.strategy == "ray":
         import ray.cloudpickle
 

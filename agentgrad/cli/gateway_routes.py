@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgrad.cli.common import UsageError
-from agentgrad.guard import TOKEN_ENV
 from agentgrad.redact import RedactingConsole
+from agentgrad.serving.guard import TOKEN_ENV
 
 console = RedactingConsole()
 

@@ -16,8 +16,8 @@ from rich.table import Table
 from agentgrad.cli import experiments, gateway_routes, views
 from agentgrad.cli.common import UsageError, with_store
 from agentgrad.cli.options import add_report_to
-from agentgrad.guard import TOKEN_ENV, check_exposure
 from agentgrad.redact import RedactingConsole, redact, redact_logs
+from agentgrad.serving.guard import TOKEN_ENV, check_exposure
 from agentgrad.store import Store, StoreError, open_store
 from agentgrad.store.client import StoreUnreachable
 
@@ -39,8 +39,8 @@ def serve_engine_command(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     from agentgrad.engine import Engine
     from agentgrad.engine.server import create_engine_app
-    from agentgrad.guard import Guard
     from agentgrad.serving import run
+    from agentgrad.serving.guard import Guard
 
     model = args.model
     if args.checkpoint:
@@ -214,9 +214,9 @@ def run_gateway(args: argparse.Namespace) -> None:
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
     console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
     from agentgrad.gateway.admin import is_public
-    from agentgrad.guard import Guard
+    from agentgrad.serving.guard import Guard
 
-    # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.guard).
+    # The guard learns of the token too: with one, a host name other than loopback's is fine (see agentgrad.serving.guard).
     run(
         Guard(gateway, token=args.token, public=is_public),
         host=args.host,

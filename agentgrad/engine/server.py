@@ -29,7 +29,7 @@ from agentgrad.engine.messages import messages
 from agentgrad.engine.metrics import EngineCollector
 from agentgrad.engine.responses import responses
 from agentgrad.engine.wire import VERSION_HEADER, ClientGone, model_names
-from agentgrad.metrics import ServerMetrics, instrument
+from agentgrad.serving.metrics import ServerMetrics, instrument
 
 __all__ = ["VERSION_HEADER", "create_engine_app"]
 

@@ -15,7 +15,7 @@ import orjson
 
 from agentgrad.gateway.relay import reject, send_json
 from agentgrad.gateway.table import RouteTable, TableChanged
-from agentgrad.guard import MAX_BODY_BYTES
+from agentgrad.serving.guard import MAX_BODY_BYTES
 
 ROUTES_PATH = "/admin/routes"
 HEALTH_PATH = "/health"

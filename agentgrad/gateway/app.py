@@ -65,9 +65,9 @@ from agentgrad.gateway.upstreams import (
     GatewayError,
     post_with_retries,
 )
-from agentgrad.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
-from agentgrad.metrics import METRICS_PATH, ROUTE_KEY, ServerMetrics, counted
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
+from agentgrad.serving.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
+from agentgrad.serving.metrics import METRICS_PATH, ROUTE_KEY, ServerMetrics, counted
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)

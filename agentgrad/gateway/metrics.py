@@ -2,7 +2,7 @@
 the route table serving.
 
 Counted once per call, where its span is made (`relay.Recorder.record`): a few dictionary updates on the gateway's
-event loop (`agentgrad.metrics.Counts`), which the scrape, on the same loop, turns into metric families. Labels
+event loop (`agentgrad.serving.metrics.Counts`), which the scrape, on the same loop, turns into metric families. Labels
 are the configuration's names (upstreams, split models and arms), never what a caller sends: a model nothing
 routes counts under `upstream="none"`, an upstream's own error code under `code="upstream_error"`.
 """
@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from agentgrad import semconv as sc
 from agentgrad.gateway.recording import Call
 from agentgrad.gateway.upstreams import GatewayError
-from agentgrad.metrics import LATENCY_BUCKETS, Buckets, Counts
+from agentgrad.serving.metrics import LATENCY_BUCKETS, Buckets, Counts
 
 GATEWAY_CODES = frozenset(
     {

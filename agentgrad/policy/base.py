@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -37,6 +37,19 @@ if TYPE_CHECKING:
     from agentgrad.gateway.replicas import ReplicaPool
 
 log = logging.getLogger(__name__)
+
+
+class PolicyOptions(TypedDict, total=False):
+    """What every policy takes besides its store, engine and model (`Policy`'s docstring says what each does)."""
+
+    lora_rank: int
+    lora_alpha: int
+    lora_targets: list[str] | str
+    gateway_port: int
+    adapters: Mapping[str, str] | None
+    default_adapter: str | None
+    attempt_wait_s: float
+    clock: Callable[[], float]
 
 
 class Policy(ABC):

@@ -15,7 +15,7 @@ from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from agentgrad.engine import Engine
-    from agentgrad.policy.base import Policy
+    from agentgrad.policy.base import Policy, PolicyOptions
     from agentgrad.store import Store
 
 ENGINES = ("local", "vllm")
@@ -88,6 +88,14 @@ def make_policy(
     """The policy `policy.engine` names: the built-in engine, or vLLM servers synced after each update.
     `roles` (role -> agent pattern): one LoRA adapter per role, served together by either; `default_role`'s
     adapter serves the agents no role matches (None: the base model does)."""
+    options: PolicyOptions = {
+        "lora_rank": policy.lora_rank,
+        "lora_alpha": policy.lora_alpha,
+        "gateway_port": gateway_port,
+        "adapters": roles,
+        "default_adapter": default_role,
+        "attempt_wait_s": policy.attempt_wait_s,
+    }
     if policy.engine == "vllm":
         from agentgrad.policy.vllm import VLLMPolicy
 
@@ -98,23 +106,8 @@ def make_policy(
             replicas=policy.vllm_replicas,
             urls=policy.vllm_urls,
             transport=policy.vllm_transport,
-            lora_rank=policy.lora_rank,
-            lora_alpha=policy.lora_alpha,
-            gateway_port=gateway_port,
-            adapters=roles,
-            default_adapter=default_role,
-            attempt_wait_s=policy.attempt_wait_s,
+            **options,
         )
     from agentgrad.policy.local import LocalPolicy
 
-    return LocalPolicy(
-        store,
-        local_engine,
-        model,
-        lora_rank=policy.lora_rank,
-        lora_alpha=policy.lora_alpha,
-        gateway_port=gateway_port,
-        adapters=roles,
-        default_adapter=default_role,
-        attempt_wait_s=policy.attempt_wait_s,
-    )
+    return LocalPolicy(store, local_engine, model, **options)

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 import httpx
 import torch
 
 from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
-from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS, ReplicaPool
+from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.upstreams import TRAINED_ENGINE_TIMEOUT_SECONDS, Backend
-from agentgrad.policy.base import Policy
+from agentgrad.policy.base import Policy, PolicyOptions
 from agentgrad.policy.transports import LORA_NAME, WeightTransport, make_transport
 from agentgrad.policy.vllm_server import (
     VLLMServer,
@@ -59,32 +59,12 @@ class VLLMPolicy(Policy):
         urls: Sequence[str] = (),
         transport: str = "auto",
         vllm_args: Sequence[str] = (),
-        lora_rank: int = 0,
-        lora_alpha: int = 16,
-        lora_targets: list[str] | str = "all-linear",
-        gateway_port: int = 0,
-        adapters: Mapping[str, str] | None = None,
-        default_adapter: str | None = None,
-        attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[PolicyOptions],
     ) -> None:
         if replicas < 1 and not urls:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
         # the trainer's copy samples nothing: fp32 only, no bf16 sampling copy
-        engine = engine or Engine(model, sampling_dtype=torch.float32)
-        super().__init__(
-            store,
-            engine,
-            model,
-            lora_rank=lora_rank,
-            lora_alpha=lora_alpha,
-            lora_targets=lora_targets,
-            gateway_port=gateway_port,
-            adapters=adapters,
-            default_adapter=default_adapter,
-            attempt_wait_s=attempt_wait_s,
-            clock=clock,
-        )
+        super().__init__(store, engine or Engine(model, sampling_dtype=torch.float32), model, **options)
         if self.engine.name in self.adapters:
             raise ValueError(
                 f"role {self.engine.name!r} has the name the vLLM servers serve the base model under: rename the role"

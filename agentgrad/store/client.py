@@ -15,6 +15,7 @@ connection pool per loop.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import math
@@ -23,13 +24,13 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, urlencode
 
 from pydantic import TypeAdapter
 
-from agentgrad.guard import TOKEN_ENV
+from agentgrad.serving.guard import TOKEN_ENV
 from agentgrad.store.api import BY_NAME, LONG_POLL_SECONDS, AddSpansReply, Operation
 from agentgrad.store.base import Store
 from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
@@ -37,20 +38,9 @@ from agentgrad.store.http11 import ConnectionPool, TransportError
 from agentgrad.store.span_batches import SpanBatches
 from agentgrad.store.transitions import as_requests
 from agentgrad.types import (
-    Attempt,
-    AttemptedRollout,
-    AttemptStatus,
     Metric,
-    NamedResources,
-    ResourcesSnapshot,
     Rollout,
-    RolloutConfig,
-    RolloutStatus,
-    Run,
     Span,
-    StoreStats,
-    Worker,
-    WorkerStatus,
 )
 
 log = logging.getLogger(__name__)
@@ -82,6 +72,24 @@ class StoreUnreachable(ConnectionError):
 
 class _ServerTrouble(Exception):
     """A 5xx answer: worth retrying."""
+
+
+Method = TypeVar("Method", bound=Callable[..., Awaitable[Any]])
+
+
+def remote(method: Method) -> Method:
+    """`Store.method` as a call to the server's operation of that name: the arguments bound to the method's
+    signature (its defaults applied) are the operation's fields; an argument left None takes the field's default."""
+    signature = inspect.signature(method)
+    name = method.__name__
+
+    async def call(self: StoreClient, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return await self._invoke(name, **{k: v for k, v in bound.arguments.items() if k != "self"})
+
+    call.__name__, call.__qualname__, call.__doc__ = name, f"StoreClient.{name}", method.__doc__
+    return cast(Method, call)
 
 
 class StoreClient(Store):
@@ -130,7 +138,9 @@ class StoreClient(Store):
         path = operation.path.format(**{param: _segment(arguments.pop(param)) for param in operation.path_params})
         payload = None
         if operation.body is not None:
-            payload = operation.body(**arguments).model_dump_json().encode()
+            fields = operation.body.model_fields  # None for a field with a default: its default
+            given = {k: v for k, v in arguments.items() if v is not None or fields[k].is_required()}
+            payload = operation.body(**given).model_dump_json().encode()
         elif operation.query is not None:
             query = operation.query(**arguments).model_dump(exclude_defaults=True)
             path += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
@@ -164,79 +174,36 @@ class StoreClient(Store):
             raise _error(response.status, response.body, self.url)
         return response.body
 
-    # ------------------------------------------------------------------ rollouts and attempts
+    # ------------------------------------------------------------------ the operations, each derived from `Store`'s
+
+    dequeue_rollout = remote(Store.dequeue_rollout)
+    start_rollout = remote(Store.start_rollout)
+    get_rollout = remote(Store.get_rollout)
+    query_rollouts = remote(Store.query_rollouts)
+    query_attempts = remote(Store.query_attempts)
+    update_attempt = remote(Store.update_attempt)
+    update_rollout = remote(Store.update_rollout)
+    check_attempts = remote(Store.check_attempts)
+    query_spans = remote(Store.query_spans)
+    query_spans_of = remote(Store.query_spans_of)
+    add_resources = remote(Store.add_resources)
+    update_resources = remote(Store.update_resources)
+    get_resources = remote(Store.get_resources)
+    get_latest_resources = remote(Store.get_latest_resources)
+    query_resources = remote(Store.query_resources)
+    heartbeat = remote(Store.heartbeat)
+    query_workers = remote(Store.query_workers)
+    query_metrics = remote(Store.query_metrics)
+    put_run = remote(Store.put_run)
+    get_run = remote(Store.get_run)
+    query_runs = remote(Store.query_runs)
+    latest_metrics = remote(Store.latest_metrics)
+    stats = remote(Store.stats)
+
+    # ------------------------------------------------------------------ the operations done here in part
 
     async def enqueue_rollouts(self, requests: Sequence[Any]) -> list[Rollout]:
         return await self._invoke("enqueue_rollouts", requests=as_requests(requests))
-
-    async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
-        return await self._invoke("dequeue_rollout", worker_id=worker_id)
-
-    async def start_rollout(
-        self,
-        input: Any,
-        *,
-        mode: str | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
-        return await self._invoke(
-            "start_rollout",
-            input=input,
-            mode=mode,
-            resources_id=resources_id,
-            config=config or RolloutConfig(),
-            metadata=metadata or {},
-            worker_id=worker_id,
-        )
-
-    async def get_rollout(self, rollout_id: str) -> Rollout:
-        return await self._invoke("get_rollout", rollout_id=rollout_id)
-
-    async def query_rollouts(
-        self,
-        *,
-        status: Sequence[RolloutStatus | str] | None = None,
-        mode: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[Rollout]:
-        return await self._invoke(
-            "query_rollouts",
-            status=None if status is None else list(status),
-            mode=mode,
-            rollout_ids=None if rollout_ids is None else list(rollout_ids),
-            limit=limit,
-            offset=offset,
-        )
-
-    async def query_attempts(self, rollout_id: str) -> list[Attempt]:
-        return await self._invoke("query_attempts", rollout_id=rollout_id)
-
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | str | None = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Attempt:
-        return await self._invoke(
-            "update_attempt", rollout_id=rollout_id, attempt_id=attempt_id, status=status, reward=reward, error=error
-        )
-
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        *,
-        status: RolloutStatus | str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
-        return await self._invoke("update_rollout", rollout_id=rollout_id, status=status, metadata=metadata)
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
         """Long-polls the server, which answers as soon as the rollouts finish or its poll time is up.
@@ -260,9 +227,6 @@ class StoreClient(Store):
                 break
         return [finished[rid] for rid in wanted if rid in finished]
 
-    async def check_attempts(self, force: bool = False) -> None:
-        await self._invoke("check_attempts", force=force)
-
     # ------------------------------------------------------------------ spans
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
@@ -276,50 +240,9 @@ class StoreClient(Store):
         answer: AddSpansReply = await self._invoke("add_spans", spans=spans)
         return answer.sequence_ids
 
-    async def query_spans(
-        self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
-    ) -> list[Span]:
-        return await self._invoke(
-            "query_spans", rollout_id=rollout_id, attempt_id=attempt_id, all_attempts=all_attempts
-        )
-
-    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
-        return await self._invoke("query_spans_of", rollout_ids=list(rollout_ids))
-
     # ------------------------------------------------------------------ resources
 
-    async def add_resources(
-        self, resources: NamedResources, metadata: dict[str, Any] | None = None
-    ) -> ResourcesSnapshot:
-        return await self._invoke("add_resources", resources=resources, metadata=metadata or {})
-
-    async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
-        return await self._invoke("update_resources", resources_id=resources_id, metadata=metadata)
-
-    async def get_resources(self, resources_id: str) -> ResourcesSnapshot:
-        return await self._invoke("get_resources", resources_id=resources_id)
-
-    async def get_latest_resources(self) -> ResourcesSnapshot | None:
-        return await self._invoke("get_latest_resources")
-
-    async def query_resources(self) -> list[ResourcesSnapshot]:
-        return await self._invoke("query_resources")
-
     # ------------------------------------------------------------------ workers, metrics, stats
-
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        status: WorkerStatus | str | None = None,
-        active_attempts: Sequence[tuple[str, str]] | None = None,
-        info: dict[str, Any] | None = None,
-    ) -> Worker:
-        pairs = None if active_attempts is None else [tuple(pair) for pair in active_attempts]
-        return await self._invoke("heartbeat", worker_id=worker_id, status=status, active_attempts=pairs, info=info)
-
-    async def query_workers(self) -> list[Worker]:
-        return await self._invoke("query_workers")
 
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
         for metric in metrics:
@@ -329,26 +252,6 @@ class StoreClient(Store):
                     "to the store server; log a finite value"
                 )
         await self._invoke("add_metrics", metrics=list(metrics))
-
-    async def query_metrics(
-        self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
-    ) -> list[Metric]:
-        return await self._invoke("query_metrics", name=name, prefix=prefix, run_id=run_id)
-
-    async def put_run(self, run: Run) -> Run:
-        return await self._invoke("put_run", run=run)
-
-    async def get_run(self, run_id: str) -> Run:
-        return await self._invoke("get_run", run_id=run_id)
-
-    async def query_runs(self) -> list[Run]:
-        return await self._invoke("query_runs")
-
-    async def latest_metrics(self) -> list[Metric]:
-        return await self._invoke("latest_metrics")
-
-    async def stats(self) -> StoreStats:
-        return await self._invoke("stats")
 
 
 def _segment(value: str) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agentgrad.metrics import Snapshot
+from agentgrad.serving.metrics import Snapshot
 from agentgrad.store.base import Store
 from agentgrad.types import AttemptStatus, RolloutStatus
 from agentgrad.types import Metric as Point

@@ -7,9 +7,9 @@ own work. Paths that match no operation (404) or not its method (405, with `Allo
 to Starlette, which has the same routes.
 
 Bad input never changes anything and always gets a 4xx whose JSON body says what was wrong
-(`http_errors`). The host, cross-site, token and body checks (`agentgrad.guard.Guard`) wrap the
+(`http_errors`). The host, cross-site, token and body checks (`agentgrad.serving.guard.Guard`) wrap the
 whole app as one ASGI layer, the one the gateway and the engine run behind too. Inside it, every
-request is counted for Prometheus and `GET /metrics` answers (`agentgrad.metrics`, `store/metrics.py`).
+request is counted for Prometheus and `GET /metrics` answers (`agentgrad.serving.metrics`, `store/metrics.py`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from agentgrad.dashboard import dashboard_routes
-from agentgrad.guard import Guard, check_exposure, store_errors
-from agentgrad.metrics import ROUTE_KEY, ServerMetrics, instrument
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import Guard, check_exposure, store_errors
+from agentgrad.serving.metrics import ROUTE_KEY, ServerMetrics, instrument
 from agentgrad.store.api import JSON, OPERATIONS, Operation, arguments, openapi_schema
 from agentgrad.store.base import Store
 from agentgrad.store.http_errors import error_response, exception_answer
@@ -186,7 +186,7 @@ def create_app(
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
     metrics: ServerMetrics | None = None,
 ) -> Guard:
-    """The store server as an ASGI app, behind the guard (`agentgrad.guard`): the API under `/api/`, OTLP ingest, the dashboard at `/`,
+    """The store server as an ASGI app, behind the guard (`agentgrad.serving.guard`): the API under `/api/`, OTLP ingest, the dashboard at `/`,
     Prometheus metrics at `/metrics`. With `token`, every request for data needs `Authorization: Bearer <token>`. `extra_routes`
     (the gateway, say) are served after the API's; `on_shutdown` coroutines (the gateway's `aclose`)
     run when the server stops; `metrics`: the registry to export into (a mounted gateway's, so one scrape reads

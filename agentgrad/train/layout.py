@@ -1,10 +1,18 @@
-"""What every strategy is given besides the algorithm and the run's context: how many runners, and what each is."""
+"""What every strategy is given: the algorithm's run (given its context), the context, and the runners' layout."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+from agentgrad.algorithms.base import RunContext
 from agentgrad.rollout.workers import RunnerSpec
+
+R = TypeVar("R")
+
+Run = Callable[[RunContext], Awaitable[R]]
+"""The algorithm's run over the data, given the context the strategy lays out (`algorithm.run(ctx, train, val)`)."""
 
 
 @dataclass(frozen=True)

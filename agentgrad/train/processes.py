@@ -21,7 +21,7 @@ from agentgrad.algorithms.base import Algorithm, RunContext
 from agentgrad.rollout.venvs import RunnerProcesses
 from agentgrad.rollout.workers import RunnerSpec, run_workers, supervise
 from agentgrad.store import Store
-from agentgrad.train.layout import Layout
+from agentgrad.train.layout import Layout, Run
 
 R = TypeVar("R")
 
@@ -31,13 +31,7 @@ STOP_SECONDS = 10.0
 """Grace for runner processes to finish the rollouts in flight once asked to stop; then they are killed."""
 
 
-async def run_processes(
-    algorithm: Algorithm[R],
-    ctx: RunContext,
-    layout: Layout,
-    train_data: Sequence[Any],
-    val_data: Sequence[Any] | None,
-) -> R:
+async def run_processes(run: Run[R], ctx: RunContext, layout: Layout) -> R:
     """Serve `ctx.store`, start `layout.n_runners` runner processes, run the algorithm, stop them all.
 
     With a gateway (`layout.runner.gateway`, `…/v1`), the runners' no-argument `OpenAI()` calls it, routed to each
@@ -63,7 +57,7 @@ async def run_processes(
         for process in processes:
             process.start()
         log.info("store served at %s to %d runner processes", url, len(processes))
-        return await supervise(ctx.store, algorithm.run(ctx, train_data, val_data), processes)
+        return await supervise(ctx.store, run(ctx), processes)
     finally:
         await asyncio.to_thread(stop_processes, processes)
         if server is not None:

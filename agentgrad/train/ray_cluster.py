@@ -20,12 +20,11 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from agentgrad.algorithms.base import Algorithm, RunContext
+from agentgrad.algorithms.base import RunContext
 from agentgrad.rollout.workers import RunnerSpec, release_attempts
-from agentgrad.train.layout import Layout
+from agentgrad.train.layout import Layout, Run
 
 R = TypeVar("R")
 
@@ -181,13 +180,7 @@ class RayGroup:
 # ----------------------------------------------------------------------------- the strategy
 
 
-async def run_ray(
-    algorithm: Algorithm[R],
-    ctx: RunContext,
-    layout: Layout,
-    train_data: Sequence[Any],
-    val_data: Sequence[Any] | None,
-) -> R:
+async def run_ray(run: Run[R], ctx: RunContext, layout: Layout) -> R:
     """Serve `ctx.store` from the driver, start the runner actors, run the algorithm with its training
     ranks launched as Ray actors (`RayGroup` as the context's launcher), stop them."""
     import ray
@@ -204,7 +197,7 @@ async def run_ray(
     try:
         actors = await asyncio.to_thread(start_runners, url, token, layout.runner, layout.n_runners)
         log.info("store served at %s to %d runner actors", url, len(actors))
-        return await algorithm.run(dataclasses.replace(ctx, launcher=RayGroup), train_data, val_data)
+        return await run(dataclasses.replace(ctx, launcher=RayGroup))
     finally:
         await asyncio.to_thread(_stop_runners, actors)
         await asyncio.to_thread(server.stop)

@@ -9,12 +9,11 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from agentgrad.algorithms.base import Algorithm, RunContext
+from agentgrad.algorithms.base import RunContext
 from agentgrad.rollout.workers import RunnerThread, supervise
-from agentgrad.train.layout import Layout
+from agentgrad.train.layout import Layout, Run
 
 R = TypeVar("R")
 
@@ -24,18 +23,12 @@ STOP_SECONDS = 30.0
 """How long the strategy waits for runners to finish their rollouts in flight once the algorithm is done."""
 
 
-async def run_threads(
-    algorithm: Algorithm[R],
-    ctx: RunContext,
-    layout: Layout,
-    train_data: Sequence[Any],
-    val_data: Sequence[Any] | None,
-) -> R:
-    """Start `layout.n_runners` runner threads on `ctx.store`, run the algorithm, stop them."""
+async def run_threads(run: Run[R], ctx: RunContext, layout: Layout) -> R:
+    """Start `layout.n_runners` runner threads on `ctx.store`, `run` the algorithm, stop them."""
     spec = dataclasses.replace(layout.runner, gateway=None)  # the trainer's openai_environment routes this process
     threads = [RunnerThread(spec.build(ctx.store, f"runner-{i}")).start() for i in range(layout.n_runners)]
     try:
-        return await supervise(ctx.store, algorithm.run(ctx, train_data, val_data), threads)
+        return await supervise(ctx.store, run(ctx), threads)
     finally:
         for thread in threads:
             thread.runner.stop()

@@ -1,7 +1,7 @@
 """The trainer: lays out the roles (algorithm, runners, store) and runs an algorithm over data.
 
-Strategies (`STRATEGIES`, each a function with one signature: algorithm, `RunContext`, `Layout`, train data,
-val data → what the algorithm returns); every one builds its N runners from the layout's `RunnerSpec` and gives a
+Strategies (`STRATEGIES`, each a function with one signature: the algorithm's run, its `RunContext`, the `Layout`
+→ what the algorithm returns); every one builds its N runners from the layout's `RunnerSpec` and gives a
 dead runner's attempts up at once (`rollout.workers`):
 - `threads` (`threads.py`): the algorithm and N runners in this process, runners in threads
   (debugging, and the CPU demo, where the engine must share memory with the runners' gateway).
@@ -22,9 +22,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack, overload
 
 from rich.console import Console
 
@@ -50,7 +50,7 @@ R = TypeVar("R")
 Strategy = Literal["threads", "processes", "ray"]
 
 STRATEGIES: dict[str, Callable[..., Any]] = {"threads": run_threads, "processes": run_processes, "ray": run_ray}
-"""How the roles are laid out: each `(algorithm, ctx, layout, train_data, val_data) -> result`."""
+"""How the roles are laid out: each `(run, ctx, layout) -> what run returns`, `run` being the algorithm's over the data."""
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,23 @@ def bypassing_base_url(gateway_url: str) -> str | None:
 
 def default_store_path() -> Path:
     return Path(".agentgrad") / f"run-{time.strftime('%Y%m%d-%H%M%S')}.db"
+
+
+class TrainerOptions(TypedDict, total=False):
+    """`Trainer`'s keyword settings (its docstring says what each does), for the type checker."""
+
+    n_runners: int
+    store: Store | str | Path | None
+    strategy: Strategy
+    hooks: Sequence[Hook]
+    resources: NamedResources | None
+    runner_concurrency: int
+    gateway_port: int | None
+    runner_isolation: Literal["thread", "process"]
+    console: Console | None
+    report_to: Iterable[str | Tracker]
+    run_name: str | None
+    tags: Mapping[str, str] | None
 
 
 class Trainer(Generic[R]):
@@ -84,42 +101,10 @@ class Trainer(Generic[R]):
     """
 
     @overload
-    def __init__(
-        self: Trainer[BaselineResult],
-        algorithm: None = None,
-        *,
-        n_runners: int = 1,
-        store: Store | str | Path | None = None,
-        strategy: Strategy = "threads",
-        hooks: Sequence[Hook] = (),
-        resources: NamedResources | None = None,
-        runner_concurrency: int = 1,
-        gateway_port: int | None = None,
-        runner_isolation: Literal["thread", "process"] = "thread",
-        console: Console | None = None,
-        report_to: Iterable[str | Tracker] = (),
-        run_name: str | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> None: ...
+    def __init__(self: Trainer[BaselineResult], algorithm: None = None, **options: Unpack[TrainerOptions]) -> None: ...
 
     @overload
-    def __init__(
-        self: Trainer[R],
-        algorithm: Algorithm[R],
-        *,
-        n_runners: int = 1,
-        store: Store | str | Path | None = None,
-        strategy: Strategy = "threads",
-        hooks: Sequence[Hook] = (),
-        resources: NamedResources | None = None,
-        runner_concurrency: int = 1,
-        gateway_port: int | None = None,
-        runner_isolation: Literal["thread", "process"] = "thread",
-        console: Console | None = None,
-        report_to: Iterable[str | Tracker] = (),
-        run_name: str | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> None: ...
+    def __init__(self: Trainer[R], algorithm: Algorithm[R], **options: Unpack[TrainerOptions]) -> None: ...
 
     def __init__(
         self,
@@ -274,9 +259,13 @@ class Trainer(Generic[R]):
         runner = RunnerSpec(agent, tuple(self.hooks), self.runner_concurrency, self.runner_isolation, gateway)
         layout = Layout(self.n_runners, runner)
         strategy = STRATEGIES[self.strategy]
+
+        def run(laid_out: RunContext) -> Awaitable[Any]:
+            return algorithm.run(laid_out, train_data, val_data)
+
         try:
             if gateway is None:
-                return await strategy(algorithm, ctx, layout, train_data, val_data)
+                return await strategy(run, ctx, layout)
             from agentgrad.rollout.gateway_env import openai_environment
 
             ctx.console.print(
@@ -293,7 +282,7 @@ class Trainer(Generic[R]):
                     markup=False,
                 )
             with openai_environment(gateway):
-                return await strategy(algorithm, ctx, layout, train_data, val_data)
+                return await strategy(run, ctx, layout)
         finally:
             if policy is not None:
                 await asyncio.to_thread(policy.stop)

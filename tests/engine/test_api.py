@@ -13,7 +13,7 @@ import pytest
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.guard import Guard
+from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
 
 pytestmark = pytest.mark.model

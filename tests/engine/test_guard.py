@@ -12,7 +12,7 @@ import pytest
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.guard import Guard
+from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
 from tests.test_guard import cross_site_attempts, raw_get
 

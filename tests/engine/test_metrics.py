@@ -11,7 +11,7 @@ import pytest
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.guard import Guard
+from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
 from tests.prometheus import scrape, value
 

@@ -18,7 +18,7 @@ from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, 
 from agentgrad.store.api import OPERATIONS
 from agentgrad.store.client import StoreClient, StoreUnreachable
 from agentgrad.store.http11 import ConnectionPool
-from agentgrad.guard import check_exposure
+from agentgrad.serving.guard import check_exposure
 from agentgrad.store.server import create_app, store_server
 from agentgrad.types import Span
 from tests.helpers import free_port

@@ -11,7 +11,7 @@ object's lock and label lookup (four times the CPU, which the gateway's 2 % budg
 turns the tallies into metric families at scrape time. Tallies are updated and read on the server's event loop
 thread, so they need no lock.
 
-`/metrics` is guarded like every other route (`agentgrad.guard`): with a token, scrapers send it
+`/metrics` is guarded like every other route (`agentgrad.serving.guard`): with a token, scrapers send it
 (Prometheus: `authorization: {credentials_file: ...}`).
 """
 

@@ -1,7 +1,7 @@
 """Running our servers: uvicorn in a thread (`ServerThread`) or in the foreground (`run`), always
 behind the guard and with a read timeout.
 
-Every app is served behind `agentgrad.guard.Guard` (host, cross-site, token and body checks)
+Every app is served behind `agentgrad.serving.guard.Guard` (host, cross-site, token and body checks)
 unless it brings its own; and every connection must deliver each request, headers and body, within
 `READ_TIMEOUT_SECONDS` of its first byte (or of the connection opening): a slow or half-sent
 request is cut, so it holds no file descriptor or slot for long. uvicorn itself only times out
@@ -19,7 +19,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentgrad.guard import guarded
+from agentgrad.serving.guard import guarded
 
 STARTUP_SECONDS = 15.0
 READ_TIMEOUT_SECONDS = 30.0
