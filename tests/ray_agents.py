@@ -31,3 +31,22 @@ def hangs_on_first_attempt(task: dict, rollout: ag.Rollout) -> float:
     with open(task["finished"], "a") as out:
         out.write(f"{rollout.rollout_id}\n")
     return 1.0
+
+
+class RunnerLog(ag.Hook):
+    """Appends, for each rollout a runner starts, the runner's worker id and process id to `path`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_rollout_start(self, *, agent: ag.LitAgent, runner: ag.Runner, rollout: ag.Rollout) -> None:
+        with open(self.path, "a") as out:
+            out.write(f"{runner.worker_id} {os.getpid()}\n")
+
+
+@ag.rollout
+def writes_its_pid(task: dict) -> float:
+    """Appends the process id the agent runs in to `task['pids']`."""
+    with open(task["pids"], "a") as out:
+        out.write(f"{os.getpid()}\n")
+    return 1.0

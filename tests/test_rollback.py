@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+from agentgrad.algorithms.grpo import GRPO
+from agentgrad.algorithms.sft import SFT
 from agentgrad.algorithms.rollback import RollbackGuard
 from agentgrad.tracking import TensorBoardTracker
 
@@ -38,6 +39,15 @@ class TinyUpdate:
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         return saved["state"]
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = value
 
 
 def snapshot(update: TinyUpdate) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -77,18 +87,22 @@ def test_the_stop_action_restores_the_best_and_says_stop(tmp_path: Path) -> None
 
 
 def test_rollback_settings_are_checked() -> None:
-    with pytest.raises(ValueError, match="rollback_on_drop is a drop"):
-        GRPO(rollback_on_drop=-0.1)
-    with pytest.raises(ValueError, match="rollback_action is 'lower_lr' or 'stop'"):
-        GRPO(rollback_on_drop=0.1, rollback_action="restart")
-    with pytest.raises(ValueError, match="rollback_lr_factor"):
-        GRPO(rollback_on_drop=0.1, rollback_lr_factor=2.0)
+    for algorithm in (GRPO, SFT):
+        with pytest.raises(ValueError, match="rollback_on_drop is a drop"):
+            algorithm(rollback_on_drop=-0.1)
+        with pytest.raises(ValueError, match="rollback_action is 'lower_lr' or 'stop'"):
+            algorithm(rollback_on_drop=0.1, rollback_action="restart")
+        with pytest.raises(ValueError, match="rollback_lr_factor"):
+            algorithm(rollback_on_drop=0.1, rollback_lr_factor=2.0)
+        with pytest.raises(ValueError, match="needs synchronous training"):
+            algorithm(rollback_on_drop=0.1, max_staleness=1)
 
 
 @pytest.mark.model
-def test_a_grpo_run_forced_to_regress_returns_to_its_best_weights_and_stops(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algorithm", [GRPO, SFT])
+def test_a_run_forced_to_regress_returns_to_its_best_weights_and_stops(tmp_path: Path, algorithm: Any) -> None:
     """A learning rate of 1.0 wrecks SmolLM2 in one step: validation falls, the run returns to the weights it
-    validated best (the starting ones), records the rollback and stops."""
+    validated best (the starting ones), records the rollback and stops; GRPO and SFT alike (the loop's)."""
     import agentgrad as ag
     from agentgrad.engine import Engine
     from examples.calc_agent import make_splits
@@ -98,11 +112,13 @@ def test_a_grpo_run_forced_to_regress_returns_to_its_best_weights_and_stops(tmp_
     before = {k: v.clone() for k, v in engine.model.state_dict().items()}
     train, val = make_splits(n_train=20, n_val=6, seed=5)
     store = ag.MemoryStore()
-    config = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_tokens=12, val_every=1, learning_rate=1.0,
-                        success_threshold=0.02, rollback_on_drop=0.2, rollback_action="stop",
-                        checkpoint_dir=str(tmp_path / "ckpt"))
+    settings = dict(steps=3, prompts_per_step=2, group_size=2, max_tokens=12, val_every=1, learning_rate=1.0,
+                    success_threshold=0.02, rollback_on_drop=0.2, rollback_action="stop",
+                    checkpoint_dir=str(tmp_path / "ckpt"))
+    if algorithm is SFT:
+        settings["reward_threshold"] = 0.0  # every completed rollout is kept: the wrecking update surely runs
     tracker = TensorBoardTracker(log_dir=tmp_path / "tb")
-    result = ag.Trainer(GRPO(config, local_engine=engine), n_runners=2, runner_concurrency=4, store=store,
+    result = ag.Trainer(algorithm(local_engine=engine, **settings), n_runners=2, runner_concurrency=4, store=store,
                         report_to=[tracker], run_name="regress").fit(close_enough, train, val)
     assert result.initial is not None and result.initial.success_rate > 0.2, "the starting model must answer"
     assert [h["step"] for h in result.history] == [1]  # stopped after the rollback at step 1
@@ -122,4 +138,4 @@ def test_a_grpo_run_forced_to_regress_returns_to_its_best_weights_and_stops(tmp_
         stored = [(m.step, round(m.value, 5)) for m in asyncio.run(store.query_metrics(name))]
         assert [(e.step, round(e.value, 5)) for e in events.Scalars(name)] == stored, name
     (run,) = asyncio.run(store.query_runs())
-    assert run.algorithm == "GRPO" and run.config["rollback_on_drop"] == 0.2 and run.status.value == "succeeded"
+    assert run.algorithm == algorithm.__name__ and run.config["rollback_on_drop"] == 0.2 and run.status.value == "succeeded"

@@ -275,10 +275,14 @@ def step_metrics(
 
 def describe(metrics: Mapping[str, float], batch: Batch) -> str:
     """The progress line of a step."""
-    return (
-        f"reward {metrics['train/reward_mean']:.2f} acc {metrics['train/accuracy']:.2f} "
-        f"loss {metrics.get('train/loss', 0.0):+.3f} {batch.summary} {metrics['perf/step_seconds']:.1f}s"
-    ).replace("  ", " ")
+    parts = [
+        f"reward {metrics['train/reward_mean']:.2f}",
+        f"acc {metrics['train/accuracy']:.2f}",
+        f"loss {metrics.get('train/loss', 0.0):+.3f}",
+        batch.summary,
+        f"{metrics['perf/step_seconds']:.1f}s",
+    ]
+    return " ".join(part for part in parts if part)
 
 
 class Validation:

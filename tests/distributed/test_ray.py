@@ -77,3 +77,18 @@ def test_a_runner_actor_killed_mid_attempt_is_replaced_and_its_rollout_finishes_
     assert [a.status for a in attempts] == [AttemptStatus.UNRESPONSIVE, AttemptStatus.SUCCEEDED]
     assert "restarted" in (attempts[0].error or "")  # given up by its replacement, not by the heartbeat timeout
 
+
+
+def test_ray_runners_take_the_trainers_hooks_and_isolation_and_n_runners_is_their_total(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    hooked, pids = tmp_path / "hooked", tmp_path / "pids"
+    trainer = ag.Trainer(Baseline(), n_runners=3, strategy="ray", store="memory",
+                         hooks=[ray_agents.RunnerLog(str(hooked))], runner_isolation="process")
+    result = trainer.fit(ray_agents.writes_its_pid, [{"pids": str(pids)}] * 6)
+    assert result["train"].succeeded == 6
+    runs = [line.split() for line in hooked.read_text().splitlines()]
+    assert len(runs) == 6 and {worker for worker, _ in runs} <= {"runner-0", "runner-1", "runner-2"}  # 3 in all
+    workers = {int(pid) for _, pid in runs}  # the runner actors' processes, where the hook ran
+    agents = {int(pid) for pid in pids.read_text().split()}
+    assert len(agents) == 6 and not agents & workers  # each attempt in a process of its own
