@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,7 +53,7 @@ def serve_store(store: Store, token: str | None = None) -> Iterator[str]:
 
 class RunnerProcesses:
     """`workers` runners of `agent` ("module:object") in one `agentgrad runner` process of `python`, named `name`
-    (its workers' ids are `name`, or `name/0` ... with several).
+    (default: its environment's and a random suffix; its workers' ids are `name`, or `name/0` ... with several).
 
     `gateway` (…/v1) routes agents that build `OpenAI()` with no arguments. The process starts in
     `cwd` (default: the checkout) with it on `PYTHONPATH`; `env` adds variables. On exit it is
@@ -71,9 +72,9 @@ class RunnerProcesses:
         cwd: Path = ROOT,
         env: dict[str, str] | None = None,
         log: Path | None = None,
-        name: str = "venv-runner",
+        name: str | None = None,
     ) -> None:
-        self.name = name
+        self.name = name or f"{Path(python).parent.parent.name.lstrip('.')}-{uuid.uuid4().hex[:6]}"
         self.command = [
             python,
             "-m",
@@ -86,7 +87,7 @@ class RunnerProcesses:
             "--workers",
             str(workers),
             "--name",
-            name,
+            self.name,
         ]
         if gateway:
             self.command += ["--gateway", gateway]
