@@ -108,11 +108,11 @@ def test_sft_with_max_staleness_1_queues_the_next_round_and_fine_tunes_within_th
     train, _ = make_splits(n_train=20, n_val=2, seed=5)
     store = ag.MemoryStore()
     version = own_engine.version
-    config = SFTConfig(rounds=2, tasks_per_round=2, samples_per_task=2, reward_threshold=0.0, max_tokens=8, epochs=1,
+    config = SFTConfig(steps=2, prompts_per_step=2, group_size=2, reward_threshold=0.0, max_tokens=8, epochs=1,
                        max_staleness=1)
     result = ag.Trainer(SFT(config, local_engine=own_engine), n_runners=2, runner_concurrency=4,
                         store=store).fit(close_enough, train)
-    assert [h["round"] for h in result.history] == [1, 2]
+    assert [h["step"] for h in result.history] == [1, 2]
     assert own_engine.version == version + 2  # every round kept samples and published once
     for h in result.history:
         assert h["train/kept"] > 0 and h["async/staleness_max"] <= 1 and h["async/dropped_groups"] == 0

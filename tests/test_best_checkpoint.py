@@ -95,9 +95,9 @@ def test_sft_checkpoints_every_round_and_keeps_the_best_validated_one_from_pruni
     checkpoints = tmp_path / "ckpt"
     store = ag.SqliteStore(tmp_path / "store.db")
     config = SFTConfig(
-        rounds=3,
-        tasks_per_round=2,
-        samples_per_task=2,
+        steps=3,
+        prompts_per_step=2,
+        group_size=2,
         max_tokens=8,
         reward_threshold=0.0,
         success_threshold=0.5,

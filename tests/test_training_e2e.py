@@ -86,7 +86,7 @@ def test_sft_keeps_rewarded_rollouts_and_fine_tunes_on_them(tmp_path: Path, own_
     store = ag.MemoryStore()
     version = own_engine.version
     result = ag.Trainer(
-        SFT(SFTConfig(rounds=1, tasks_per_round=4, samples_per_task=4, reward_threshold=0.3, max_tokens=16,
+        SFT(SFTConfig(steps=1, prompts_per_step=4, group_size=4, reward_threshold=0.3, max_tokens=16,
                       epochs=1, checkpoint_dir=str(tmp_path / "sft")), local_engine=own_engine),
         n_runners=2, runner_concurrency=8, store=store,
     ).fit(rewarded_when_the_answer_is_even, train, val)

@@ -52,7 +52,7 @@ def test_a_training_step_whose_agent_bypasses_the_gateway_stops_with_how_to_rout
     console, out = captured()
     version = engine.version  # the session's engine: earlier tests may have trained it
     trained = (GRPO(GRPOConfig(**SMALL), local_engine=engine) if algorithm == "GRPO" else
-               SFT(SFTConfig(rounds=1, tasks_per_round=2, samples_per_task=2, max_tokens=8), local_engine=engine))
+               SFT(SFTConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8), local_engine=engine))
     with pytest.raises(RuntimeError, match=f"{algorithm}: none of the step's 4 rewarded rollouts made a model call "
                        "through the gateway") as raised:
         ag.Trainer(trained, store=store, console=console).fit(bypassing, TASKS)

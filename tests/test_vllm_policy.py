@@ -198,9 +198,9 @@ def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_v
     store = MemoryStore()
     # a low threshold (within 9 of the answer) keeps some of 16 samples even from the untrained model
     config = SFTConfig(
-        rounds=1,
-        tasks_per_round=4,
-        samples_per_task=4,
+        steps=1,
+        prompts_per_step=4,
+        group_size=4,
         reward_threshold=0.1,
         max_tokens=16,
         epochs=1,
