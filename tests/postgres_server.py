@@ -15,7 +15,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from agentgrad.serving import free_port
 
@@ -139,3 +140,12 @@ def fresh_schema_url(**options: str) -> str:
     name = f"t_{uuid.uuid4().hex[:12]}"
     server.sql(f"CREATE SCHEMA {name}")
     return server.url(search_path=name, **options)
+
+
+async def connect_to_schema(url: str) -> Any:
+    """A plain asyncpg connection to the database and schema of a store URL (to arrange what a test needs)."""
+    import asyncpg
+
+    parts = urlsplit(url)
+    schema = dict(parse_qsl(parts.query)).get("search_path", "public")
+    return await asyncpg.connect(urlunsplit((*parts[:3], "", "")), server_settings={"search_path": schema})

@@ -257,6 +257,21 @@ def serve(args: argparse.Namespace) -> None:
     )
 
 
+def migrate_store(args: argparse.Namespace) -> None:
+    """`agentgrad store migrate`: bring a PostgreSQL store's schema to this agentgrad's version, keeping every row."""
+    from agentgrad.store import POSTGRES_SCHEMES
+    from agentgrad.store.postgres import PostgresStore
+    from agentgrad.store.postgres_pool import run_in_thread
+
+    if not args.store.startswith(POSTGRES_SCHEMES):
+        raise UsageError("only a PostgreSQL store has a schema to migrate: --store postgresql://user@host:5432/dbname")
+    store = PostgresStore(args.store, sweep_seconds=None, migrate=True)
+    run_in_thread(store.close())
+    found, now = store.schema_found, store.schema_version
+    change = f"migrated from version {found} to {now}" if found != now else f"already at version {now}"
+    console.print(f"{store.address.shown}: {change}", highlight=False, markup=False)
+
+
 def runner(
     store_spec: str,
     agent_spec: str,
@@ -488,7 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_routes.add_commands(gateway)
 
     server = commands.add_parser("serve", help="serve a store over HTTP (runners and algorithms anywhere can use it)")
-    server.add_argument("--store", required=True, help="SQLite file (created if missing), or 'memory'")
+    server.add_argument(
+        "--store",
+        required=True,
+        help="SQLite file (created if missing), 'memory', or postgresql://user@host:5432/dbname (several servers "
+        "may serve one PostgreSQL database)",
+    )
     server.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a token is required")
     server.add_argument("--port", type=int, default=DEFAULT_PORT)
     server.add_argument(
@@ -496,6 +516,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_backend_arguments(server)
     server.set_defaults(handler=serve)
+
+    store_command = commands.add_parser("store", help="look after a store")
+    store_commands = store_command.add_subparsers(dest="store_command", required=True)
+    migrate = store_commands.add_parser(
+        "migrate", help="bring a PostgreSQL store's schema up to this agentgrad's version (every row kept)"
+    )
+    migrate.add_argument("--store", required=True, help="postgresql://user[:password]@host:5432/dbname")
+    migrate.set_defaults(handler=migrate_store)
 
     join = commands.add_parser("runner", help="join a store as runner(s) executing an agent")
     join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")

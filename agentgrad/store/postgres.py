@@ -16,6 +16,7 @@ A call that cannot reach the database retries for `retry_seconds` (a restart, a 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -77,7 +78,8 @@ class PostgresStore(LocalStore):
     """The store in the PostgreSQL database at `url` (`postgresql://user:password@host:5432/dbname`).
 
     The URL may add `pool_size` (connections per event loop, 10), `pool_timeout` (seconds a call waits for
-    one, 5) and `migrate=false` (refuse a database at an older schema version instead of migrating it);
+    one, 5) and `migrate=false` (refuse a database at an older schema version instead of migrating it; the
+    `migrate` argument, when given, says instead);
     other parameters (`sslmode`, `search_path`, ...) go to the driver. Opening checks the address and brings
     the schema up to date, so a wrong one fails here, naming host, port and database (never the password).
     """
@@ -89,9 +91,12 @@ class PostgresStore(LocalStore):
         *,
         sweep_seconds: float | None = SWEEP_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
+        migrate: bool | None = None,
     ) -> None:
         super().__init__(clock)
         self.address = parse_address(url)
+        if migrate is not None:
+            self.address = dataclasses.replace(self.address, migrate=migrate)
         self.retry_seconds = retry_seconds
         self._pools = Pools(self.address)
         self._last_prune = 0.0
