@@ -171,7 +171,7 @@ def test_a_store_server_sigkilled_under_32_writers_loses_doubles_and_strands_not
     threads = [in_thread(producer(i), errors) for i in range(writers // 2)]
     threads += [in_thread(consumer(i), errors) for i in range(writers // 2)]
     for kill in range(SERVERS):
-        wait_until(lambda: len(completed) >= (kill + 1) * total // (SERVERS + 2) or errors, "progress under load")
+        wait_until(lambda k=kill: len(completed) >= (k + 1) * total // (SERVERS + 2) or errors, "progress under load")
         servers.restart(kill)
     for thread in threads:
         thread.join(120)
