@@ -137,6 +137,7 @@ class GRPO(Algorithm["GRPOResult"]):
             self.local_engine,
             self.model_name,
             gateway_port=ctx.gateway_port,
+            listen=ctx.listen,
             roles=cfg.roles,
             default_role=cfg.default_role,
         ) as policy:

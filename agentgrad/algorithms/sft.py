@@ -135,7 +135,7 @@ class SFT(Algorithm["SFTResult"]):
         if not train_data:
             raise ValueError("SFT needs training tasks")
         with make_policy(
-            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port
+            cfg.policy, ctx.store, self.local_engine, self.model_name, gateway_port=ctx.gateway_port, listen=ctx.listen
         ) as policy:
             return await self._train(policy, list(train_data), list(val_data or [])[: cfg.val_size])
 

@@ -66,10 +66,32 @@ def serve_engine_command(args: argparse.Namespace) -> None:
             raise UsageError(str(exc)) from None
     adapters = f"; adapters (request model = name): {', '.join(folders)}" if folders else ""
     console.print(
-        f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1"
-        + adapters
+        f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on {advertised_url(args)}/v1" + adapters
     )
     run(Guard(create_engine_app(engine), token=args.token), host=args.host, port=args.port)
+
+
+def advertised_url(args: argparse.Namespace) -> str:
+    """Where other hosts reach a server started with `--host`, `--port` and `--advertise` (the URL to give them)."""
+    from agentgrad.serving import WILDCARDS, http_url, outward_address
+
+    host = args.advertise or (outward_address() if args.host in WILDCARDS else args.host)
+    return http_url(host, args.port)
+
+
+def add_address_arguments(parser: argparse.ArgumentParser, port: int) -> None:
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (0.0.0.0: every interface); beyond loopback a token is required",
+    )
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the address other hosts reach this server by, in the URL it prints (default: --host, or this "
+        "machine's outward address for 0.0.0.0)",
+    )
 
 
 def adapter_folders(specs: Sequence[str]) -> dict[str, str]:
@@ -212,7 +234,7 @@ def run_gateway(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
-    console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
+    console.print(f"agentgrad gateway on {advertised_url(args)}/v1 serving {served}; store: {args.store}")
     from agentgrad.gateway.admin import is_public
     from agentgrad.guard import Guard
 
@@ -244,7 +266,7 @@ def serve(args: argparse.Namespace) -> None:
     if args.backend or args.default or args.routes:
         gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
         extra, closing, metrics = gateway.routes(), [gateway.aclose], gateway.metrics  # one /metrics for both
-    shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+    shown = advertised_url(args)
     console.print(
         f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})"
     )
@@ -418,8 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve a saved LoRA adapter (a PEFT folder or a LoRA step-N checkpoint of this base) to requests "
         "whose model is NAME, as vLLM's --lora-modules (repeatable: two checkpoints of one run on one engine)",
     )
-    serve_engine.add_argument("--host", default="127.0.0.1")
-    serve_engine.add_argument("--port", type=int, default=8000)
+    add_address_arguments(serve_engine, 8000)
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
     serve_engine.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)"
@@ -492,8 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gateway.add_argument("--store", help="serving: SQLite path, 'memory', or store server URL (required)")
     add_backend_arguments(gateway)
-    gateway.add_argument("--host", default="127.0.0.1")
-    gateway.add_argument("--port", type=int, default=8090)
+    add_address_arguments(gateway, 8090)
     gateway.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV),
@@ -509,8 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite file (created if missing), 'memory', or postgresql://user@host:5432/dbname (several servers "
         "may serve one PostgreSQL database)",
     )
-    server.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a token is required")
-    server.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_address_arguments(server, DEFAULT_PORT)
     server.add_argument(
         "--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token clients must send (default: ${TOKEN_ENV})"
     )

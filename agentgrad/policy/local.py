@@ -23,7 +23,7 @@ from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 from agentgrad.policy.checkpoints import TRAINER_STATE, written_atomically
-from agentgrad.serving import ServerThread
+from agentgrad.serving import Listen, ServerThread
 from agentgrad.store import Store
 from agentgrad.store.base import WAIT_POLL_SECONDS
 from agentgrad.types import LLM, RolloutStatus
@@ -41,7 +41,8 @@ class LocalPolicy:
     """`engine` (or a new one loading `model`), with an engine server and a gateway on loopback.
 
     The gateway listens on `gateway_port` (the trainer's, known before `fit` starts, so agents that
-    build `OpenAI()` with no arguments can be pointed at it; 0: any free port) and serves the policy
+    build `OpenAI()` with no arguments can be pointed at it; 0: any free port) at `listen.host` (loopback
+    by default), its URL (`llm()`) names `listen`'s advertised address, and it serves the policy
     under every model name, so an agent needs no change of model name either. With
     `lora_rank > 0` only low-rank adapters are trained (peft); the engine then samples from the
     adapted model directly. `publish()` holds new calls and lets those in flight finish before the
@@ -59,6 +60,7 @@ class LocalPolicy:
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
+        listen: Listen | None = None,
         adapters: Mapping[str, str] | None = None,
         default_adapter: str | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
@@ -76,6 +78,7 @@ class LocalPolicy:
         self.between_attempts = False  # publish waits for attempts mid-flight (asynchronous training)
         self.straddling: list[str] = []  # rollouts still mid-flight when the last publish stopped waiting
         self.gateway_port = gateway_port
+        self.listen = listen or Listen()
         self.engine = engine or Engine(model)
         self.lora_rank = lora_rank
         self.adapters = dict(adapters or {})
@@ -198,15 +201,18 @@ class LocalPolicy:
             timeout_s=LIMIT,
         )
         self.calls = ReplicaPool(self.engine.name, [backend], version=self.engine.version)
-        self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.calls}, default=self.calls))
+        self.serve_gateway(
+            Gateway(self.store, routers={self.engine.name: self.calls}, default=self.calls, token=self.listen.token)
+        )
 
     def serve_gateway(self, gateway: Any) -> None:
-        """Serve `gateway` on loopback at `gateway_port`: what agents call."""
+        """Serve `gateway` at `listen.host`, `gateway_port`: what agents call, at the advertised address."""
+        host = self.listen.host
         try:
-            server = ServerThread(gateway, port=self.gateway_port).start()
+            server = ServerThread(gateway, host=host, port=self.gateway_port, advertise=self.listen.advertise).start()
         except RuntimeError as exc:
             raise RuntimeError(
-                f"the policy's gateway cannot listen on 127.0.0.1:{self.gateway_port} ({exc}); "
+                f"the policy's gateway cannot listen on {host}:{self.gateway_port} ({exc}); "
                 "give the Trainer another gateway_port (0: any free port)"
             ) from None
         self._servers.append(server)

@@ -37,6 +37,7 @@ from agentgrad.policy.vllm_server import (
     tool_parser_of,
 )
 from agentgrad.semconv import BASE_ADAPTER
+from agentgrad.serving import Listen
 from agentgrad.store import Store
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class VLLMPolicy(LocalPolicy):
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
+        listen: Listen | None = None,
         adapters: Mapping[str, str] | None = None,
         default_adapter: str | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
@@ -81,6 +83,7 @@ class VLLMPolicy(LocalPolicy):
             lora_alpha=lora_alpha,
             lora_targets=lora_targets,
             gateway_port=gateway_port,
+            listen=listen,
             adapters=adapters,
             default_adapter=default_adapter,
             attempt_wait_s=attempt_wait_s,
@@ -141,7 +144,9 @@ class VLLMPolicy(LocalPolicy):
             ]
             self.pool = self._replica_pool(backends)
             self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
-            self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool))
+            self.serve_gateway(
+                Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool, token=self.listen.token)
+            )
         except BaseException:
             self.stop()
             raise

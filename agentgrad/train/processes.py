@@ -60,9 +60,11 @@ async def run_processes(
     server = None
     if isinstance(ctx.store, StoreClient):  # a remote store: the runners join it directly
         url, token = ctx.store.url, ctx.store.token
-    else:
-        token = secrets.token_urlsafe(16)  # loopback only, but other local users need not write to it
-        server = await asyncio.to_thread(store_server(ctx.store, token=token).start)
+    else:  # loopback unless the trainer was told otherwise; never without a token: other users need not write to it
+        listen = ctx.listen
+        token = listen.token or secrets.token_urlsafe(16)
+        served = store_server(ctx.store, host=listen.host, token=token, advertise=listen.advertise)
+        server = await asyncio.to_thread(served.start)
         url = server.url
     context = multiprocessing.get_context("spawn")  # fork would copy the server's threads and locks
     processes = [
@@ -193,7 +195,7 @@ def run_workers(
         from agentgrad.rollout.instrument import instrument_openai
 
         instrument_openai()  # clients built at import call the inherited un-routed URL: their headers route them
-        hooks = [*hooks, GatewayEnvHook(gateway)]
+        hooks = [*hooks, GatewayEnvHook(gateway, api_key=token or "agentgrad")]  # the gateway's token, off loopback
     asyncio.run(_workers(store, token, agent, worker_ids, concurrency, hooks, isolation))
 
 

@@ -1,6 +1,8 @@
 """The `ray` strategy: the system laid out on a Ray cluster; Ray schedules, restarts and places.
 
-- Store server, gateway and the algorithm (with the engine serving rollouts) on the driver (the head).
+- Store server, gateway and the algorithm (with the engine serving rollouts) on the driver (the head). They bind
+  and are reached at the trainer's `host` / `advertise` when it names them (`RunContext.listen`), else at loopback
+  on a one-node cluster and at this node's Ray address otherwise.
 - Runners: `n_runners` Ray actors per node, restarted by Ray when they die. A restarted runner
   first gives up the attempts its dead predecessor left running (same worker id), so their
   rollouts are requeued at once; a runner whose node vanished stops heartbeating and its
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from agentgrad.algorithms.base import Algorithm, RunContext
+from agentgrad.guard import TOKEN_ENV
 from agentgrad.rollout.agent import LitAgent
 from agentgrad.rollout.runner import Hook
 from agentgrad.train.layout import Layout
@@ -53,6 +56,7 @@ class RunnerActor:
         self, url: str, token: str, agent: LitAgent, worker_id: str, concurrency: int, hooks: Sequence[Hook]
     ) -> None:
         self.worker_id = worker_id
+        os.environ.setdefault(TOKEN_ENV, token)  # a proxied LLM's key: the gateway's token, when it has one
         self._loop = asyncio.new_event_loop()
         self._runner: Any = None
         self._thread = threading.Thread(
@@ -202,11 +206,17 @@ async def run_ray(
     from agentgrad.store.server import store_server
 
     local = await asyncio.to_thread(connect)
-    token = secrets.token_urlsafe(16)
-    server = await asyncio.to_thread(
-        store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start
-    )
-    url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
+    listen = ctx.listen
+    token = listen.token or secrets.token_urlsafe(16)
+    if listen.host != "127.0.0.1":  # the trainer was told where to listen and how it is reached: runners get that
+        served = store_server(ctx.store, host=listen.host, token=token, advertise=listen.advertise)
+        server = await asyncio.to_thread(served.start)
+        url = server.url
+    else:
+        server = await asyncio.to_thread(
+            store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start
+        )
+        url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
     actors: list[Any] = []
     try:
         actors = await asyncio.to_thread(
