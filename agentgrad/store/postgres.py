@@ -72,6 +72,19 @@ INSERT_ROLLOUT = (
     "INSERT INTO rollouts (rollout_id, input, mode, resources_id, status, config, metadata, enqueue_time, "
     "queue_position) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)"
 )
+INSERT_ROLLOUTS = (
+    "INSERT INTO rollouts (rollout_id, input, mode, resources_id, status, config, metadata, enqueue_time, "
+    "queue_position) SELECT v.i, v.n, v.m, v.r, v.s, v.c, v.d, v.t, v.t FROM unnest($1::text[], $2::text[], "
+    "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[]) WITH ORDINALITY AS v(i, n, m, r, s, c, d, t, o) "
+    "ORDER BY v.o"
+)
+
+
+class _Undo(Exception):
+    """Rolls the transaction of `run_once` back: its call failed, or its key was answered already."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.body = status, body
 
 
 class PostgresStore(LocalStore):
@@ -124,11 +137,10 @@ class PostgresStore(LocalStore):
 
     async def _write(self, work: Work[T]) -> T:
         """`work` in one transaction, run again whole if it loses a deadlock or the database is away (until
-        `retry_seconds`); inside `run_once`, a savepoint of its transaction."""
+        `retry_seconds`); inside `run_once`, part of its transaction (which an error answer rolls back whole)."""
         joined = _JOINED.get()
         if joined is not None:
-            async with joined.transaction():
-                return await work(joined)
+            return await work(joined)
         return await self._retrying(work, transaction=True)
 
     async def _read(self, work: Work[T]) -> T:
@@ -155,8 +167,10 @@ class PostgresStore(LocalStore):
                     committing = True
                     await tx.commit()
                     return result
-            except CONFLICTS:
-                log.debug("a transaction lost to another one; running it again")
+            except CONFLICTS as exc:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"a transaction kept losing to others for {self.retry_seconds:g} s: {exc}")
+                log.debug("a transaction lost to another one (%s); running it again", exc)
             except CONNECTION_LOST as exc:
                 if committing:
                     raise StoreUnavailable(
@@ -172,36 +186,49 @@ class PostgresStore(LocalStore):
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
     async def run_once(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
-        """The call and its answer commit in one transaction, holding a lock on `key`: a retry with `key` after a
-        lost answer (to this server or another) gets the first answer back, and nothing is applied twice."""
+        """The call and its answer commit in one transaction: a retry with `key` after a lost answer (to this
+        server or another) gets the first answer back, and nothing is applied twice.
+
+        The call runs first and its answer is stored under `key` last, in the same transaction: one statement
+        more than the call. Where `key` is answered already (a retry; or a twin still running, whose commit the
+        insert waits for), the call is rolled back whole and the stored answer returned; an error answer is
+        rolled back too, and is the answer only when `key` has none."""
 
         async def once(db: asyncpg.Connection) -> Answer:
-            await db.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
-            row = await db.fetchrow("SELECT status, body FROM replies WHERE key = $1", key)
-            if row is not None:
-                return row[0], bytes(row[1])
             joined = _JOINED.set(db)
             try:
                 status, body = await work()
             finally:
                 _JOINED.reset(joined)
-            if status < 300:
-                at = self.clock()
-                await db.execute(
-                    "INSERT INTO replies (key, time, status, body) VALUES ($1, $2, $3, $4)", key, at, status, body
-                )
-                if at - self._last_prune > REPLY_SECONDS / 10:
-                    self._last_prune = at
-                    await db.execute("DELETE FROM replies WHERE time < $1", at - REPLY_SECONDS)
+            if status >= 300:
+                raise _Undo(status, body)
+            at = self.clock()
+            stored = await db.fetchval(
+                "INSERT INTO replies (key, time, status, body) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (key) DO NOTHING RETURNING id",
+                key,
+                at,
+                status,
+                body,
+            )
+            if stored is None:
+                raise _Undo(status, body)
+            if at - self._last_prune > REPLY_SECONDS / 10:
+                self._last_prune = at
+                await db.execute("DELETE FROM replies WHERE time < $1", at - REPLY_SECONDS)
             return status, body
 
-        return await self._write(once)
+        try:
+            return await self._write(once)
+        except _Undo as undone:
+            row = await self._read(lambda db: db.fetchrow("SELECT status, body FROM replies WHERE key = $1", key))
+            return (row[0], bytes(row[1])) if row is not None else (undone.status, undone.body)
 
     # ------------------------------------------------------------------ rollouts and attempts
 
     async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
-        async def insert(db: asyncpg.Connection) -> None:
-            await db.executemany(INSERT_ROLLOUT, [_rollout_row(rollout) for rollout in rollouts])
+        async def insert(db: asyncpg.Connection) -> None:  # one statement, the rows in order (their `seq`)
+            await db.execute(INSERT_ROLLOUTS, *map(list, zip(*map(_rollout_row, rollouts))))
 
         await self._write(insert)
 
@@ -209,14 +236,8 @@ class PostgresStore(LocalStore):
         claimed = t.open_attempt(rollout, worker_id, self.clock())
         attempt = claimed.attempt
         await db.execute(
-            "UPDATE rollouts SET status = 'running', num_attempts = $1, latest_attempt_id = $2, start_time = $3 "
-            "WHERE rollout_id = $4",
-            attempt.sequence,
-            attempt.attempt_id,
-            rollout.start_time,
-            rollout.rollout_id,
-        )
-        await db.execute(
+            "WITH r AS (UPDATE rollouts SET status = 'running', num_attempts = $3, latest_attempt_id = $2, "
+            "start_time = $9 WHERE rollout_id = $1) "
             "INSERT INTO attempts (rollout_id, attempt_id, sequence, worker_id, status, start_time, "
             "last_heartbeat_time, timeout_seconds, unresponsive_seconds) VALUES ($1, $2, $3, $4, 'running', $5, $6, $7, $8)",
             rollout.rollout_id,
@@ -227,12 +248,15 @@ class PostgresStore(LocalStore):
             attempt.last_heartbeat_time,
             rollout.config.timeout_seconds,
             rollout.config.unresponsive_seconds,
+            rollout.start_time,
         )
         return claimed
 
     async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
         await self.check_attempts()
-        if not await self._read(lambda db: db.fetchval(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1")):
+        if _JOINED.get() is None and not await self._read(
+            lambda db: db.fetchval(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1")
+        ):
             return None  # a cheap look first: idle workers open no transaction
 
         async def claim(db: asyncpg.Connection) -> AttemptedRollout | None:
@@ -302,14 +326,13 @@ class PostgresStore(LocalStore):
 
         return [attempt_of(row) for row in await self._read(read)]
 
-    async def _save_rollout(self, db: asyncpg.Connection, rollout: Rollout, before: RolloutStatus) -> bool:
-        """Write back what a transition changed; a requeued rollout joins the back of the queue.
-        True when the rollout has just finished."""
+    async def _save_rollout(
+        self, db: asyncpg.Connection, rollout: Rollout, before: RolloutStatus, attempt: Attempt | None = None
+    ) -> bool:
+        """Write back what a transition changed to the rollout (and to `attempt`, in the same statement); a requeued
+        rollout joins the back of the queue. True when the rollout has just finished."""
         requeued = rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING
-        await db.execute(
-            "UPDATE rollouts SET status = $1, metadata = $2, reward = $3, num_attempts = $4, latest_attempt_id = $5, "
-            "start_time = $6, end_time = $7, queue_position = CASE WHEN $8 THEN $9 ELSE queue_position END "
-            "WHERE rollout_id = $10",
+        values = [
             rollout.status.value,
             json.dumps(rollout.metadata),
             rollout.reward,
@@ -320,27 +343,38 @@ class PostgresStore(LocalStore):
             requeued,
             self.clock(),
             rollout.rollout_id,
+        ]
+        sql = (
+            "UPDATE rollouts SET status = $1, metadata = $2, reward = $3, num_attempts = $4, latest_attempt_id = $5, "
+            "start_time = $6, end_time = $7, queue_position = CASE WHEN $8 THEN $9 ELSE queue_position END "
+            "WHERE rollout_id = $10"
         )
+        if attempt is not None:
+            sql = (
+                "WITH a AS (UPDATE attempts SET status = $11, end_time = $12, reward = $13, error = $14 "
+                f"WHERE attempt_id = $15) {sql}"
+            )
+            values += [attempt.status.value, attempt.end_time, attempt.reward, attempt.error, attempt.attempt_id]
+        await db.execute(sql, *values)
         return rollout.status is not before and rollout.status.finished
-
-    async def _save_attempt(self, db: asyncpg.Connection, attempt: Attempt) -> None:
-        await db.execute(
-            "UPDATE attempts SET status = $1, end_time = $2, reward = $3, error = $4 WHERE attempt_id = $5",
-            attempt.status.value,
-            attempt.end_time,
-            attempt.reward,
-            attempt.error,
-            attempt.attempt_id,
-        )
 
     async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         async def apply(db: asyncpg.Connection) -> tuple[Attempt, bool]:
-            rollout = await self._get_rollout(db, rollout_id, lock=True)
-            attempt = await self._get_attempt(db, rollout_id, attempt_id)
+            row = await db.fetchrow(  # the rollout, locked, and its attempt, in one statement
+                f"SELECT {_prefixed('r', ROLLOUT_COLUMNS)}, {_prefixed('a', ATTEMPT_COLUMNS)} FROM rollouts AS r "
+                "LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = $2 "
+                "WHERE r.rollout_id = $1 FOR UPDATE OF r",
+                rollout_id,
+                attempt_id,
+            )
+            if row is None:
+                raise t.no_rollout(rollout_id)
+            if row[ROLLOUT_WIDTH + 1] is None:
+                raise t.no_attempt(rollout_id, attempt_id)
+            rollout, attempt = rollout_of(row[:ROLLOUT_WIDTH]), attempt_of(row[ROLLOUT_WIDTH:])
             before = rollout.status
             change(rollout, attempt)
-            await self._save_attempt(db, attempt)
-            return attempt, await self._save_rollout(db, rollout, before)
+            return attempt, await self._save_rollout(db, rollout, before, attempt)
 
         attempt, finished = await self._write(apply)
         if finished:
@@ -385,8 +419,7 @@ class PostgresStore(LocalStore):
                 expired = t.expiry(rollout.config, attempt, at)
                 if expired is not None:
                     t.end_attempt(rollout, attempt, expired, at)
-                    await self._save_attempt(db, attempt)
-                    finished |= await self._save_rollout(db, rollout, RolloutStatus.RUNNING)
+                    finished |= await self._save_rollout(db, rollout, RolloutStatus.RUNNING, attempt)
             return finished
 
         if await self._write(sweep):
@@ -412,15 +445,14 @@ class PostgresStore(LocalStore):
             )
         )
 
+        span_ids = [span.span_id for span in spans if span.span_id and span.rollout_id is not None]
+
         async def write(db: asyncpg.Connection) -> list[Span]:
-            next_ids = await self._lock_span_counters(db, sorted(rid for rid in groups if rid is not None))
-            attempts = await self._get_attempts(db, pairs)  # type: ignore[arg-type]
+            next_ids, attempts, known = await self._lock_for_spans(db, pairs, span_ids)  # type: ignore[arg-type]
             if None in groups:
                 unattached = await db.fetchval("SELECT value FROM counters WHERE name = 'unattached_spans' FOR UPDATE")
                 next_ids[UNATTACHED] = unattached + 1
-            known = await self._stored_span_ids(
-                db, [(key, spans[i].span_id) for key, indices in zip(keys, groups.values()) for i in indices]
-            )
+                known |= await self._stored_span_ids(db, [(UNATTACHED, spans[i].span_id) for i in groups[None]])
             stored: list[Span] = list(spans)
             rows: list[tuple[Any, ...]] = []
             last: dict[str, int] = {}
@@ -434,14 +466,11 @@ class PostgresStore(LocalStore):
                 if rollout_id is not None:
                     for span in fresh:
                         t.record_span(attempts[span.attempt_id], span, at)  # type: ignore[index]
-            if rows:
-                await db.execute(
-                    "INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) "
-                    "SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[])",
-                    *map(list, zip(*rows)),
-                )
+            columns = [list(column) for column in zip(*rows)] if rows else [[]] * 5
             await db.execute(
-                "WITH a AS (UPDATE attempts SET last_heartbeat_time = v.beat, reward = v.reward "
+                "WITH s AS (INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) "
+                "SELECT * FROM unnest($7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[])), "
+                "a AS (UPDATE attempts SET last_heartbeat_time = v.beat, reward = v.reward "
                 "FROM unnest($1::text[], $2::float8[], $3::float8[]) AS v(id, beat, reward) WHERE attempt_id = v.id), "
                 "r AS (UPDATE rollouts SET last_sequence_id = v.last "
                 "FROM unnest($4::text[], $5::bigint[]) AS v(id, last) WHERE rollout_id = v.id) "
@@ -452,35 +481,49 @@ class PostgresStore(LocalStore):
                 [key for key in last if key != UNATTACHED],
                 [value for key, value in last.items() if key != UNATTACHED],
                 last.get(UNATTACHED),
+                *columns,
             )
             return stored
 
         return await self._write(write)
 
-    async def _lock_span_counters(self, db: asyncpg.Connection, rollout_ids: list[str]) -> dict[str, int]:
-        """Lock the rollouts' rows, in id order; returns each one's next span sequence id."""
-        if not rollout_ids:
-            return {}
-        rows = await db.fetch(
-            "SELECT rollout_id, last_sequence_id FROM rollouts WHERE rollout_id = ANY($1::text[]) "
-            "ORDER BY rollout_id FOR UPDATE",
-            rollout_ids,
-        )
-        return {row[0]: row[1] + 1 for row in rows}
+    async def _lock_for_spans(
+        self, db: asyncpg.Connection, pairs: list[tuple[str, str]], span_ids: list[str]
+    ) -> tuple[dict[str, int], dict[str, Attempt], dict[str, dict[str, int]]]:
+        """Lock the rollouts of the (rollout id, attempt id) pairs, in id order, and read what writing spans to
+        them needs, in one statement: each rollout's next span sequence id, the attempts by id, and which of
+        `span_ids` each rollout has stored already (rollout id → span id → sequence id). An unknown rollout or
+        attempt raises what `_get_attempt` says of it.
 
-    async def _get_attempts(self, db: asyncpg.Connection, pairs: list[tuple[str, str]]) -> dict[str, Attempt]:
-        """The attempts named by (rollout id, attempt id) pairs, by attempt id, in one statement; an unknown one
-        raises what `_get_attempt` says of it."""
+        The stored span ids are read as of the statement's start: a twin of this write committed while this one
+        waited for the lock is missed here, and its span ids then collide in `spans_by_span_id`, which runs
+        this transaction again (`CONFLICTS`), when they are seen."""
         if not pairs:
-            return {}
+            return {}, {}, {}
         rows = await db.fetch(
-            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id = ANY($1::text[])", [a for _, a in pairs]
+            f"SELECT r.rollout_id, r.last_sequence_id, {_prefixed('a', ATTEMPT_COLUMNS)}, "
+            "(SELECT array_agg(s.span_id || ' ' || s.sequence_id) FROM spans AS s "
+            "WHERE s.rollout_key = r.rollout_id AND s.span_id = ANY($3::text[])) "
+            "FROM rollouts AS r LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = ANY($2::text[]) "
+            "WHERE r.rollout_id = ANY($1::text[]) ORDER BY r.rollout_id FOR UPDATE OF r",
+            sorted({rollout_id for rollout_id, _ in pairs}),
+            [attempt_id for _, attempt_id in pairs],
+            span_ids,
         )
-        found = {(row[0], row[1]): row for row in rows}
+        next_ids = {row[0]: row[1] + 1 for row in rows}
+        found = {(row[2], row[3]): row[2:-1] for row in rows if row[2] is not None}
+        known: dict[str, dict[str, int]] = {}
+        for row in rows:
+            for entry in row[-1] or ():
+                span_id, sequence_id = entry.split(" ")
+                known.setdefault(row[0], {})[span_id] = int(sequence_id)
         for rollout_id, attempt_id in pairs:
+            if rollout_id not in next_ids:
+                raise t.no_rollout(rollout_id)
             if (rollout_id, attempt_id) not in found:
-                await self._get_attempt(db, rollout_id, attempt_id)  # raises
-        return {attempt_id: attempt_of(found[rollout_id, attempt_id]) for rollout_id, attempt_id in pairs}
+                raise t.no_attempt(rollout_id, attempt_id)
+        attempts = {attempt_id: attempt_of(found[rollout_id, attempt_id]) for rollout_id, attempt_id in pairs}
+        return next_ids, attempts, known
 
     async def _stored_span_ids(
         self, db: asyncpg.Connection, pairs: list[tuple[str, str | None]]
@@ -508,24 +551,26 @@ class PostgresStore(LocalStore):
                 return list(
                     await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", UNATTACHED)
                 )
-            wanted = attempt_id
-            if wanted is not None:
-                await self._get_attempt(db, rollout_id, wanted)
-            elif not all_attempts:
-                wanted = (await self._get_rollout(db, rollout_id)).latest_attempt_id
-            else:
-                await self._get_rollout(db, rollout_id)
-            if all_attempts and attempt_id is None:
-                return list(
-                    await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", rollout_id)
-                )
-            return list(
-                await db.fetch(
+            if attempt_id is not None:
+                rows = await db.fetch(
                     "SELECT body FROM spans WHERE rollout_key = $1 AND attempt_id = $2 ORDER BY sequence_id",
                     rollout_id,
-                    wanted,
+                    attempt_id,
                 )
-            )
+            elif all_attempts:
+                rows = await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", rollout_id)
+            else:
+                rows = await db.fetch(
+                    "SELECT s.body FROM rollouts AS r JOIN spans AS s ON s.rollout_key = r.rollout_id "
+                    "AND s.attempt_id = r.latest_attempt_id WHERE r.rollout_id = $1 ORDER BY s.sequence_id",
+                    rollout_id,
+                )
+            if not rows:  # nothing: because the rollout or the attempt is unknown?
+                if attempt_id is not None:
+                    await self._get_attempt(db, rollout_id, attempt_id)
+                else:
+                    await self._get_rollout(db, rollout_id)
+            return list(rows)
 
         return [Span.model_validate_json(row[0]) for row in await self._read(read)]
 
@@ -675,6 +720,14 @@ class PostgresStore(LocalStore):
             )
 
         return await self._read(read)
+
+
+ROLLOUT_WIDTH = len(ROLLOUT_COLUMNS.split(","))
+
+
+def _prefixed(table: str, columns: str) -> str:
+    """`a, b` as `t.a, t.b`: columns of one table of a join."""
+    return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
 
 
 def _rollout_row(rollout: Rollout) -> tuple[Any, ...]:

@@ -49,7 +49,11 @@ CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.CrashShutdownError,
 )
 """What a call sees when the database goes away or is not there yet: retried within `RETRY_SECONDS`."""
-CONFLICTS: tuple[type[BaseException], ...] = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+CONFLICTS: tuple[type[BaseException], ...] = (
+    asyncpg.DeadlockDetectedError,
+    asyncpg.SerializationError,
+    asyncpg.UniqueViolationError,  # a twin write committed first (a retried span batch): run again, it is seen
+)
 """Transactions that lost to another one and may simply run again."""
 
 

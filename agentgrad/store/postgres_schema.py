@@ -61,7 +61,7 @@ MIGRATIONS: tuple[str, ...] = (
         span_id TEXT,
         PRIMARY KEY (rollout_key, sequence_id)
     );
-    CREATE INDEX spans_by_span_id ON spans (rollout_key, span_id) WHERE span_id IS NOT NULL;
+    CREATE UNIQUE INDEX spans_by_span_id ON spans (rollout_key, span_id) WHERE span_id IS NOT NULL;
     CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
     INSERT INTO counters VALUES ('unattached_spans', 0), ('resources', 0);
     CREATE TABLE resources (version INTEGER PRIMARY KEY, resources_id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
