@@ -574,6 +574,32 @@ class PostgresStore(LocalStore):
 
         return [Span.model_validate_json(row[0]) for row in await self._read(read)]
 
+    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        """One statement for every rollout: each one's latest attempt's spans, joined on `latest_attempt_id`."""
+        wanted = list(dict.fromkeys(rollout_ids))
+        if not wanted:
+            return {}
+
+        async def read(db: asyncpg.Connection) -> list[Any]:
+            return list(
+                await db.fetch(
+                    "SELECT r.rollout_id, s.body FROM rollouts AS r LEFT JOIN spans AS s ON s.rollout_key = r.rollout_id "
+                    "AND s.attempt_id = r.latest_attempt_id WHERE r.rollout_id = ANY($1::text[]) "
+                    "ORDER BY r.rollout_id, s.sequence_id",
+                    wanted,
+                )
+            )
+
+        found: dict[str, list[Span]] = {rollout_id: [] for rollout_id in wanted}
+        rows = await self._read(read)
+        for rollout_id, body in rows:
+            if body is not None:
+                found[rollout_id].append(Span.model_validate_json(body))
+        known = {row[0] for row in rows}
+        if missing := [rollout_id for rollout_id in wanted if rollout_id not in known]:
+            raise t.no_rollout(missing[0])
+        return found
+
     # ------------------------------------------------------------------ resources
 
     async def add_resources(
