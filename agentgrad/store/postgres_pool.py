@@ -189,7 +189,10 @@ class _Pool:
 
     async def acquire(self) -> asyncpg.Connection:
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.address.pool_timeout)
+            if self._slots.locked():  # all busy: wait, at most pool_timeout (wait_for costs a task: only then)
+                await asyncio.wait_for(self._slots.acquire(), self.address.pool_timeout)
+            else:
+                await self._slots.acquire()
         except TimeoutError:
             raise StoreUnavailable(
                 f"all {self.address.pool_size} connections of this store's pool to {self.address.shown} were busy "

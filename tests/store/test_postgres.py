@@ -238,3 +238,27 @@ def test_two_stores_sweeping_one_database_at_once_end_each_expired_attempt_once(
         await second.close()
 
     asyncio.run(check())
+
+
+def test_a_write_retried_on_another_server_of_the_database_gets_its_first_answer() -> None:
+    url = fresh_schema_url()
+    first_store, second_store = PostgresStore(url, sweep_seconds=None), PostgresStore(url, sweep_seconds=None)
+    asyncio.run(first_store.enqueue_rollouts([{"input": 1}, {"input": 2}]))
+    with ServerThread(create_app(first_store)) as one, ServerThread(create_app(second_store)) as other:
+        claim = {"idempotency-key": "k-claim"}
+        first = httpx.post(one.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=claim).json()
+        again = httpx.post(other.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=claim)
+        assert again.json() == first  # the same claim, not the next rollout
+        path = f"/api/rollouts/{first['rollout_id']}/attempts/{first['attempt']['attempt_id']}"
+        done = httpx.patch(one.url + path, json={"status": "succeeded"}, headers={"idempotency-key": "k-done"})
+        redone = httpx.patch(other.url + path, json={"status": "succeeded"}, headers={"idempotency-key": "k-done"})
+        assert done.status_code == redone.status_code == 200 and redone.json() == done.json()  # not a 409
+        refused = httpx.patch(other.url + path, json={"status": "failed"}, headers={"idempotency-key": "k-late"})
+        assert refused.status_code == 409  # an error answer is not stored in place of a later success
+        for server in (one, other):
+            httpx.post(
+                server.url + "/api/rollouts", json={"requests": [{"input": 3}]}, headers={"idempotency-key": "k-q"}
+            )
+    assert asyncio.run(first_store.stats()).rollouts == {"queuing": 2, "succeeded": 1}  # enqueued once
+    for store in (first_store, second_store):
+        asyncio.run(store.close())
