@@ -16,7 +16,7 @@ from agentgrad.serving import ServerThread
 from agentgrad.store import StoreError, open_store
 from agentgrad.store.client import StoreClient
 from agentgrad.store.postgres import PostgresStore
-from agentgrad.store.postgres_schema import MIGRATIONS, VERSION
+from agentgrad.store.postgres_schema import LOCK_KEYS, MIGRATIONS, VERSION
 from agentgrad.store.server import create_app
 from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus, Span
 from tests.helpers import ManualClock, wait_until
@@ -201,7 +201,7 @@ def test_clients_ride_out_a_postgresql_restart_mid_run_and_nothing_is_lost_or_do
     asyncio.run(check())
 
 
-def test_two_stores_sweeping_one_database_at_once_end_each_expired_attempt_once() -> None:
+def test_stores_sweeping_one_database_take_turns_under_the_advisory_lock_and_end_each_attempt_once() -> None:
     clock = ManualClock()
     url = fresh_schema_url()
     first, second = (PostgresStore(url, clock=clock, sweep_seconds=None) for _ in range(2))
@@ -215,17 +215,24 @@ def test_two_stores_sweeping_one_database_at_once_end_each_expired_attempt_once(
 
     ids = asyncio.run(claim_all())
     clock.advance(11)
-    start = threading.Barrier(2)
-
-    def sweep(store: PostgresStore) -> None:
-        start.wait()
-        asyncio.run(store.check_attempts(force=True))
-
-    sweepers = [threading.Thread(target=sweep, args=(store,)) for store in (first, second)]
+    loop = asyncio.new_event_loop()
+    holder = loop.run_until_complete(connect_to_schema(url))  # a third party sweeping: both stores must wait
+    loop.run_until_complete(holder.execute("BEGIN"))
+    loop.run_until_complete(
+        holder.execute("SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))", LOCK_KEYS["sweep"])
+    )
+    sweepers = [
+        threading.Thread(target=lambda store=store: asyncio.run(store.check_attempts(force=True)))
+        for store in (first, second)
+    ]
     for thread in sweepers:
         thread.start()
+    wait_until(lambda: asyncio.run(_waiting_on_locks(url)) == 2, "both sweeps to wait for the advisory lock")
+    loop.run_until_complete(holder.execute("COMMIT"))  # both sweep now, one after the other
     for thread in sweepers:
         thread.join(30)
+    loop.run_until_complete(holder.close())
+    loop.close()
 
     async def check() -> None:
         for rollout_id in ids:
