@@ -313,6 +313,21 @@ def start_store_server(store: str) -> tuple[subprocess.Popen[str], str]:
         time.sleep(0.02)
 
 
+def race(clients: list[subprocess.Popen[str]], servers: list[int]) -> tuple[list[dict[str, Any]], float, float, float]:
+    """Start the ready client processes at once and collect their results: (results, seconds, the servers' CPU
+    seconds meanwhile, their largest peak RSS in MB)."""
+    for client in clients:
+        assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+    began, server_cpu = time.perf_counter(), sum(map(process_cpu_seconds, servers))
+    for client in clients:
+        assert client.stdin is not None
+        client.stdin.write("go\n")
+        client.stdin.flush()
+    results = [json.loads(client.communicate(timeout=900)[0].splitlines()[-1]) for client in clients]
+    seconds = time.perf_counter() - began
+    return results, seconds, sum(map(process_cpu_seconds, servers)) - server_cpu, max(map(process_peak_rss_mb, servers))
+
+
 def servers_row(name: str, stores: list[str], processes: int, workers: int, count: int) -> dict[str, Any]:
     """The lifecycle over HTTP with one `agentgrad serve` per entry of `stores`, client process i on server i % n."""
     servers = [start_store_server(store) for store in stores]
@@ -322,17 +337,7 @@ def servers_row(name: str, stores: list[str], processes: int, workers: int, coun
             child("--child-client", servers[i % len(servers)][1], "--workers", str(workers), "--rollouts", str(share))
             for i in range(processes)
         ]
-        for client in clients:
-            assert client.stdout is not None and client.stdout.readline().strip() == "ready"
-        began, server_cpu = time.perf_counter(), sum(process_cpu_seconds(s.pid) for s, _ in servers)
-        for client in clients:
-            assert client.stdin is not None
-            client.stdin.write("go\n")
-            client.stdin.flush()
-        results = [json.loads(client.communicate(timeout=900)[0].splitlines()[-1]) for client in clients]
-        seconds = time.perf_counter() - began
-        server_cpu = sum(process_cpu_seconds(s.pid) for s, _ in servers) - server_cpu
-        server_rss = max(process_peak_rss_mb(s.pid) for s, _ in servers)
+        results, seconds, server_cpu, server_rss = race(clients, [server.pid for server, _ in servers])
     finally:
         for server, _ in servers:
             server.terminate()
@@ -376,17 +381,7 @@ def over_http(
                 child(mode, url, "--workers", str(workers), "--rollouts", str(share), *extra, python=agl_python)
                 for _ in range(processes)
             ]
-            for client in clients:
-                assert client.stdout is not None and client.stdout.readline().strip() == "ready"
-            began, server_cpu = time.perf_counter(), process_cpu_seconds(server.pid)
-            for client in clients:
-                assert client.stdin is not None
-                client.stdin.write("go\n")
-                client.stdin.flush()
-            results = [json.loads(client.communicate(timeout=600)[0].splitlines()[-1]) for client in clients]
-            seconds = time.perf_counter() - began
-            server_cpu = process_cpu_seconds(server.pid) - server_cpu
-            server_rss = process_peak_rss_mb(server.pid)
+            results, seconds, server_cpu, server_rss = race(clients, [server.pid])
         finally:
             server.terminate()
             server.wait(timeout=30)
