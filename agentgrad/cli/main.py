@@ -485,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollouts = commands.add_parser("rollouts", help="list and inspect rollouts in a store")
     rollout_commands = rollouts.add_subparsers(dest="rollouts_command", required=True)
     ls = rollout_commands.add_parser("ls", help="a table of rollouts")
-    ls.add_argument("--store", required=True, help="SQLite path or store server URL")
+    ls.add_argument("--store", required=True, help="SQLite path, store server URL or postgresql:// URL")
     ls.add_argument("--status", action="append", help="only this status (repeatable)")
     ls.add_argument("--mode", help="only this mode (train, val, ...)")
     ls.add_argument("--limit", type=int, default=50)
@@ -497,13 +497,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = rollout_commands.add_parser("show", help="one rollout: its attempts and span tree")
     show.add_argument("rollout_id")
-    show.add_argument("--store", required=True, help="SQLite path or store server URL")
+    show.add_argument("--store", required=True, help="SQLite path, store server URL or postgresql:// URL")
     show.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
 
     experiments.add_commands(commands)
 
     metrics = commands.add_parser("metrics", help="the training curves in a store, a line each")
-    metrics.add_argument("--store", required=True, help="SQLite path or store server URL")
+    metrics.add_argument("--store", required=True, help="SQLite path, store server URL or postgresql:// URL")
     metrics.add_argument("--prefix", help="only names starting with this (train/, val/, perf/, apo/)")
     metrics.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 import agentgrad.store.transitions as t
+from agentgrad.redact import remember_secret
 from agentgrad.store.errors import StoreError, StoreUnavailable
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
@@ -108,6 +109,7 @@ class PostgresStore(LocalStore):
     ) -> None:
         super().__init__(clock)
         self.address = parse_address(url)
+        remember_secret(self.address.password)  # any log line or error that quotes it says [redacted]
         if migrate is not None:
             self.address = dataclasses.replace(self.address, migrate=migrate)
         self.retry_seconds = retry_seconds
@@ -169,7 +171,9 @@ class PostgresStore(LocalStore):
                     return result
             except CONFLICTS as exc:
                 if time.monotonic() > deadline:
-                    raise StoreUnavailable(f"a transaction kept losing to others for {self.retry_seconds:g} s: {exc}")
+                    raise StoreUnavailable(
+                        f"a transaction kept losing to others for {self.retry_seconds:g} s: {exc}"
+                    ) from exc
                 log.debug("a transaction lost to another one (%s); running it again", exc)
             except CONNECTION_LOST as exc:
                 if committing:
