@@ -711,6 +711,15 @@ class PostgresStore(LocalStore):
         rows = await self._read(lambda db: db.fetch(sql + " ORDER BY step, time, id", *params))
         return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
 
+    async def latest_metrics(self) -> list[Metric]:
+        """The newest point of each curve, in one statement (`DISTINCT ON` the name)."""
+        rows = await self._read(
+            lambda db: db.fetch(
+                "SELECT DISTINCT ON (name) name, step, value, time, run_id FROM metrics ORDER BY name, time DESC, id DESC"
+            )
+        )
+        return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
+
     async def put_run(self, run: Run) -> Run:
         async def put(db: asyncpg.Connection) -> None:
             await db.execute(
@@ -739,7 +748,9 @@ class PostgresStore(LocalStore):
             rollouts = await db.fetch("SELECT status, COUNT(*) FROM rollouts GROUP BY status")
             attempts = await db.fetch("SELECT status, COUNT(*) FROM attempts GROUP BY status")
             counts = await db.fetchrow(
-                "SELECT (SELECT COUNT(*) FROM spans), (SELECT COUNT(*) FROM workers), (SELECT COUNT(*) FROM resources)"
+                "SELECT (SELECT COUNT(*) FROM spans), (SELECT COUNT(*) FROM workers), (SELECT COUNT(*) FROM resources), "
+                "(SELECT COALESCE(SUM(num_attempts - 1 + (status = 'requeuing')::int), 0) FROM rollouts "
+                "WHERE num_attempts > 0)"
             )
             return StoreStats(
                 rollouts=dict(map(tuple, rollouts)),
@@ -747,6 +758,7 @@ class PostgresStore(LocalStore):
                 spans=counts[0],
                 workers=counts[1],
                 resources=counts[2],
+                requeues=counts[3],
             )
 
         return await self._read(read)
