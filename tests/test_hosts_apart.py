@@ -1,21 +1,17 @@
 """Runners on another host reach the store and the gateway by the address the servers advertise.
 
-The second host is a network namespace the test makes (`ip netns`, a veth pair, an address of its own on
-each side): it shares no loopback with this one, so only what is served on the advertised address is
-reachable from it, as from another machine.
+The second host is a network namespace the test makes (`tests/netns.py`: `ip netns`, a veth pair, an address
+of its own on each side): it shares no loopback with this one, so only what is served on the advertised
+address is reachable from it, as from another machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
-import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,6 +23,8 @@ from agentgrad.train.trainer import Trainer
 from agentgrad.types import LLM, RolloutStatus
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import healthy, wait_until
+from tests.netns import NoSecondHost, SecondHost
+from tests.netns import second_host as make_second_host
 from tests.postgres_server import fresh_schema_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,43 +32,13 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("P
 TOKEN = "hosts-apart-token-1234"
 
 
-@dataclass(frozen=True)
-class SecondHost:
-    namespace: str
-    here: str  # this host's address on the link between the two
-    there: str  # the second host's
-
-    def run(self, *command: str, **options: object) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["ip", "netns", "exec", self.namespace, *command], **options)  # type: ignore[call-overload]
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def second_host() -> Iterator[SecondHost]:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("a second host needs a network namespace: run as root with iproute2 (`ip`) installed")
-    name = f"ag{uuid.uuid4().hex[:8]}"
-    subnet = f"10.{random.randint(100, 250)}.{random.randint(0, 255)}"
-    here, there = f"{subnet}.1", f"{subnet}.2"
     try:
-        _ip("netns", "add", name)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot make a network namespace here ({exc.stderr.decode().strip()}): no second host to test with")
-    try:
-        _ip("link", "add", f"{name}a", "type", "veth", "peer", "name", f"{name}b")
-        _ip("link", "set", f"{name}b", "netns", name)
-        _ip("addr", "add", f"{here}/30", "dev", f"{name}a")
-        _ip("link", "set", f"{name}a", "up")
-        _ip("-n", name, "addr", "add", f"{there}/30", "dev", f"{name}b")
-        _ip("-n", name, "link", "set", f"{name}b", "up")
-        _ip("-n", name, "link", "set", "lo", "up")
-        yield SecondHost(name, here, there)
-    finally:
-        subprocess.run(["ip", "link", "del", f"{name}a"], capture_output=True, check=False)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+        with make_second_host() as host:
+            yield host
+    except NoSecondHost as exc:
+        pytest.skip(f"{exc}: no second host to test with")
 
 
 def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_address(second_host: SecondHost) -> None:
@@ -79,9 +47,25 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
         port = free_port(second_host.here)
         url = f"http://{second_host.here}:{port}"
         server = subprocess.Popen(
-            [sys.executable, "-m", "agentgrad.cli", "serve", "--store", fresh_schema_url(), "--host", second_host.here,
-             "--port", str(port), "--token", TOKEN, "--default", upstream.url + "/v1"],
-            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "agentgrad.cli",
+                "serve",
+                "--store",
+                fresh_schema_url(),
+                "--host",
+                second_host.here,
+                "--port",
+                str(port),
+                "--token",
+                TOKEN,
+                "--default",
+                upstream.url + "/v1",
+            ],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         runner = None
         try:
@@ -89,14 +73,27 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
             assert f"agentgrad store server on {url}/api/" in server.stdout.readline().decode()
             wait_until(lambda: healthy(url), "the store server to start")
             loopback_probe = second_host.run(
-                sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {upstream.port}), 2)",
+                sys.executable,
+                "-c",
+                f"import socket; socket.create_connection(('127.0.0.1', {upstream.port}), 2)",
                 stderr=subprocess.DEVNULL,
             )
             assert loopback_probe.wait(30) != 0  # this host's loopback is not the second host's
             runner = second_host.run(
-                sys.executable, "-m", "agentgrad.cli", "runner", "--store", url, "--agent",
-                "tests.process_agents:asks_llm", "--workers", "2",
-                env={**ENV, "AGENTGRAD_TOKEN": TOKEN}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                sys.executable,
+                "-m",
+                "agentgrad.cli",
+                "runner",
+                "--store",
+                url,
+                "--agent",
+                "tests.process_agents:asks_llm",
+                "--workers",
+                "2",
+                env={**ENV, "AGENTGRAD_TOKEN": TOKEN},
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
 
             async def algorithm() -> list[tuple[str, float | None, list[str]]]:
@@ -107,7 +104,9 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
                 seen = []
                 for rollout in done:
                     spans = await store.query_spans(rollout.rollout_id)
-                    names = [str(s.attributes.get(sc.GEN_AI_OPERATION, s.attributes.get(sc.MESSAGE_BODY, ""))) for s in spans]
+                    names = [
+                        str(s.attributes.get(sc.GEN_AI_OPERATION, s.attributes.get(sc.MESSAGE_BODY, ""))) for s in spans
+                    ]
                     seen.append((rollout.status.value, rollout.reward, names))
                 await store.close()
                 return seen

@@ -123,7 +123,7 @@ async def _run_watching(store: Store, work: Any, processes: Sequence[multiproces
                     "runner process %s (pid %s) %s; its rollouts go back to the queue", process.name, process.pid, cause
                 )
                 await release_attempts(store, {process.name}, f"runner process {cause}")
-            if len(reported) == len(processes):
+            if processes and len(reported) == len(processes):
                 raise RuntimeError(f"all {len(processes)} runner processes died; their errors are above")
     finally:
         task.cancel()

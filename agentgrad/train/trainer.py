@@ -76,7 +76,8 @@ class Trainer(Generic[R]):
     `console` is where the algorithm reports (default: stdout). `report_to` names trackers that `fit` sends the
     run's metrics, configuration, `tags` and final figures to ("mlflow", "tensorboard", "wandb", or `Tracker`
     objects; `agentgrad.tracking`), besides those the algorithm's own `report_to` names; the run is called
-    `run_name` there (default: the algorithm and the time). `host` is the address the run's servers bind (the
+    `run_name` there (default: the algorithm and the time). `n_runners=0` starts no runner here: runners on other
+    hosts (`agentgrad runner`) do every rollout. `host` is the address the run's servers bind (the
     gateway, and the store server of the processes and ray strategies; loopback by default), `advertise` the
     address runners on other hosts reach them by (default: `host`, or this machine's outward address when `host`
     is 0.0.0.0): `gateway_url` and the resources published name it. Off loopback a `token` is required: the
@@ -147,8 +148,8 @@ class Trainer(Generic[R]):
         advertise: str | None = None,
         token: str | None = None,
     ) -> None:
-        if n_runners < 1:
-            raise ValueError(f"n_runners must be at least 1, got {n_runners}")
+        if n_runners < 0:
+            raise ValueError(f"n_runners must be 0 or more (0: every runner joins from elsewhere), got {n_runners}")
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy is one of {', '.join(map(repr, STRATEGIES))}, not {strategy!r}")
         if runner_isolation not in ("thread", "process"):
