@@ -46,7 +46,9 @@ async def test_rollouts_are_dequeued_first_in_first_out_with_a_new_attempt(store
 
 
 async def test_batch_enqueue_keeps_order_and_fields(store: Store) -> None:
-    rollouts = await store.enqueue_rollouts([{"input": i, "mode": "train", "metadata": {"i": i}} for i in range(5)])
+    rollouts = await store.enqueue_rollouts(
+        [{"input": i, "mode": "train", "metadata": {"i": i}} for i in range(5)]
+    )
     assert [r.input for r in rollouts] == list(range(5))
     claimed = [await store.dequeue_rollout() for _ in range(5)]
     assert [c.input for c in claimed] == list(range(5))  # type: ignore[union-attr]
@@ -171,9 +173,7 @@ async def test_the_health_check_runs_by_itself_at_most_every_half_second(store: 
     assert (await store.get_rollout(rollout.rollout_id)).status is RolloutStatus.FAILED
 
 
-async def test_a_stuck_attempt_is_timed_out_on_time_with_no_one_asking_the_store(
-    store: Store, clock: ManualClock
-) -> None:
+async def test_a_stuck_attempt_is_timed_out_on_time_with_no_one_asking_the_store(store: Store, clock: ManualClock) -> None:
     """Every runner is stuck: no dequeue, no wait, no check. The store's own sweeper ends the attempt once its
     clock passes the timeout, and the rollout is requeued, then failed, by its retry policy."""
     rollout = await store.enqueue_rollout("t", config=RolloutConfig(timeout_seconds=5, max_attempts=2))
@@ -287,9 +287,7 @@ async def test_spans_of_many_rollouts_are_read_at_once_each_of_its_latest_attemp
 async def test_a_span_written_again_is_stored_once_as_a_retried_write_needs(store: Store) -> None:
     started = await store.start_rollout("t")
     rid, aid = started.rollout_id, started.attempt.attempt_id
-    first = await store.add_spans(
-        [Span(rollout_id=rid, attempt_id=aid, span_id=f"{i:016x}", name=f"s{i}") for i in range(3)]
-    )
+    first = await store.add_spans([Span(rollout_id=rid, attempt_id=aid, span_id=f"{i:016x}", name=f"s{i}") for i in range(3)])
     again = await store.add_spans(
         [Span(rollout_id=rid, attempt_id=aid, span_id=f"{i:016x}", name=f"s{i}") for i in (1, 3, 3)]
         + [span(rid, aid, "anonymous"), span(rid, aid, "anonymous")]  # no span id: never taken for a repeat
@@ -302,14 +300,8 @@ async def test_a_span_written_again_is_stored_once_as_a_retried_write_needs(stor
 
 async def test_spans_of_several_rollouts_in_one_batch_come_back_in_the_order_given(store: Store) -> None:
     a, b = await store.start_rollout("a"), await store.start_rollout("b")
-    stored = await store.add_spans(
-        [
-            span(a.rollout_id, a.attempt.attempt_id, "a1"),
-            span(b.rollout_id, b.attempt.attempt_id, "b1"),
-            span(None, None, "free"),
-            span(a.rollout_id, a.attempt.attempt_id, "a2"),
-        ]
-    )
+    stored = await store.add_spans([span(a.rollout_id, a.attempt.attempt_id, "a1"), span(b.rollout_id, b.attempt.attempt_id, "b1"),
+                                    span(None, None, "free"), span(a.rollout_id, a.attempt.attempt_id, "a2")])
     assert [(s.name, s.sequence_id) for s in stored] == [("a1", 1), ("b1", 1), ("free", 1), ("a2", 2)]
 
 
@@ -359,9 +351,7 @@ async def test_the_final_reward_is_stored_with_the_rollout(store: Store) -> None
 
     emitted = await store.start_rollout("t")
     for value in (0.1, 0.9):
-        await store.add_span(
-            span(emitted.rollout_id, emitted.attempt.attempt_id, "agentgrad.reward", **{"agentgrad.reward": value})
-        )
+        await store.add_span(span(emitted.rollout_id, emitted.attempt.attempt_id, "agentgrad.reward", **{"agentgrad.reward": value}))
     await store.update_attempt(emitted.rollout_id, emitted.attempt.attempt_id, status="succeeded")
 
     silent = await store.start_rollout("t")
@@ -441,9 +431,7 @@ async def test_wait_for_rollouts_returns_as_soon_as_the_last_one_finishes(store:
     assert elapsed < 1.0
 
 
-async def test_wait_for_rollouts_gives_up_after_its_timeout_with_what_finished(
-    store: Store, clock: ManualClock
-) -> None:
+async def test_wait_for_rollouts_gives_up_after_its_timeout_with_what_finished(store: Store, clock: ManualClock) -> None:
     finished = await store.start_rollout("a")
     pending = await store.start_rollout("b")
     await store.update_attempt(finished.rollout_id, finished.attempt.attempt_id, status="succeeded")
@@ -475,9 +463,7 @@ async def test_resources_are_versioned_and_the_newest_is_latest(store: Store) ->
 
 async def test_workers_report_heartbeats(store: Store) -> None:
     started = await store.start_rollout("t", worker_id="w1")
-    await store.heartbeat(
-        "w1", status="busy", active_attempts=[(started.rollout_id, started.attempt.attempt_id)], info={"pid": 1}
-    )
+    await store.heartbeat("w1", status="busy", active_attempts=[(started.rollout_id, started.attempt.attempt_id)], info={"pid": 1})
     await store.heartbeat("w2", status=WorkerStatus.IDLE)
     workers = {w.worker_id: w for w in await store.query_workers()}
     assert workers["w1"].status is WorkerStatus.BUSY and workers["w1"].active_attempts == [started.attempt.attempt_id]
@@ -498,10 +484,7 @@ async def test_metrics_of_one_run_are_read_apart_from_the_others(store: Store) -
     await store.add_metrics([Metric(name="val/accuracy", step=0, value=0.1, run_id="run-a")])
     await store.add_metrics([Metric(name="val/accuracy", step=0, value=0.7, run_id="run-b")])
     await store.add_metrics([Metric(name="val/accuracy", step=1, value=0.2, run_id="run-a")])
-    assert [(m.step, m.value) for m in await store.query_metrics("val/accuracy", run_id="run-a")] == [
-        (0, 0.1),
-        (1, 0.2),
-    ]
+    assert [(m.step, m.value) for m in await store.query_metrics("val/accuracy", run_id="run-a")] == [(0, 0.1), (1, 0.2)]
     assert [m.run_id for m in await store.query_metrics(prefix="val/", run_id="run-b")] == ["run-b"]
     assert len(await store.query_metrics("val/accuracy")) == 3
 
@@ -595,24 +578,13 @@ async def test_every_backend_words_its_errors_the_same(store: Store) -> None:
         (store.update_attempt(rid, "at-x", status="failed"), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
         (store.update_attempt("ro-x", "at-x", status="failed"), NotFoundError, "no rollout with id 'ro-x'"),
         (store.add_span(span(rid, "at-x")), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
-        (
-            store.add_span(span(rid, None, "lonely")),
-            StoreError,
-            f"span 'lonely' names rollout '{rid}' but no attempt_id",
-        ),
-        (
-            store.heartbeat("w", active_attempts=[(rid, "at-x")]),
-            NotFoundError,
-            f"rollout '{rid}' has no attempt 'at-x'",
-        ),
+        (store.add_span(span(rid, None, "lonely")), StoreError, f"span 'lonely' names rollout '{rid}' but no attempt_id"),
+        (store.heartbeat("w", active_attempts=[(rid, "at-x")]), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
         (store.query_spans(rid, "at-x"), NotFoundError, f"rollout '{rid}' has no attempt 'at-x'"),
         (store.get_resources("res-9"), NotFoundError, "no resources with id 'res-9'"),
         (store.update_resources("res-9", {}), NotFoundError, "no resources with id 'res-9'"),
-        (
-            store.update_rollout(rid, status="failed"),
-            InvalidTransitionError,
-            "a rollout's status follows its attempts; only 'cancelled' can be set directly, not 'failed'",
-        ),
+        (store.update_rollout(rid, status="failed"), InvalidTransitionError,
+         "a rollout's status follows its attempts; only 'cancelled' can be set directly, not 'failed'"),
         (store.update_attempt(rid, aid, status="running"), InvalidTransitionError, f"attempt {aid} is already running"),
     ]
     for call, kind, message in expected:

@@ -21,12 +21,8 @@ KILLS = 4
 
 
 def serve(path: Path, port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(path), "--port", str(port)],
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return subprocess.Popen([sys.executable, "-m", "agentgrad.cli", "serve", "--store", str(path), "--port", str(port)],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_enqueues_claims_and_completions_retried_across_sigkills_are_applied_exactly_once(tmp_path: Path) -> None:
@@ -54,9 +50,7 @@ def test_enqueues_claims_and_completions_retried_across_sigkills_are_applied_exa
                 if claimed is None:
                     await asyncio.sleep(0.01)
                     continue
-                await client.update_attempt(
-                    claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded", reward=1
-                )
+                await client.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded", reward=1)
                 completed.append(claimed.rollout_id)
 
         try:

@@ -16,7 +16,6 @@ import pytest
 
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
-
 DiskFullError = Exception  # before: no such error
 from agentgrad.store.client import StoreClient
 from agentgrad.store.server import create_app
@@ -67,11 +66,8 @@ def test_a_full_disk_is_a_507_once_and_the_client_fails_at_once_with_its_message
         url = f"{server.url}/api/spans"
         answers = []
         for i in range(6):
-            answer = httpx.post(
-                url,
-                content=f'{{"spans": [{big_span(started, i).model_dump_json()}]}}',
-                headers={"content-type": "application/json", "idempotency-key": f"k{i}"},
-            )
+            answer = httpx.post(url, content=f'{{"spans": [{big_span(started, i).model_dump_json()}]}}',
+                                headers={"content-type": "application/json", "idempotency-key": f"k{i}"})
             answers.append(answer)
         refused = [a for a in answers if a.status_code != 200]
         assert refused and all(a.status_code == 507 for a in refused), [a.text for a in answers]

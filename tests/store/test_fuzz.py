@@ -35,9 +35,7 @@ STORE = SqliteStore(Path(tempfile.mkdtemp(prefix="agentgrad-fuzz-")) / "store.db
 asyncio.run(STORE.start_rollout({"seed": True}))
 APP = create_app(STORE)
 schema = schemathesis.openapi.from_asgi("/api/openapi.json", APP).exclude(path="/api/resources", method="POST")
-resources_schema = schemathesis.openapi.from_asgi("/api/openapi.json", APP).include(
-    path="/api/resources", method="POST"
-)
+resources_schema = schemathesis.openapi.from_asgi("/api/openapi.json", APP).include(path="/api/resources", method="POST")
 resources_schema.config.generation.update(modes=[GenerationMode.POSITIVE])
 
 

@@ -29,9 +29,7 @@ def served(tmp_path) -> Iterator[tuple[SqliteStore, ServerThread]]:  # type: ign
         yield store, server
 
 
-def otel_provider(
-    url: str, resource: dict[str, str], compression: Compression = Compression.NoCompression
-) -> TracerProvider:
+def otel_provider(url: str, resource: dict[str, str], compression: Compression = Compression.NoCompression) -> TracerProvider:
     exporter = OTLPSpanExporter(
         endpoint=url + "/v1/traces", headers={"authorization": "Bearer tok"}, compression=compression
     )
@@ -48,14 +46,9 @@ def test_spans_from_the_otel_sdk_exporter_land_in_the_attempt_named_by_the_resou
     provider = otel_provider(server.url, {"service.name": "my-agent", **ids}, compression)
     tracer = provider.get_tracer("some.framework")
     with tracer.start_as_current_span("agent.run") as root:
-        with tracer.start_as_current_span(
-            "chat gpt-x",
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.usage.input_tokens": 12,
-                "gen_ai.request.stop": ["\n", "END"],
-            },
-        ) as llm:
+        with tracer.start_as_current_span("chat gpt-x", attributes={"gen_ai.operation.name": "chat",
+                                                                      "gen_ai.usage.input_tokens": 12,
+                                                                      "gen_ai.request.stop": ["\n", "END"]}) as llm:
             llm.add_event("gen_ai.choice", {"index": 0})
             llm.set_status(Status(StatusCode.ERROR, "rate limited"))
         root.set_attribute("agentgrad.reward", 0.5)
@@ -98,43 +91,28 @@ def test_span_attributes_win_over_the_resource_and_a_rollout_id_alone_means_its_
 
 
 def otlp_json(rollout_id: str, attempt_id: str | None, name: str = "tool.call") -> dict:
-    attributes = [
-        {"key": ROLLOUT_ID_ATTR, "value": {"stringValue": rollout_id}},
-        {"key": "n", "value": {"intValue": "7"}},
-        {"key": "tags", "value": {"arrayValue": {"values": [{"stringValue": "a"}, {"boolValue": True}]}}},
-        {"key": "nested", "value": {"kvlistValue": {"values": [{"key": "x", "value": {"doubleValue": 1.5}}]}}},
-    ]
+    attributes = [{"key": ROLLOUT_ID_ATTR, "value": {"stringValue": rollout_id}},
+                  {"key": "n", "value": {"intValue": "7"}},
+                  {"key": "tags", "value": {"arrayValue": {"values": [{"stringValue": "a"}, {"boolValue": True}]}}},
+                  {"key": "nested", "value": {"kvlistValue": {"values": [{"key": "x", "value": {"doubleValue": 1.5}}]}}}]
     if attempt_id:
         attributes.append({"key": ATTEMPT_ID_ATTR, "value": {"stringValue": attempt_id}})
-    span = {
-        "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": "eee19b7ec3c1b174",
-        "name": name,
-        "startTimeUnixNano": "1544712660000000000",
-        "endTimeUnixNano": 1544712661000000000,
-        "attributes": attributes,
-        "status": {"code": 1},
-    }
-    return {
-        "resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "s"}, "spans": [span]}]}]
-    }
+    span = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": name,
+            "startTimeUnixNano": "1544712660000000000", "endTimeUnixNano": 1544712661000000000,
+            "attributes": attributes, "status": {"code": 1}}
+    return {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "s"}, "spans": [span]}]}]}
 
 
 def test_otlp_json_with_hex_ids_is_accepted(served) -> None:  # type: ignore[no-untyped-def]
     store, server = served
     started = asyncio.run(store.start_rollout("t"))
     body = gzip.compress(json.dumps(otlp_json(started.rollout_id, started.attempt.attempt_id)).encode())
-    answer = httpx.post(
-        server.url + "/v1/traces",
-        content=body,
-        headers={"content-type": "application/json", "content-encoding": "gzip", "authorization": "Bearer tok"},
-    )
+    answer = httpx.post(server.url + "/v1/traces", content=body, headers={
+        "content-type": "application/json", "content-encoding": "gzip", "authorization": "Bearer tok"})
     assert answer.status_code == 200 and answer.json() == {}
     (span,) = asyncio.run(store.query_spans(started.rollout_id))
     assert span.trace_id == "5b8efff798038103d269b633813fc60c" and span.span_id == "eee19b7ec3c1b174"
-    assert (
-        span.attributes["n"] == 7 and span.attributes["tags"] == ["a", True] and span.attributes["nested"] == {"x": 1.5}
-    )
+    assert span.attributes["n"] == 7 and span.attributes["tags"] == ["a", True] and span.attributes["nested"] == {"x": 1.5}
     assert (span.start_time, span.end_time, span.status.code) == (1544712660.0, 1544712661.0, "OK")
 
 
@@ -166,11 +144,8 @@ def test_spans_for_unknown_rollouts_are_rejected_and_counted_the_rest_stored(ser
 )
 def test_unreadable_exports_are_a_400_that_says_why(served, content, content_type, fragment) -> None:  # type: ignore[no-untyped-def]
     store, server = served
-    answer = httpx.post(
-        server.url + "/v1/traces",
-        content=content,
-        headers={"content-type": content_type, "authorization": "Bearer tok"},
-    )
+    answer = httpx.post(server.url + "/v1/traces", content=content,
+                        headers={"content-type": content_type, "authorization": "Bearer tok"})
     assert answer.status_code == 400 and fragment in answer.json()["detail"], answer.text
     assert asyncio.run(store.stats()).spans == 0
 
@@ -179,10 +154,7 @@ def test_json_nested_thousands_of_levels_deep_is_a_4xx_not_a_crash(served) -> No
     store, server = served
     for depth in (1_000, 100_000):
         body = b'{"resourceSpans": ' + b"[" * depth + b"]" * depth + b"}"
-        answer = httpx.post(
-            server.url + "/v1/traces",
-            content=body,
-            headers={"content-type": "application/json", "authorization": "Bearer tok"},
-        )
+        answer = httpx.post(server.url + "/v1/traces", content=body,
+                            headers={"content-type": "application/json", "authorization": "Bearer tok"})
         assert answer.status_code == 400 and "nested too deeply" in answer.json()["detail"], answer.text
     assert asyncio.run(store.stats()).spans == 0

@@ -71,11 +71,8 @@ def test_malformed_requests_get_a_4xx_that_says_what_was_wrong_and_change_nothin
     cases = [
         (httpx.post(api + "/rollouts", content=b"{not json"), 422, "Invalid JSON"),
         (httpx.post(api + "/rollouts", json={"requests": "many"}), 422, "requests"),
-        (
-            httpx.post(api + "/rollouts", json={"requests": [{"input": 1, "config": {"max_attempts": 0}}]}),
-            422,
-            "max_attempts",
-        ),
+        (httpx.post(api + "/rollouts", json={"requests": [{"input": 1, "config": {"max_attempts": 0}}]}), 422,
+         "max_attempts"),
         (httpx.post(api + "/rollouts", json={"requests": [{"input": 1}], "extra": 1}), 422, "extra: Extra inputs"),
         (httpx.post(api + "/rollouts", json=[1, 2]), 422, "Input should be an object"),
         (httpx.patch(f"{api}/rollouts/{rid}/attempts/{aid}", json={"status": "exploded"}), 422, "status"),
@@ -84,11 +81,8 @@ def test_malformed_requests_get_a_4xx_that_says_what_was_wrong_and_change_nothin
         (httpx.patch(f"{api}/rollouts/{rid}", json={"status": "succeeded"}), 409, "only 'cancelled'"),
         (httpx.patch(f"{api}/rollouts/{rid}/attempts/at-nope", json={"status": "failed"}), 404, "at-nope"),
         (httpx.get(api + "/rollouts/ro-nope"), 404, "ro-nope"),
-        (
-            httpx.post(api + "/spans", json={"spans": [{"name": "x", "rollout_id": rid, "attempt_id": "at-x"}]}),
-            404,
-            "at-x",
-        ),
+        (httpx.post(api + "/spans", json={"spans": [{"name": "x", "rollout_id": rid, "attempt_id": "at-x"}]}), 404,
+         "at-x"),
         (httpx.post(api + "/spans", json={"spans": [{"name": "x", "rollout_id": rid}]}), 400, "attempt_id"),
         (httpx.get(api + "/spans", params={"rollout_id": rid, "all_attempts": "perhaps"}), 422, "all_attempts"),
         (httpx.get(api + "/metrics", params={"colour": "red"}), 422, "colour"),
@@ -243,9 +237,8 @@ def test_the_client_keeps_its_connection_alive_between_calls() -> None:
     async def stats(request: Request) -> Response:
         assert request.client is not None
         ports.append(request.client.port)
-        return Response(
-            b'{"rollouts": {}, "attempts": {}, "spans": 0, "workers": 0, "resources": 0}', media_type="application/json"
-        )
+        return Response(b'{"rollouts": {}, "attempts": {}, "spans": 0, "workers": 0, "resources": 0}',
+                        media_type="application/json")
 
     with ServerThread(Starlette(routes=[Route("/api/stats", stats)])) as server:
 
@@ -274,11 +267,8 @@ def test_waiting_for_rollouts_is_one_long_poll_not_a_stream_of_requests(monkeypa
             client = StoreClient(server.url)
             started = await store.start_rollout("t")
             finisher = asyncio.get_running_loop().call_later(
-                0.8,
-                lambda: asyncio.ensure_future(
-                    store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")
-                ),
-            )
+                0.8, lambda: asyncio.ensure_future(
+                    store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")))
             (done,) = await client.wait_for_rollouts([started.rollout_id], timeout=10)
             finisher.cancel()
             assert done.status.value == "succeeded"
@@ -308,15 +298,11 @@ def test_concurrent_one_span_writes_share_requests_and_each_caller_gets_its_own_
             spans = [Span(rollout_id=rid, attempt_id=aid, name=f"s{i}") for i in range(40)]
             stored = await asyncio.gather(*(client.add_span(span) for span in spans))
             assert sorted(s.sequence_id for s in stored) == list(range(1, 41))
-            assert {s.name: s.sequence_id for s in stored} == {
-                s.name: s.sequence_id for s in await store.query_spans(rid)
-            }
+            assert {s.name: s.sequence_id for s in stored} == {s.name: s.sequence_id for s in await store.query_spans(rid)}
             # a bad span among good ones fails its own call only
-            calls = [
-                client.add_span(Span(rollout_id=rid, attempt_id=aid, name="good-1")),
-                client.add_span(Span(rollout_id=rid, attempt_id="at-nope", name="bad")),
-                client.add_span(Span(rollout_id=rid, attempt_id=aid, name="good-2")),
-            ]
+            calls = [client.add_span(Span(rollout_id=rid, attempt_id=aid, name="good-1")),
+                     client.add_span(Span(rollout_id=rid, attempt_id="at-nope", name="bad")),
+                     client.add_span(Span(rollout_id=rid, attempt_id=aid, name="good-2"))]
             good_1, bad, good_2 = await asyncio.gather(*calls, return_exceptions=True)
             assert isinstance(bad, NotFoundError) and "at-nope" in str(bad)
             assert good_1.name == "good-1" and good_2.name == "good-2"  # type: ignore[union-attr]
@@ -335,30 +321,19 @@ def test_a_retried_write_after_a_restart_on_the_same_file_gets_its_first_answer(
     with ServerThread(create_app(SqliteStore(path))) as server:
         first = httpx.post(server.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=headers).json()
         aid, rid = first["attempt"]["attempt_id"], first["rollout_id"]
-        done = httpx.patch(
-            f"{server.url}/api/rollouts/{rid}/attempts/{aid}",
-            json={"status": "succeeded"},
-            headers={"idempotency-key": "k-done"},
-        )
+        done = httpx.patch(f"{server.url}/api/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"},
+                           headers={"idempotency-key": "k-done"})
         assert done.status_code == 200
     with ServerThread(create_app(SqliteStore(path))) as server:  # a new process would see the same file
         again = httpx.post(server.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=headers)
         assert again.json() == first  # the same claim, not the next rollout
-        redone = httpx.patch(
-            f"{server.url}/api/rollouts/{rid}/attempts/{aid}",
-            json={"status": "succeeded"},
-            headers={"idempotency-key": "k-done"},
-        )
+        redone = httpx.patch(f"{server.url}/api/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"},
+                             headers={"idempotency-key": "k-done"})
         assert redone.status_code == 200 and redone.json() == done.json()  # not a 409
         for _ in range(2):
-            httpx.post(
-                server.url + "/api/rollouts", json={"requests": [{"input": 3}]}, headers={"idempotency-key": "k-q"}
-            )
-            httpx.post(
-                server.url + "/api/metrics",
-                json={"metrics": [{"name": "m", "step": 0, "value": 1.0}]},
-                headers={"idempotency-key": "k-m"},
-            )
+            httpx.post(server.url + "/api/rollouts", json={"requests": [{"input": 3}]}, headers={"idempotency-key": "k-q"})
+            httpx.post(server.url + "/api/metrics", json={"metrics": [{"name": "m", "step": 0, "value": 1.0}]},
+                       headers={"idempotency-key": "k-m"})
     restarted = SqliteStore(path)
     assert asyncio.run(restarted.stats()).rollouts == {"queuing": 2, "succeeded": 1}  # enqueued once
     assert len(asyncio.run(restarted.query_metrics("m"))) == 1  # stored once
@@ -369,11 +344,8 @@ def test_a_reward_that_is_no_number_is_a_4xx_that_says_so(served) -> None:  # ty
     started = asyncio.run(store.start_rollout("t"))
     url = f"{server.url}/api/rollouts/{started.rollout_id}/attempts/{started.attempt.attempt_id}"
     for literal in (b"NaN", b"Infinity", b"-Infinity"):
-        answer = httpx.patch(
-            url,
-            content=b'{"status": "succeeded", "reward": ' + literal + b"}",
-            headers={"content-type": "application/json"},
-        )
+        answer = httpx.patch(url, content=b'{"status": "succeeded", "reward": ' + literal + b"}",
+                             headers={"content-type": "application/json"})
         assert answer.status_code == 400 and "not a finite number" in answer.json()["detail"], answer.text
     assert asyncio.run(store.get_rollout(started.rollout_id)).status.value == "running"
 
@@ -384,11 +356,8 @@ def test_the_operation_table_covers_every_store_method_with_its_own_parameter_na
     from agentgrad.store import Store
     from agentgrad.store.api import BY_NAME
 
-    public = {
-        name
-        for name, member in inspect.getmembers(Store, inspect.iscoroutinefunction)
-        if not name.startswith("_") and name not in ("close", "run_once", "enqueue_rollout", "add_span")
-    }
+    public = {name for name, member in inspect.getmembers(Store, inspect.iscoroutinefunction)
+              if not name.startswith("_") and name not in ("close", "run_once", "enqueue_rollout", "add_span")}
     assert public == set(BY_NAME)
     for name, operation in BY_NAME.items():
         parameters = set(inspect.signature(getattr(Store, name)).parameters) - {"self"}
@@ -399,10 +368,7 @@ def test_the_operation_table_covers_every_store_method_with_its_own_parameter_na
 
 def test_a_metric_value_json_cannot_carry_is_a_4xx_naming_it(served) -> None:  # type: ignore[no-untyped-def]
     store, server = served
-    answer = httpx.post(
-        server.url + "/api/metrics",
-        content=b'{"metrics": [{"name": "m", "step": 0, "value": 1}, {"name": "train/loss", "step": 3, "value": NaN}]}',
-        headers={"content-type": "application/json"},
-    )
+    answer = httpx.post(server.url + "/api/metrics", content=b'{"metrics": [{"name": "m", "step": 0, "value": 1}, '
+                        b'{"name": "train/loss", "step": 3, "value": NaN}]}', headers={"content-type": "application/json"})
     assert answer.status_code == 422 and "metrics[1].value ('train/loss' at step 3) is nan" in answer.json()["detail"]
     assert asyncio.run(store.query_metrics()) == []

@@ -39,9 +39,7 @@ def test_exactly_one_of_four_processes_claims_each_rollout(tmp_path: Path) -> No
     store = SqliteStore(path)
     asyncio.run(store.enqueue_rollouts([{"input": i} for i in range(400)]))
     workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", CLAIM_AND_FINISH, str(path), f"p{i}"], stdout=subprocess.PIPE, text=True
-        )
+        subprocess.Popen([sys.executable, "-c", CLAIM_AND_FINISH, str(path), f"p{i}"], stdout=subprocess.PIPE, text=True)
         for i in range(4)
     ]
     claims = [json.loads(worker.communicate(timeout=120)[0]) for worker in workers]
@@ -117,10 +115,8 @@ def test_a_file_from_before_span_ids_had_a_column_still_opens_and_keeps_counting
     started = asyncio.run(store.start_rollout("t"))
     old = Span(rollout_id=started.rollout_id, attempt_id=started.attempt.attempt_id, name="old", sequence_id=1)
     with sqlite3.connect(path) as db:  # a span written by the earlier code, without a span_id column
-        db.execute(
-            "INSERT INTO spans (rollout_key, sequence_id, attempt_id, body) VALUES (?, 1, ?, ?)",
-            (started.rollout_id, started.attempt.attempt_id, old.model_dump_json()),
-        )
+        db.execute("INSERT INTO spans (rollout_key, sequence_id, attempt_id, body) VALUES (?, 1, ?, ?)",
+                   (started.rollout_id, started.attempt.attempt_id, old.model_dump_json()))
     store = SqliteStore(path)
     new = Span(rollout_id=started.rollout_id, attempt_id=started.attempt.attempt_id, name="new", span_id="a" * 16)
     assert [s.sequence_id for s in asyncio.run(store.add_spans([new, new]))] == [2, 2]
@@ -129,14 +125,8 @@ def test_a_file_from_before_span_ids_had_a_column_still_opens_and_keeps_counting
 
 def test_a_metric_that_is_not_a_number_is_kept_as_one(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")  # SQLite alone would turn NaN into NULL and refuse it
-    asyncio.run(
-        store.add_metrics(
-            [
-                Metric(name="train/loss", step=0, value=float("nan")),
-                Metric(name="train/loss", step=1, value=float("inf")),
-            ]
-        )
-    )
+    asyncio.run(store.add_metrics([Metric(name="train/loss", step=0, value=float("nan")),
+                                   Metric(name="train/loss", step=1, value=float("inf"))]))
     values = [m.value for m in asyncio.run(store.query_metrics("train/loss"))]
     assert math.isnan(values[0]) and values[1] == float("inf")
 
@@ -167,15 +157,8 @@ def test_a_store_in_a_read_only_folder_says_the_folder_is_read_only(tmp_path: Pa
     folder.chmod(0o500)
     if os.access(folder, os.W_OK):  # root writes anyway: let SQLite and the check see what a user would
         real_connect = sqlite3.connect
-        monkeypatch.setattr(
-            sqlite3,
-            "connect",
-            lambda path, *a, **k: (
-                real_connect(path, *a, **k)
-                if str(path) != str(folder / "store.db")
-                else (_ for _ in ()).throw(sqlite3.OperationalError("unable to open database file"))
-            ),
-        )
+        monkeypatch.setattr(sqlite3, "connect", lambda path, *a, **k: real_connect(path, *a, **k) if str(path) != str(
+            folder / "store.db") else (_ for _ in ()).throw(sqlite3.OperationalError("unable to open database file")))
         monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(folder))
     try:
         with pytest.raises(StoreError) as caught:
