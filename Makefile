@@ -90,6 +90,12 @@ $(POSTGRES):
 
 postgres: $(POSTGRES)
 
+# iproute2's `ip`: tests/test_hosts_apart.py makes a second host as a network namespace (CI runs as root)
+IPROUTE := /usr/sbin/ip
+$(IPROUTE):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2
+
 # the documentation site: MkDocs reads docs/ and mkdocs.yml; mkdocstrings reads agentgrad's source statically
 DOCS_VENV ?= .venv-docs
 DOCS_INSTALLED := $(DOCS_VENV)/.installed
@@ -115,11 +121,11 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
-test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(FRAMEWORK_INSTALLED)
+test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q
 
-test-fast: $(INSTALLED) $(PROMTOOL) $(POSTGRES) $(FRAMEWORK_INSTALLED)
+test-fast: $(INSTALLED) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
 
 clean:
