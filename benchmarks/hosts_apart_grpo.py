@@ -101,11 +101,16 @@ def second_host(args: argparse.Namespace, store_url: str, folder: Path, train: A
             trainer = ag.Trainer(grpo(args, folder / "two"), n_runners=0, store=store_url, host=host.here,
                                  token=TOKEN)
             return trainer.fit(agent, train, val)
-        finally:
-            for process in [*runners, server]:
-                process.terminate()
-            for process in [*runners, server]:
-                process.wait(30)
+        finally:  # the runners first: they finish what is in flight through the store server
+            for group in (runners, [server]):
+                for process in group:
+                    process.terminate()
+                for process in group:
+                    try:
+                        process.wait(30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
 
 
 def main() -> None:
@@ -134,6 +139,7 @@ def main() -> None:
             result = run(args, store_url, Path(scratch), train, val, calc.calc_agent)
             minutes = (time.perf_counter() - began) / 60
             rows.append((name, result.initial, result.final, minutes, where_they_ran(store_url)))
+            print(f"  rollouts by: {rows[-1][-1]}", flush=True)
             print(f"{name}: {result.initial.success_rate:.3f} -> {result.final.success_rate:.3f} in {minutes:.1f} min",
                   flush=True)
     print(f"\nGRPO, calc agent (plain), {args.steps} steps of {args.prompts} tasks x {args.group}, seed {args.seed}, "
