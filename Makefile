@@ -13,7 +13,7 @@ QWEN := $(VENV)/.qwen
 FRAMEWORK_ENVS := crewai autogen
 FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
 
-.PHONY: demo test test-fast lint model qwen bench clean envs vllm browser docs prometheus
+.PHONY: demo test test-fast lint model qwen bench clean envs vllm browser docs prometheus postgres
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -80,6 +80,22 @@ $(PROMTOOL):
 
 prometheus: $(PROMTOOL)
 
+# PostgreSQL for the PostgreSQL store's tests: Debian's package (PostgreSQL 15). The tests start a throwaway
+# server from its binaries (initdb into a temporary folder, a free loopback port; tests/postgres_server.py)
+PG_BIN ?= /usr/lib/postgresql/15/bin
+POSTGRES := $(PG_BIN)/initdb
+$(POSTGRES):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+
+postgres: $(POSTGRES)
+
+# iproute2's `ip`: tests/test_hosts_apart.py makes a second host as a network namespace (CI runs as root)
+IPROUTE := /usr/sbin/ip
+$(IPROUTE):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2
+
 # the documentation site: MkDocs reads docs/ and mkdocs.yml; mkdocstrings reads agentgrad's source statically
 DOCS_VENV ?= .venv-docs
 DOCS_INSTALLED := $(DOCS_VENV)/.installed
@@ -105,11 +121,11 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
-test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(FRAMEWORK_INSTALLED)
+test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q
 
-test-fast: $(INSTALLED) $(PROMTOOL) $(FRAMEWORK_INSTALLED)
+test-fast: $(INSTALLED) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
 
 clean:

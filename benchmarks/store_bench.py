@@ -8,7 +8,11 @@ row writes the 10 spans one call at a time: Agent Lightning 0.3's workload (10 s
 calls per rollout), shown next to its figure. "span writes" is the time of a rollout's 10 spans
 (one call, or ten). CPU ms per rollout barely depends on what else the machine runs; rollouts/s
 and the p99s do. `--only queue` times a SQLite dequeue at 1k and 100k queued, and the server's
-health check while 8 clients dequeue from a 100k queue.
+health check while 8 clients dequeue from a 100k queue. `--only postgres` runs the HTTP lifecycle
+(4 client processes × 8 workers) against one `agentgrad serve` on SQLite, one on PostgreSQL, and four
+on one PostgreSQL database (each client process on its own server), in one run: PostgreSQL is a
+throwaway server from the distribution's binaries (`make postgres`; fsync on, commits acknowledged
+before their WAL is flushed, as SQLite's `synchronous=NORMAL`), or `--postgres URL`.
 
 Agent Lightning 0.3 runs side by side when its own environment is there (`.venv-agl`, or
 `--agentlightning PYTHON`): its store server (`python -m agentlightning.cli.store`, in memory) and
@@ -18,6 +22,7 @@ one client process of 16 workers doing the same lifecycle through its `Lightning
     .venv/bin/python benchmarks/store_bench.py            # the table, in about a minute
     .venv/bin/python benchmarks/store_bench.py --rollouts 500 --only http
     .venv/bin/python benchmarks/store_bench.py --only queue
+    .venv/bin/python benchmarks/store_bench.py --only postgres   # 1 and 4 PostgreSQL servers against 1 SQLite server
     python3 -m venv .venv-agl && .venv-agl/bin/pip install 'agentlightning==0.3.*'   # the reference row
 """
 
@@ -289,6 +294,80 @@ def start_server(directory: str, agl_python: Path | None = None) -> tuple[subpro
     return server, url, time.perf_counter() - began
 
 
+def start_store_server(store: str) -> tuple[subprocess.Popen[str], str]:
+    """`agentgrad serve --store STORE` on a free port, once healthy."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "agentgrad.cli", "serve", "--store", store, "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    while True:
+        try:
+            if httpx.get(url + "/api/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None:
+            raise RuntimeError(f"the server did not start: {' '.join(command)}")
+        time.sleep(0.02)
+
+
+def race(clients: list[subprocess.Popen[str]], servers: list[int]) -> tuple[list[dict[str, Any]], float, float, float]:
+    """Start the ready client processes at once and collect their results: (results, seconds, the servers' CPU
+    seconds meanwhile, their largest peak RSS in MB)."""
+    for client in clients:
+        assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+    began, server_cpu = time.perf_counter(), sum(map(process_cpu_seconds, servers))
+    for client in clients:
+        assert client.stdin is not None
+        client.stdin.write("go\n")
+        client.stdin.flush()
+    results = [json.loads(client.communicate(timeout=900)[0].splitlines()[-1]) for client in clients]
+    seconds = time.perf_counter() - began
+    return results, seconds, sum(map(process_cpu_seconds, servers)) - server_cpu, max(map(process_peak_rss_mb, servers))
+
+
+def servers_row(name: str, stores: list[str], processes: int, workers: int, count: int) -> dict[str, Any]:
+    """The lifecycle over HTTP with one `agentgrad serve` per entry of `stores`, client process i on server i % n."""
+    servers = [start_store_server(store) for store in stores]
+    try:
+        share = count // processes
+        clients = [
+            child("--child-client", servers[i % len(servers)][1], "--workers", str(workers), "--rollouts", str(share))
+            for i in range(processes)
+        ]
+        results, seconds, server_cpu, server_rss = race(clients, [server.pid for server, _ in servers])
+    finally:
+        for server, _ in servers:
+            server.terminate()
+            server.wait(timeout=30)
+    rss = max(r["rss"] for r in results)
+    return summary(name, f"{processes}×{workers}", share * processes, seconds, results, rss, server_rss, server_cpu)
+
+
+def postgres_rows(count: int, postgres: str | None) -> list[dict[str, Any]]:
+    """One SQLite server, one PostgreSQL server, four PostgreSQL servers on one database: the same clients."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.postgres_server import PostgresServer
+
+    pg = None if postgres else PostgresServer(durable=True).start()
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
+            rows.append(servers_row("HTTP, SQLite, 1 server", [str(Path(directory) / "bench.db")], 4, 8, count))
+        for servers in (1, 4):
+            if pg is not None:
+                url = pg.create_database(f"bench{servers}")
+            else:
+                url = postgres.rstrip("/") + f"?search_path=bench{servers}"  # type: ignore[union-attr]
+            rows.append(servers_row(f"HTTP, PostgreSQL, {servers} server(s)", [url] * servers, 4, 8, count))
+    finally:
+        if pg is not None:
+            pg.remove()
+    return rows
+
+
 def over_http(
     processes: int, workers: int, count: int, single_spans: bool = False, agl_python: Path | None = None
 ) -> tuple[dict[str, Any], float]:
@@ -302,17 +381,7 @@ def over_http(
                 child(mode, url, "--workers", str(workers), "--rollouts", str(share), *extra, python=agl_python)
                 for _ in range(processes)
             ]
-            for client in clients:
-                assert client.stdout is not None and client.stdout.readline().strip() == "ready"
-            began, server_cpu = time.perf_counter(), process_cpu_seconds(server.pid)
-            for client in clients:
-                assert client.stdin is not None
-                client.stdin.write("go\n")
-                client.stdin.flush()
-            results = [json.loads(client.communicate(timeout=600)[0].splitlines()[-1]) for client in clients]
-            seconds = time.perf_counter() - began
-            server_cpu = process_cpu_seconds(server.pid) - server_cpu
-            server_rss = process_peak_rss_mb(server.pid)
+            results, seconds, server_cpu, server_rss = race(clients, [server.pid])
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -456,7 +525,9 @@ def import_seconds(module: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rollouts", type=int, default=ROLLOUTS)
-    parser.add_argument("--only", choices=["memory", "sqlite", "http", "queue"], help="run one kind of setup")
+    parser.add_argument("--only", choices=["memory", "sqlite", "http", "queue", "postgres"], help="run one kind of setup")
+    parser.add_argument("--postgres", metavar="URL", help="--only postgres: an existing PostgreSQL database to use "
+                        "(its schemas bench1 and bench4 must exist) instead of a throwaway server")
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--single-spans", action="store_true", help=argparse.SUPPRESS)
@@ -491,6 +562,14 @@ def main() -> None:
             for workers in (1, 16):
                 rows.append(in_process(backend, workers, args.rollouts))
                 console.print(f"  {rows[-1]['setup']} ×{workers}: {rows[-1]['rollouts/s']:.0f} rollouts/s")
+    if args.only == "postgres":
+        rows += postgres_rows(args.rollouts, args.postgres)
+        for row in rows:
+            console.print(f"  {row['setup']} {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
+        sqlite_rate, one, four = (row["rollouts/s"] for row in rows)
+        console.print(f"  1 PostgreSQL server vs 1 SQLite server: {one / sqlite_rate:.2f}× (goal ≥ 0.7×); "
+                      f"4 PostgreSQL servers vs 1: {four / one:.2f}× (goal ≥ 1.5×); load average "
+                      f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     agl = agl_version(args.agentlightning) if args.only in (None, "http") else None
     if args.only in (None, "http"):
         for processes, workers, single in ((1, 16, False), (4, 8, False), (1, 16, True)):

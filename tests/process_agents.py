@@ -103,3 +103,15 @@ def unchanged_anthropic_calc(task: dict) -> float:
     text = "".join(block.text for block in reply.content if block.type == "text")
     digits = "".join(c for c in text if c.isdigit())
     return 1.0 / (1.0 + abs(int(digits) - task["answer"])) if digits else 0.0
+
+
+@ag.rollout
+def asks_llm(task: dict, llm: ag.LLM) -> float:
+    """Calls its LLM resource as any agent would (`base_url`, `api_key`), and notes the URL it was handed."""
+    from openai import OpenAI
+
+    ag.emit_message(llm.base_url)
+    reply = OpenAI(base_url=llm.base_url, api_key=llm.api_key).chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["q"]}]
+    )
+    return 1.0 if reply.choices[0].message.content == f"echo: {task['q']}" else 0.0

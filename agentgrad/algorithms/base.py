@@ -14,6 +14,7 @@ from rich.console import Console
 from agentgrad import semconv as sc
 from agentgrad.algorithms.config import RunConfig
 from agentgrad.redact import RedactingConsole
+from agentgrad.serving import Listen
 from agentgrad.store import Store
 from agentgrad.tracking.base import RunTrackers
 from agentgrad.types import Metric, NamedResources, Resource, Rollout, RolloutConfig, RolloutStatus
@@ -30,8 +31,9 @@ class RunContext:
     """What an algorithm runs in, laid out by the trainer's strategy and passed to `Algorithm.run`.
 
     `store`: where rollouts are queued and spans read. `gateway_port`: where an algorithm that serves
-    the model it trains (GRPO, SFT) puts its gateway on loopback (0: any free port); the runners'
-    `OPENAI_BASE_URL` points there. `console`: where progress is printed. `launcher`: what starts the
+    the model it trains (GRPO, SFT) puts its gateway (0: any free port); the runners'
+    `OPENAI_BASE_URL` points there. `listen`: the address that gateway binds and the one runners on
+    other hosts reach it by (loopback by default). `console`: where progress is printed. `launcher`: what starts the
     training ranks of a sharded update (`train_processes > 1`): None for local processes, Ray's
     `RayGroup` under `strategy="ray"`. `trackers`: where every metric goes too (`report_to`), besides the store. `run_id`: the run
     (`store.get_run`) the metrics are logged under.
@@ -39,6 +41,7 @@ class RunContext:
 
     store: Store
     gateway_port: int = 0
+    listen: Listen = field(default_factory=Listen)
     console: Console = field(default=DEFAULT_CONSOLE)
     launcher: Callable[..., TrainingGroup] | None = None
     trackers: RunTrackers | None = None

@@ -120,6 +120,7 @@ class TrainsWeights(Algorithm[Result]):
             self.local_engine,
             self.model_name,
             gateway_port=ctx.gateway_port,
+            listen=ctx.listen,
             roles=roles,
             default_role=default_role,
         ) as policy:

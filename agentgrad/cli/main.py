@@ -66,10 +66,32 @@ def serve_engine_command(args: argparse.Namespace) -> None:
             raise UsageError(str(exc)) from None
     adapters = f"; adapters (request model = name): {', '.join(folders)}" if folders else ""
     console.print(
-        f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on http://{args.host}:{args.port}/v1"
-        + adapters
+        f"serving {engine.name} ({engine.sampling_dtype}, {engine.device}) on {advertised_url(args)}/v1" + adapters
     )
     run(Guard(create_engine_app(engine), token=args.token), host=args.host, port=args.port)
+
+
+def advertised_url(args: argparse.Namespace) -> str:
+    """Where other hosts reach a server started with `--host`, `--port` and `--advertise` (the URL to give them)."""
+    from agentgrad.serving import WILDCARDS, http_url, outward_address
+
+    host = args.advertise or (outward_address() if args.host in WILDCARDS else args.host)
+    return http_url(host, args.port)
+
+
+def add_address_arguments(parser: argparse.ArgumentParser, port: int) -> None:
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (0.0.0.0: every interface); beyond loopback a token is required",
+    )
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the address other hosts reach this server by, in the URL it prints (default: --host, or this "
+        "machine's outward address for 0.0.0.0)",
+    )
 
 
 def adapter_folders(specs: Sequence[str]) -> dict[str, str]:
@@ -212,7 +234,7 @@ def run_gateway(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     gateway = gateway_from_args(args, open_store(args.store), args.token, close_store=True)
     served = ", ".join(gateway.models) + (" and any other model" if args.default else "")
-    console.print(f"agentgrad gateway on http://{args.host}:{args.port}/v1 serving {served}; store: {args.store}")
+    console.print(f"agentgrad gateway on {advertised_url(args)}/v1 serving {served}; store: {args.store}")
     from agentgrad.gateway.admin import is_public
     from agentgrad.serving.guard import Guard
 
@@ -244,7 +266,7 @@ def serve(args: argparse.Namespace) -> None:
     if args.backend or args.default or args.routes:
         gateway = gateway_from_args(args, store, None, close_store=False)  # the server's token guards it
         extra, closing, metrics = gateway.routes(), [gateway.aclose], gateway.metrics  # one /metrics for both
-    shown = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+    shown = advertised_url(args)
     console.print(
         f"agentgrad store server on {shown}/api/ (store: {args.store}{', token required' if args.token else ''})"
     )
@@ -255,6 +277,21 @@ def serve(args: argparse.Namespace) -> None:
         port=args.port,
         **UVICORN_OPTIONS,
     )
+
+
+def migrate_store(args: argparse.Namespace) -> None:
+    """`agentgrad store migrate`: bring a PostgreSQL store's schema to this agentgrad's version, keeping every row."""
+    from agentgrad.store import POSTGRES_SCHEMES
+    from agentgrad.store.postgres import PostgresStore
+    from agentgrad.store.postgres_pool import run_in_thread
+
+    if not args.store.startswith(POSTGRES_SCHEMES):
+        raise UsageError("only a PostgreSQL store has a schema to migrate: --store postgresql://user@host:5432/dbname")
+    store = PostgresStore(args.store, sweep_seconds=None, migrate=True)
+    run_in_thread(store.close())
+    found, now = store.schema_found, store.schema_version
+    change = f"migrated from version {found} to {now}" if found != now else f"already at version {now}"
+    console.print(f"{store.address.shown}: {change}", highlight=False, markup=False)
 
 
 def runner(
@@ -400,8 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve a saved LoRA adapter (a PEFT folder or a LoRA step-N checkpoint of this base) to requests "
         "whose model is NAME, as vLLM's --lora-modules (repeatable: two checkpoints of one run on one engine)",
     )
-    serve_engine.add_argument("--host", default="127.0.0.1")
-    serve_engine.add_argument("--port", type=int, default=8000)
+    add_address_arguments(serve_engine, 8000)
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
     serve_engine.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)"
@@ -446,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollouts = commands.add_parser("rollouts", help="list and inspect rollouts in a store")
     rollout_commands = rollouts.add_subparsers(dest="rollouts_command", required=True)
     ls = rollout_commands.add_parser("ls", help="a table of rollouts")
-    ls.add_argument("--store", required=True, help="SQLite path or store server URL")
+    ls.add_argument("--store", required=True, help="SQLite path, store server URL or postgresql:// URL")
     ls.add_argument("--status", action="append", help="only this status (repeatable)")
     ls.add_argument("--mode", help="only this mode (train, val, ...)")
     ls.add_argument("--limit", type=int, default=50)
@@ -458,13 +494,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = rollout_commands.add_parser("show", help="one rollout: its attempts and span tree")
     show.add_argument("rollout_id")
-    show.add_argument("--store", required=True, help="SQLite path or store server URL")
+    show.add_argument("--store", required=True, help="SQLite path, store server URL or postgresql:// URL")
     show.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_rollout(console, s, a.rollout_id)))
 
     experiments.add_commands(commands)
 
     metrics = commands.add_parser("metrics", help="the training curves in a store, a line each")
-    metrics.add_argument("--store", required=True, help="SQLite path or store server URL")
+    metrics.add_argument("--store", required=True, help="SQLite path, store server URL or postgresql:// URL")
     metrics.add_argument("--prefix", help="only names starting with this (train/, val/, perf/, apo/)")
     metrics.set_defaults(handler=lambda a: with_store(a.store, lambda s: views.print_metrics(console, s, a.prefix)))
 
@@ -474,8 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gateway.add_argument("--store", help="serving: SQLite path, 'memory', or store server URL (required)")
     add_backend_arguments(gateway)
-    gateway.add_argument("--host", default="127.0.0.1")
-    gateway.add_argument("--port", type=int, default=8090)
+    add_address_arguments(gateway, 8090)
     gateway.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV),
@@ -485,14 +520,26 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_routes.add_commands(gateway)
 
     server = commands.add_parser("serve", help="serve a store over HTTP (runners and algorithms anywhere can use it)")
-    server.add_argument("--store", required=True, help="SQLite file (created if missing), or 'memory'")
-    server.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a token is required")
-    server.add_argument("--port", type=int, default=DEFAULT_PORT)
+    server.add_argument(
+        "--store",
+        required=True,
+        help="SQLite file (created if missing), 'memory', or postgresql://user@host:5432/dbname (several servers "
+        "may serve one PostgreSQL database)",
+    )
+    add_address_arguments(server, DEFAULT_PORT)
     server.add_argument(
         "--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token clients must send (default: ${TOKEN_ENV})"
     )
     add_backend_arguments(server)
     server.set_defaults(handler=serve)
+
+    store_command = commands.add_parser("store", help="look after a store")
+    store_commands = store_command.add_subparsers(dest="store_command", required=True)
+    migrate = store_commands.add_parser(
+        "migrate", help="bring a PostgreSQL store's schema up to this agentgrad's version (every row kept)"
+    )
+    migrate.add_argument("--store", required=True, help="postgresql://user[:password]@host:5432/dbname")
+    migrate.set_defaults(handler=migrate_store)
 
     join = commands.add_parser("runner", help="join a store as runner(s) executing an agent")
     join.add_argument("--store", required=True, help="store server URL (or a SQLite path on a shared disk)")

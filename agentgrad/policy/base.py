@@ -25,7 +25,7 @@ from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 from agentgrad.policy.checkpoints import MANIFEST, TRAINER_STATE, written_atomically
-from agentgrad.serving import ServerThread
+from agentgrad.serving import Listen, ServerThread
 from agentgrad.store import Store
 from agentgrad.store.base import WAIT_POLL_SECONDS
 from agentgrad.types import LLM, RolloutStatus
@@ -46,6 +46,7 @@ class PolicyOptions(TypedDict, total=False):
     lora_alpha: int
     lora_targets: list[str] | str
     gateway_port: int
+    listen: Listen | None
     adapters: Mapping[str, str] | None
     default_adapter: str | None
     attempt_wait_s: float
@@ -55,7 +56,8 @@ class PolicyOptions(TypedDict, total=False):
 class Policy(ABC):
     """The weights an algorithm trains, served to the agent through a gateway on `gateway_port`.
 
-    `engine` (or a new one loading `model`) holds the trainer's copy. With `lora_rank > 0` only low-rank adapters
+    `engine` (or a new one loading `model`) holds the trainer's copy. The gateway binds `listen.host` (loopback by
+    default) and its URL (`llm()`) names `listen`'s advertised address. With `lora_rank > 0` only low-rank adapters
     train (peft); with `adapters` (role name -> agent-name pattern) one adapter per role on the one base, each
     agent's calls served by its role's (`agentgrad.engine.adapters`), an agent no pattern matches by
     `default_adapter`'s, else by the base. `publish()` holds new calls and lets those in flight finish before new
@@ -73,6 +75,7 @@ class Policy(ABC):
         lora_alpha: int = 16,
         lora_targets: list[str] | str = "all-linear",
         gateway_port: int = 0,
+        listen: Listen | None = None,
         adapters: Mapping[str, str] | None = None,
         default_adapter: str | None = None,
         attempt_wait_s: float = ATTEMPT_WAIT_SECONDS,
@@ -86,6 +89,7 @@ class Policy(ABC):
         self.between_attempts = False  # publish waits for attempts mid-flight (asynchronous training)
         self.straddling: list[str] = []  # rollouts still mid-flight when the last publish stopped waiting
         self.gateway_port = gateway_port
+        self.listen = listen or Listen()
         self.engine = engine or Engine(model)
         self.lora_rank = lora_rank
         self.adapters = dict(adapters or {})
@@ -148,12 +152,13 @@ class Policy(ABC):
         self.stop()
 
     def serve_gateway(self, gateway: Any) -> None:
-        """Serve `gateway` on loopback at `gateway_port`: what agents call."""
+        """Serve `gateway` at `listen.host`, `gateway_port`: what agents call, at the advertised address."""
+        host = self.listen.host
         try:
-            server = ServerThread(gateway, port=self.gateway_port).start()
+            server = ServerThread(gateway, host=host, port=self.gateway_port, advertise=self.listen.advertise).start()
         except RuntimeError as exc:
             raise RuntimeError(
-                f"the policy's gateway cannot listen on 127.0.0.1:{self.gateway_port} ({exc}); "
+                f"the policy's gateway cannot listen on {host}:{self.gateway_port} ({exc}); "
                 "give the Trainer another gateway_port (0: any free port)"
             ) from None
         self._servers.append(server)

@@ -16,6 +16,7 @@ from agentgrad.gateway.replicas import ATTEMPT_WAIT_SECONDS
 if TYPE_CHECKING:
     from agentgrad.engine import Engine
     from agentgrad.policy.base import Policy, PolicyOptions
+    from agentgrad.serving import Listen
     from agentgrad.store import Store
 
 ENGINES = ("local", "vllm")
@@ -82,6 +83,7 @@ def make_policy(
     model: str | None,
     *,
     gateway_port: int = 0,
+    listen: Listen | None = None,
     roles: Mapping[str, str] | None = None,
     default_role: str | None = None,
 ) -> Policy:
@@ -92,6 +94,7 @@ def make_policy(
         "lora_rank": policy.lora_rank,
         "lora_alpha": policy.lora_alpha,
         "gateway_port": gateway_port,
+        "listen": listen,
         "adapters": roles,
         "default_adapter": default_role,
         "attempt_wait_s": policy.attempt_wait_s,

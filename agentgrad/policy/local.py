@@ -43,7 +43,9 @@ class LocalPolicy(Policy):
             timeout_s=LIMIT,
         )
         self.calls = ReplicaPool(self.engine.name, [backend], version=self.engine.version)
-        self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.calls}, default=self.calls))
+        self.serve_gateway(
+            Gateway(self.store, routers={self.engine.name: self.calls}, default=self.calls, token=self.listen.token)
+        )
 
     def served_here(self) -> ReplicaPool | None:
         return self.calls

@@ -120,7 +120,9 @@ class VLLMPolicy(Policy):
             ]
             self.pool = self._replica_pool(backends)
             self.sync()  # the servers start from the files on disk; serve the trainer's weights from the start
-            self.serve_gateway(Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool))
+            self.serve_gateway(
+                Gateway(self.store, routers={self.engine.name: self.pool}, default=self.pool, token=self.listen.token)
+            )
         except BaseException:
             self.stop()
             raise

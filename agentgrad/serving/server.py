@@ -15,11 +15,12 @@ import functools
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentgrad.serving.guard import guarded
+from agentgrad.serving.guard import check_exposure, guarded
 
 STARTUP_SECONDS = 15.0
 READ_TIMEOUT_SECONDS = 30.0
@@ -126,17 +127,63 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
         raise SystemExit(3)  # it could not bind; uvicorn has said why
 
 
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+"""Bind addresses that mean every interface: no other host can reach a server by them."""
+
+
+def outward_address() -> str:
+    """This machine's address on the interface its default route leaves by (what another host most likely
+    reaches it at); no packet is sent. Falls back to what the host name resolves to."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.254.254.254", 1))
+            return str(probe.getsockname()[0])
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the servers a run starts listen (`host`: the policy's gateway, the store server of the processes and
+    ray strategies) and the address other hosts reach them by (`advertise`; by default `host`, or this machine's
+    outward address when `host` is every interface): the URLs handed to runners and published as resources
+    name it. Off loopback a `token` is required; runners elsewhere send it (`AGENTGRAD_TOKEN`)."""
+
+    host: str = "127.0.0.1"
+    advertise: str | None = None
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        check_exposure(self.host, self.token, "the run's gateway and store")
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise or (outward_address() if self.host in WILDCARDS else self.host)
+
+    def url(self, port: int) -> str:
+        return http_url(self.advertised, port)
+
+
 class ServerThread:
-    """uvicorn serving `app` (guarded, see above) from a daemon thread. `port=0` takes a free port; `url` says which.
+    """uvicorn serving `app` (guarded, see above) from a daemon thread. `port=0` takes a free port; `url` says which,
+    at `advertise` (the address other hosts reach it by) when given, else at `host` (or, when `host` is every
+    interface, at this machine's outward address).
 
     with ServerThread(app) as server:
         httpx.get(server.url + "/health")
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, **uvicorn_options: Any) -> None:
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, *, advertise: str | None = None, **uvicorn_options: Any
+    ) -> None:
         import uvicorn
 
         self.host = host
+        self.advertise = advertise
         self._server = uvicorn.Server(uvicorn_config(app, host, port, **uvicorn_options))
         self._server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]  # uvicorn<0.29; not main thread
         self._thread = threading.Thread(target=self._run, name=f"uvicorn-{host}:{port}", daemon=True)
@@ -150,8 +197,7 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return http_url(self.advertise or (outward_address() if self.host in WILDCARDS else self.host), self.port)
 
     def start(self) -> ServerThread:
         self._thread.start()

@@ -21,3 +21,8 @@ class InvalidTransitionError(StoreError, ValueError):
 class DiskFullError(StoreError):
     """The disk holding the store is full (HTTP 507): the write was not made, nothing stored was lost, reads
     still work. Not worth retrying until someone frees space there; the message says where."""
+
+
+class StoreUnavailable(StoreError):
+    """The database behind the store cannot be reached, or every connection to it is busy (HTTP 503): nothing
+    was written, and the same call may succeed a moment later (clients retry it). The message says which."""

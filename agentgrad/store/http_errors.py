@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError
+from agentgrad.store.errors import DiskFullError, InvalidTransitionError, NotFoundError, StoreError, StoreUnavailable
 from agentgrad.store.idempotency import Answer
 
 log = logging.getLogger("agentgrad.store.server")
@@ -52,6 +52,9 @@ def exception_answer(exc: BaseException) -> Answer:
         return problem(409, "InvalidTransitionError", str(exc))
     if isinstance(exc, DiskFullError):  # the store logged the incident once: no traceback per write
         return problem(507, "DiskFullError", str(exc))
+    if isinstance(exc, StoreUnavailable):  # the database is away or at its limit: the client retries
+        log.warning("store unavailable: %s", exc)
+        return problem(503, "StoreUnavailable", str(exc))
     if isinstance(exc, StoreError):
         return problem(400, "StoreError", str(exc))
     if isinstance(exc, (ValueError, OverflowError)):  # bad enum values and numbers a backend cannot hold

@@ -244,9 +244,10 @@ def store_server(
     port: int = 0,
     token: str | None = None,
     extra_routes: Sequence[BaseRoute] = (),
+    advertise: str | None = None,
 ) -> ServerThread:
     """The store server, ready to run in a background thread: `with store_server(store) as server:`
-    (or `.start()`); `server.url` says where."""
+    (or `.start()`); `server.url` says where, at `advertise` when given (the address other hosts reach it by)."""
     check_exposure(host, token)
     app = create_app(store, token=token, extra_routes=extra_routes)
-    return ServerThread(app, host=host, port=port, **UVICORN_OPTIONS)
+    return ServerThread(app, host=host, port=port, advertise=advertise, **UVICORN_OPTIONS)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 from agentgrad.types import Attempt, Rollout, RolloutConfig
 
@@ -105,7 +107,8 @@ ATTEMPT_COLUMNS = (
 )
 
 
-def rollout_of(row: sqlite3.Row) -> Rollout:
+def rollout_of(row: Sequence[Any]) -> Rollout:
+    """A rollout from its `ROLLOUT_COLUMNS` (a SQLite or a PostgreSQL row)."""
     return Rollout(
         rollout_id=row[0],
         input=json.loads(row[1]),
@@ -123,7 +126,8 @@ def rollout_of(row: sqlite3.Row) -> Rollout:
     )
 
 
-def attempt_of(row: sqlite3.Row) -> Attempt:
+def attempt_of(row: Sequence[Any]) -> Attempt:
+    """An attempt from its `ATTEMPT_COLUMNS` (a SQLite or a PostgreSQL row)."""
     return Attempt(
         rollout_id=row[0],
         attempt_id=row[1],

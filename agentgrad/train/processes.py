@@ -44,9 +44,11 @@ async def run_processes(run: Run[R], ctx: RunContext, layout: Layout) -> R:
     server = None
     if isinstance(ctx.store, StoreClient):  # a remote store: the runners join it directly
         url, token = ctx.store.url, ctx.store.token
-    else:
-        token = secrets.token_urlsafe(16)  # loopback only, but other local users need not write to it
-        server = await asyncio.to_thread(store_server(ctx.store, token=token).start)
+    else:  # loopback unless the trainer was told otherwise; never without a token: other users need not write to it
+        listen = ctx.listen
+        token = listen.token or secrets.token_urlsafe(16)
+        served = store_server(ctx.store, host=listen.host, token=token, advertise=listen.advertise)
+        server = await asyncio.to_thread(served.start)
         url = server.url
     context = multiprocessing.get_context("spawn")  # fork would copy the server's threads and locks
     processes = [

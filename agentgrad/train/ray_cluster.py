@@ -1,6 +1,8 @@
 """The `ray` strategy: the system laid out on a Ray cluster; Ray schedules, restarts and places.
 
-- Store server, gateway and the algorithm (with the engine serving rollouts) on the driver (the head).
+- Store server, gateway and the algorithm (with the engine serving rollouts) on the driver (the head). They bind
+  and are reached at the trainer's `host` / `advertise` when it names them (`RunContext.listen`), else at loopback
+  on a one-node cluster and at this node's Ray address otherwise.
 - Runners: `n_runners` Ray actors in all, spread over the alive nodes in turn, each built from the layout's
   `RunnerSpec` (hooks, isolation, and the gateway its agents' no-argument `OpenAI()` calls), restarted by Ray
   when they die. A restarted runner first gives up the attempts its dead predecessor left running (same worker
@@ -23,6 +25,7 @@ import threading
 from typing import Any, TypeVar
 
 from agentgrad.algorithms.base import RunContext
+from agentgrad.serving.guard import TOKEN_ENV
 from agentgrad.rollout.workers import RunnerSpec, release_attempts
 from agentgrad.train.layout import Layout, Run
 
@@ -49,6 +52,7 @@ class RunnerActor:
 
     def __init__(self, url: str, token: str, spec: RunnerSpec, worker_id: str) -> None:
         self.worker_id = worker_id
+        os.environ.setdefault(TOKEN_ENV, token)  # a proxied LLM's key: the gateway's token, when it has one
         self._loop = asyncio.new_event_loop()
         self._runner: Any = None
         self._thread = threading.Thread(
@@ -188,11 +192,17 @@ async def run_ray(run: Run[R], ctx: RunContext, layout: Layout) -> R:
     from agentgrad.store.server import store_server
 
     local = await asyncio.to_thread(connect)
-    token = secrets.token_urlsafe(16)
-    server = await asyncio.to_thread(
-        store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start
-    )
-    url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
+    listen = ctx.listen
+    token = listen.token or secrets.token_urlsafe(16)
+    if listen.host != "127.0.0.1":  # the trainer was told where to listen and how it is reached: runners get that
+        served = store_server(ctx.store, host=listen.host, token=token, advertise=listen.advertise)
+        server = await asyncio.to_thread(served.start)
+        url = server.url
+    else:
+        server = await asyncio.to_thread(
+            store_server(ctx.store, host="127.0.0.1" if local else "0.0.0.0", token=token).start
+        )
+        url = server.url if local else f"http://{ray.util.get_node_ip_address()}:{server.port}"
     actors: list[Any] = []
     try:
         actors = await asyncio.to_thread(start_runners, url, token, layout.runner, layout.n_runners)

@@ -34,7 +34,7 @@ from agentgrad.rollout.agent import FunctionAgent, LitAgent, as_agent
 from agentgrad.rollout.runner import Hook
 from agentgrad.rollout.workers import RunnerSpec
 from agentgrad.semconv import RUN_ID
-from agentgrad.serving import free_port
+from agentgrad.serving import Listen, free_port
 from agentgrad.store import Store, open_store
 from agentgrad.store.transitions import check_tasks
 from agentgrad.tracking import Tracker, open_trackers
@@ -80,6 +80,9 @@ class TrainerOptions(TypedDict, total=False):
     report_to: Iterable[str | Tracker]
     run_name: str | None
     tags: Mapping[str, str] | None
+    host: str
+    advertise: str | None
+    token: str | None
 
 
 class Trainer(Generic[R]):
@@ -97,7 +100,12 @@ class Trainer(Generic[R]):
     `console` is where the algorithm reports (default: stdout). `report_to` names trackers that `fit` sends the
     run's metrics, configuration, `tags` and final figures to ("mlflow", "tensorboard", "wandb", or `Tracker`
     objects; `agentgrad.tracking`), besides those the algorithm's own `report_to` names; the run is called
-    `run_name` there (default: the algorithm and the time).
+    `run_name` there (default: the algorithm and the time). `n_runners=0` starts no runner here: runners on other
+    hosts (`agentgrad runner`) do every rollout. `host` is the address the run's servers bind (the
+    gateway, and the store server of the processes and ray strategies; loopback by default), `advertise` the
+    address runners on other hosts reach them by (default: `host`, or this machine's outward address when `host`
+    is 0.0.0.0): `gateway_url` and the resources published name it. Off loopback a `token` is required: the
+    runners the strategy starts are given it, runners joining from elsewhere send it (`AGENTGRAD_TOKEN`).
     """
 
     @overload
@@ -122,9 +130,12 @@ class Trainer(Generic[R]):
         report_to: Iterable[str | Tracker] = (),
         run_name: str | None = None,
         tags: Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
+        advertise: str | None = None,
+        token: str | None = None,
     ) -> None:
-        if n_runners < 1:
-            raise ValueError(f"n_runners must be at least 1, got {n_runners}")
+        if n_runners < 0:
+            raise ValueError(f"n_runners must be 0 or more (0: every runner joins from elsewhere), got {n_runners}")
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy is one of {', '.join(map(repr, STRATEGIES))}, not {strategy!r}")
         if runner_isolation not in ("thread", "process"):
@@ -138,7 +149,8 @@ class Trainer(Generic[R]):
         self.resources = resources
         self.runner_concurrency = runner_concurrency
         self.runner_isolation = runner_isolation
-        self.gateway_port = free_port() if gateway_port is None else gateway_port
+        self.listen = Listen(host, advertise, token)
+        self.gateway_port = free_port(host) if gateway_port is None else gateway_port
         self.console = console or DEFAULT_CONSOLE
         self.report_to = list(report_to)
         open_trackers(self.report_to)  # an unknown name fails here, before anything starts
@@ -162,7 +174,7 @@ class Trainer(Generic[R]):
     @property
     def gateway_url(self) -> str:
         """The base URL (`…/v1`) of the gateway serving the model being trained, from when `fit` starts it."""
-        return f"http://127.0.0.1:{self.gateway_port}/v1"
+        return self.listen.url(self.gateway_port) + "/v1"
 
     def dev(self, agent: LitAgent | Callable[..., Any], data: Sequence[Any]) -> BaselineResult:
         """A quick smoke pass: run `data` once through the agent with a Baseline, no training.
@@ -199,7 +211,7 @@ class Trainer(Generic[R]):
             return await asyncio.to_thread(follow)
         store = self.store
         if not track:
-            ctx = RunContext(store=store, gateway_port=self.gateway_port, console=self.console)
+            ctx = RunContext(store=store, gateway_port=self.gateway_port, listen=self.listen, console=self.console)
             return await self._run(algorithm, agent, ctx, train_data, val_data, local_llm)
         trackers = open_trackers([*report_to_of(algorithm), *self.report_to])
         name = self.run_name or default_run_name(algorithm)
@@ -210,6 +222,7 @@ class Trainer(Generic[R]):
         ctx = RunContext(
             store=store,
             gateway_port=self.gateway_port,
+            listen=self.listen,
             console=self.console,
             trackers=trackers or None,
             run_id=record.run_id,
@@ -256,7 +269,8 @@ class Trainer(Generic[R]):
             await store.add_resources(self.resources)
         policy = await self._local_policy(agent, ctx) if local_llm else None
         gateway = self.gateway_url if algorithm.serves_gateway or policy is not None else None
-        runner = RunnerSpec(agent, tuple(self.hooks), self.runner_concurrency, self.runner_isolation, gateway)
+        key = self.listen.token or "agentgrad"  # what agents send the gateway: its token, off loopback
+        runner = RunnerSpec(agent, tuple(self.hooks), self.runner_concurrency, self.runner_isolation, gateway, key)
         layout = Layout(self.n_runners, runner)
         strategy = STRATEGIES[self.strategy]
 
@@ -281,7 +295,7 @@ class Trainer(Generic[R]):
                     highlight=False,
                     markup=False,
                 )
-            with openai_environment(gateway):
+            with openai_environment(gateway, api_key=self.listen.token or "agentgrad"):
                 return await strategy(run, ctx, layout)
         finally:
             if policy is not None:
@@ -315,7 +329,7 @@ class Trainer(Generic[R]):
             highlight=False,
             markup=False,
         )
-        policy = LocalPolicy(ctx.store, gateway_port=ctx.gateway_port)
+        policy = LocalPolicy(ctx.store, gateway_port=ctx.gateway_port, listen=ctx.listen)
         await asyncio.to_thread(policy.start)
         await ctx.store.add_resources({**given, name: policy.llm()})
         return policy

@@ -1,5 +1,6 @@
 """Every backend in `BACKENDS` runs the whole contract suite; `http-*` are a client talking to a
-real server on loopback that keeps its data in the named backend.
+real server on loopback that keeps its data in the named backend. `postgres` is a fresh schema of one
+PostgreSQL server for the session (`tests/postgres_server.py`).
 
 Every store is built with the test's `clock` (a `ManualClock`); over HTTP the server's store
 lives in this process, so moving the clock moves the server's time too."""
@@ -15,12 +16,15 @@ import pytest
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore, SqliteStore, Store
 from agentgrad.store.client import StoreClient
+from agentgrad.store.postgres import PostgresStore
 from agentgrad.store.server import create_app
 from tests.helpers import ManualClock
+from tests.postgres_server import fresh_schema_url
 
 LOCAL: dict[str, Callable[[Path, ManualClock], Store]] = {
     "memory": lambda tmp, clock: MemoryStore(clock=clock),
     "sqlite": lambda tmp, clock: SqliteStore(tmp / "store.db", clock=clock),
+    "postgres": lambda tmp, clock: PostgresStore(fresh_schema_url(), clock=clock),
 }
 BACKENDS = [*LOCAL, *(f"http-{name}" for name in LOCAL)]
 

@@ -1,0 +1,785 @@
+"""`PostgresStore`: the store in a PostgreSQL database, shared by any number of store servers on any hosts.
+
+Each operation is one transaction, and the state machine is `transitions`, as for SQLite: this module finds
+rows, locks them, hands them to it as models and writes back what it changed. Servers sharing a database
+agree through its locks alone:
+- a dequeue takes the oldest waiting rollout `FOR UPDATE SKIP LOCKED`: each is claimed once, and claimers
+  never wait on each other;
+- a change to a rollout, its attempts or its spans first locks the rollout's row (several: in id order, so
+  two transactions never wait on each other in a cycle); the row counts the rollout's span sequence ids;
+- the timeout sweep runs under an advisory lock: one server at a time;
+- a write with an idempotency key (`run_once`) locks the key, and commits its answer with its change.
+A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with
+`StoreUnavailable` (HTTP 503); connections come from `postgres_pool`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import asyncpg
+
+import agentgrad.store.transitions as t
+from agentgrad.redact import remember_secret
+from agentgrad.store.errors import StoreError, StoreUnavailable
+from agentgrad.store.idempotency import REPLY_SECONDS, Answer
+from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
+from agentgrad.store.postgres_pool import (
+    CONFLICTS,
+    CONNECT_TIMEOUT_SECONDS,
+    CONNECTION_LOST,
+    RETRY_SECONDS,
+    Pools,
+    connection_problem,
+    parse_address,
+    run_in_thread,
+)
+from agentgrad.store.postgres_schema import LOCK_KEYS, WAITING_SQL, migrate
+from agentgrad.store.sqlite_schema import ATTEMPT_COLUMNS, ROLLOUT_COLUMNS, UNATTACHED, attempt_of, rollout_of
+from agentgrad.store.transitions import Clock
+from agentgrad.types import (
+    Attempt,
+    AttemptedRollout,
+    Metric,
+    NamedResources,
+    ResourcesSnapshot,
+    Rollout,
+    RolloutStatus,
+    Run,
+    Span,
+    StoreStats,
+    Worker,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Work = Callable[[asyncpg.Connection], Awaitable[T]]
+
+FIRST_BACKOFF_SECONDS = 0.05
+MAX_BACKOFF_SECONDS = 1.0
+
+_JOINED: ContextVar[asyncpg.Connection | None] = ContextVar("agentgrad_postgres_transaction", default=None)
+"""The connection of the `run_once` transaction this task is in: an operation inside it joins it (a savepoint)."""
+
+INSERT_ROLLOUT = (
+    "INSERT INTO rollouts (rollout_id, input, mode, resources_id, status, config, metadata, enqueue_time, "
+    "queue_position) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)"
+)
+INSERT_ROLLOUTS = (
+    "INSERT INTO rollouts (rollout_id, input, mode, resources_id, status, config, metadata, enqueue_time, "
+    "queue_position) SELECT v.i, v.n, v.m, v.r, v.s, v.c, v.d, v.t, v.t FROM unnest($1::text[], $2::text[], "
+    "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[]) WITH ORDINALITY AS v(i, n, m, r, s, c, d, t, o) "
+    "ORDER BY v.o"
+)
+
+
+class _Undo(Exception):
+    """Rolls the transaction of `run_once` back: its call failed, or its key was answered already."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.body = status, body
+
+
+class PostgresStore(LocalStore):
+    """The store in the PostgreSQL database at `url` (`postgresql://user:password@host:5432/dbname`).
+
+    The URL may add `pool_size` (connections per event loop, 10), `pool_timeout` (seconds a call waits for
+    one, 5) and `migrate=false` (refuse a database at an older schema version instead of migrating it; the
+    `migrate` argument, when given, says instead);
+    other parameters (`sslmode`, `search_path`, ...) go to the driver. Opening checks the address and brings
+    the schema up to date, so a wrong one fails here, naming host, port and database (never the password).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock | None = None,
+        *,
+        sweep_seconds: float | None = SWEEP_SECONDS,
+        retry_seconds: float = RETRY_SECONDS,
+        migrate: bool | None = None,
+    ) -> None:
+        super().__init__(clock)
+        self.address = parse_address(url)
+        remember_secret(self.address.password)  # any log line or error that quotes it says [redacted]
+        if migrate is not None:
+            self.address = dataclasses.replace(self.address, migrate=migrate)
+        self.retry_seconds = retry_seconds
+        self._pools = Pools(self.address)
+        self._last_prune = 0.0
+        self.schema_found, self.schema_version = run_in_thread(self._setup())
+        self._start_sweeper(sweep_seconds)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.address.shown!r})"
+
+    async def _setup(self) -> tuple[int, int]:
+        try:
+            conn = await asyncpg.connect(self.address.dsn, timeout=CONNECT_TIMEOUT_SECONDS)
+        except Exception as exc:  # asyncpg's errors for a bad address are of many kinds
+            raise StoreError(connection_problem(self.address, exc)) from None
+        try:
+            return await migrate(conn, self.address.migrate, self.address.shown)
+        finally:
+            await conn.close()
+
+    async def close(self) -> None:
+        await super().close()
+        await self._pools.close()
+
+    # ------------------------------------------------------------------ transactions
+
+    async def _write(self, work: Work[T]) -> T:
+        """`work` in one transaction, run again whole if it loses a deadlock or the database is away (until
+        `retry_seconds`); inside `run_once`, part of its transaction (which an error answer rolls back whole)."""
+        joined = _JOINED.get()
+        if joined is not None:
+            return await work(joined)
+        return await self._retrying(work, transaction=True)
+
+    async def _read(self, work: Work[T]) -> T:
+        joined = _JOINED.get()
+        return await work(joined) if joined is not None else await self._retrying(work, transaction=False)
+
+    async def _retrying(self, work: Work[T], *, transaction: bool) -> T:
+        deadline = time.monotonic() + self.retry_seconds
+        backoff = FIRST_BACKOFF_SECONDS
+        while True:
+            committing = False
+            try:
+                async with self._pools.connection() as conn:
+                    if not transaction:
+                        return await work(conn)
+                    tx = conn.transaction()
+                    await tx.start()
+                    try:
+                        result = await work(conn)
+                    except BaseException:
+                        if not conn.is_closed():
+                            await tx.rollback()
+                        raise
+                    committing = True
+                    await tx.commit()
+                    return result
+            except CONFLICTS as exc:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(
+                        f"a transaction kept losing to others for {self.retry_seconds:g} s: {exc}"
+                    ) from exc
+                log.debug("a transaction lost to another one (%s); running it again", exc)
+            except CONNECTION_LOST as exc:
+                if committing:
+                    raise StoreUnavailable(
+                        f"the connection to {self.address.shown} was lost while committing ({exc}): the change may or "
+                        "may not be stored; a client retrying with the same idempotency key gets it applied once"
+                    ) from None
+                if time.monotonic() + backoff > deadline:
+                    raise StoreUnavailable(
+                        connection_problem(self.address, exc) + f" (still failing after {self.retry_seconds:g} s)"
+                    ) from None
+                log.warning("PostgreSQL at %s unreachable (%s); retrying", self.address.shown, exc)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    async def run_once(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
+        """The call and its answer commit in one transaction: a retry with `key` after a lost answer (to this
+        server or another) gets the first answer back, and nothing is applied twice.
+
+        The call runs first and its answer is stored under `key` last, in the same transaction: one statement
+        more than the call. Where `key` is answered already (a retry; or a twin still running, whose commit the
+        insert waits for), the call is rolled back whole and the stored answer returned; an error answer is
+        rolled back too, and is the answer only when `key` has none."""
+
+        async def once(db: asyncpg.Connection) -> Answer:
+            joined = _JOINED.set(db)
+            try:
+                status, body = await work()
+            finally:
+                _JOINED.reset(joined)
+            if status >= 300:
+                raise _Undo(status, body)
+            at = self.clock()
+            stored = await db.fetchval(
+                "INSERT INTO replies (key, time, status, body) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (key) DO NOTHING RETURNING id",
+                key,
+                at,
+                status,
+                body,
+            )
+            if stored is None:
+                raise _Undo(status, body)
+            if at - self._last_prune > REPLY_SECONDS / 10:
+                self._last_prune = at
+                await db.execute("DELETE FROM replies WHERE time < $1", at - REPLY_SECONDS)
+            return status, body
+
+        try:
+            return await self._write(once)
+        except _Undo as undone:
+            row = await self._read(lambda db: db.fetchrow("SELECT status, body FROM replies WHERE key = $1", key))
+            return (row[0], bytes(row[1])) if row is not None else (undone.status, undone.body)
+
+    # ------------------------------------------------------------------ rollouts and attempts
+
+    async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
+        async def insert(db: asyncpg.Connection) -> None:  # one statement, the rows in order (their `seq`)
+            await db.execute(INSERT_ROLLOUTS, *map(list, zip(*map(_rollout_row, rollouts))))
+
+        await self._write(insert)
+
+    async def _open_attempt(self, db: asyncpg.Connection, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
+        claimed = t.open_attempt(rollout, worker_id, self.clock())
+        attempt = claimed.attempt
+        await db.execute(
+            "WITH r AS (UPDATE rollouts SET status = 'running', num_attempts = $3, latest_attempt_id = $2, "
+            "start_time = $9 WHERE rollout_id = $1) "
+            "INSERT INTO attempts (rollout_id, attempt_id, sequence, worker_id, status, start_time, "
+            "last_heartbeat_time, timeout_seconds, unresponsive_seconds) VALUES ($1, $2, $3, $4, 'running', $5, $6, $7, $8)",
+            rollout.rollout_id,
+            attempt.attempt_id,
+            attempt.sequence,
+            worker_id,
+            attempt.start_time,
+            attempt.last_heartbeat_time,
+            rollout.config.timeout_seconds,
+            rollout.config.unresponsive_seconds,
+            rollout.start_time,
+        )
+        return claimed
+
+    async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
+        await self.check_attempts()
+        if _JOINED.get() is None and not await self._read(
+            lambda db: db.fetchval(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1")
+        ):
+            return None  # a cheap look first: idle workers open no transaction
+
+        async def claim(db: asyncpg.Connection) -> AttemptedRollout | None:
+            row = await db.fetchrow(
+                f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE {WAITING_SQL} "
+                "ORDER BY queue_position, seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+            )
+            return None if row is None else await self._open_attempt(db, rollout_of(row), worker_id)
+
+        return await self._write(claim)
+
+    async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
+        async def start(db: asyncpg.Connection) -> AttemptedRollout:
+            await db.execute(INSERT_ROLLOUT, *_rollout_row(rollout))
+            return await self._open_attempt(db, rollout, worker_id)
+
+        return await self._write(start)
+
+    async def _get_rollout(self, db: asyncpg.Connection, rollout_id: str, lock: bool = False) -> Rollout:
+        row = await db.fetchrow(
+            f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE rollout_id = $1" + (" FOR UPDATE" if lock else ""),
+            rollout_id,
+        )
+        if row is None:
+            raise t.no_rollout(rollout_id)
+        return rollout_of(row)
+
+    async def _get_attempt(self, db: asyncpg.Connection, rollout_id: str, attempt_id: str) -> Attempt:
+        row = await db.fetchrow(
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id = $1 AND rollout_id = $2", attempt_id, rollout_id
+        )
+        if row is None:
+            await self._get_rollout(db, rollout_id)
+            raise t.no_attempt(rollout_id, attempt_id)
+        return attempt_of(row)
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        return await self._read(lambda db: self._get_rollout(db, rollout_id))
+
+    async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
+        where: list[str] = []
+        params: list[Any] = []
+        if query.statuses is not None:
+            params.append([status.value for status in query.statuses])
+            where.append(f"status = ANY(${len(params)}::text[])")
+        if query.mode is not None:
+            params.append(query.mode)
+            where.append(f"mode = ${len(params)}")
+        if query.rollout_ids is not None:
+            params.append(query.rollout_ids)
+            where.append(f"rollout_id = ANY(${len(params)}::text[])")
+        sql = f"SELECT {ROLLOUT_COLUMNS} FROM rollouts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY enqueue_time, seq LIMIT ${len(params) + 1} OFFSET ${len(params) + 2}"
+        rows = await self._read(lambda db: db.fetch(sql, *params, query.limit, query.offset))
+        return [rollout_of(row) for row in rows]
+
+    async def query_attempts(self, rollout_id: str) -> list[Attempt]:
+        async def read(db: asyncpg.Connection) -> list[Any]:
+            rows = await db.fetch(
+                f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE rollout_id = $1 ORDER BY sequence", rollout_id
+            )
+            if not rows:
+                await self._get_rollout(db, rollout_id)
+            return list(rows)
+
+        return [attempt_of(row) for row in await self._read(read)]
+
+    async def _save_rollout(
+        self, db: asyncpg.Connection, rollout: Rollout, before: RolloutStatus, attempt: Attempt | None = None
+    ) -> bool:
+        """Write back what a transition changed to the rollout (and to `attempt`, in the same statement); a requeued
+        rollout joins the back of the queue. True when the rollout has just finished."""
+        requeued = rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING
+        values = [
+            rollout.status.value,
+            json.dumps(rollout.metadata),
+            rollout.reward,
+            rollout.num_attempts,
+            rollout.latest_attempt_id,
+            rollout.start_time,
+            rollout.end_time,
+            requeued,
+            self.clock(),
+            rollout.rollout_id,
+        ]
+        sql = (
+            "UPDATE rollouts SET status = $1, metadata = $2, reward = $3, num_attempts = $4, latest_attempt_id = $5, "
+            "start_time = $6, end_time = $7, queue_position = CASE WHEN $8 THEN $9 ELSE queue_position END "
+            "WHERE rollout_id = $10"
+        )
+        if attempt is not None:
+            sql = (
+                "WITH a AS (UPDATE attempts SET status = $11, end_time = $12, reward = $13, error = $14 "
+                f"WHERE attempt_id = $15) {sql}"
+            )
+            values += [attempt.status.value, attempt.end_time, attempt.reward, attempt.error, attempt.attempt_id]
+        await db.execute(sql, *values)
+        return rollout.status is not before and rollout.status.finished
+
+    async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
+        async def apply(db: asyncpg.Connection) -> tuple[Attempt, bool]:
+            row = await db.fetchrow(  # the rollout, locked, and its attempt, in one statement
+                f"SELECT {_prefixed('r', ROLLOUT_COLUMNS)}, {_prefixed('a', ATTEMPT_COLUMNS)} FROM rollouts AS r "
+                "LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = $2 "
+                "WHERE r.rollout_id = $1 FOR UPDATE OF r",
+                rollout_id,
+                attempt_id,
+            )
+            if row is None:
+                raise t.no_rollout(rollout_id)
+            if row[ROLLOUT_WIDTH + 1] is None:
+                raise t.no_attempt(rollout_id, attempt_id)
+            rollout, attempt = rollout_of(row[:ROLLOUT_WIDTH]), attempt_of(row[ROLLOUT_WIDTH:])
+            before = rollout.status
+            change(rollout, attempt)
+            return attempt, await self._save_rollout(db, rollout, before, attempt)
+
+        attempt, finished = await self._write(apply)
+        if finished:
+            self._notify_finished()
+        return attempt
+
+    async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
+        async def apply(db: asyncpg.Connection) -> tuple[Rollout, bool]:
+            rollout = await self._get_rollout(db, rollout_id, lock=True)
+            before = rollout.status
+            change(rollout)
+            return rollout, await self._save_rollout(db, rollout, before)
+
+        rollout, finished = await self._write(apply)
+        if finished:
+            self._notify_finished()
+        return rollout
+
+    async def _expire_attempts(self, at: float) -> None:
+        candidates = await self._read(  # what may have expired, found by index; `transitions.expiry` decides
+            lambda db: db.fetch(
+                "SELECT DISTINCT rollout_id FROM attempts WHERE status = 'running' AND ("
+                "(timeout_seconds IS NOT NULL AND start_time + timeout_seconds < $1) OR "
+                "(unresponsive_seconds IS NOT NULL AND last_heartbeat_time + unresponsive_seconds < $1))",
+                at,
+            )
+        )
+        if not candidates:
+            return
+
+        async def sweep(db: asyncpg.Connection) -> bool:
+            await db.execute("SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))", LOCK_KEYS["sweep"])
+            rows = await db.fetch(  # read again under the locks: another server may have swept or moved them on
+                f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE rollout_id = ANY($1::text[]) AND status = 'running' "
+                "ORDER BY rollout_id FOR UPDATE",
+                sorted(row[0] for row in candidates),
+            )
+            finished = False
+            for rollout in map(rollout_of, rows):
+                assert rollout.latest_attempt_id is not None  # a running rollout has an attempt
+                attempt = await self._get_attempt(db, rollout.rollout_id, rollout.latest_attempt_id)
+                expired = t.expiry(rollout.config, attempt, at)
+                if expired is not None:
+                    t.end_attempt(rollout, attempt, expired, at)
+                    finished |= await self._save_rollout(db, rollout, RolloutStatus.RUNNING, attempt)
+            return finished
+
+        if await self._write(sweep):
+            self._notify_finished()
+
+    # ------------------------------------------------------------------ spans
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """One transaction of a few statements whatever the number of spans and rollouts: their rollouts'
+        rows locked (they count sequence ids), their attempts read, the spans inserted as one multi-row insert."""
+        if not spans:
+            return []
+        at = self.clock()
+        t.check_spans(spans)
+        groups = t.by_rollout(spans)
+        keys = [rollout_id or UNATTACHED for rollout_id in groups]
+        pairs = list(
+            dict.fromkeys(
+                (spans[i].rollout_id, spans[i].attempt_id)
+                for rollout_id, indices in groups.items()
+                if rollout_id is not None
+                for i in indices
+            )
+        )
+
+        span_ids = [span.span_id for span in spans if span.span_id and span.rollout_id is not None]
+
+        async def write(db: asyncpg.Connection) -> list[Span]:
+            next_ids, attempts, known = await self._lock_for_spans(db, pairs, span_ids)  # type: ignore[arg-type]
+            if None in groups:
+                unattached = await db.fetchval("SELECT value FROM counters WHERE name = 'unattached_spans' FOR UPDATE")
+                next_ids[UNATTACHED] = unattached + 1
+                known |= await self._stored_span_ids(db, [(UNATTACHED, spans[i].span_id) for i in groups[None]])
+            stored: list[Span] = list(spans)
+            rows: list[tuple[Any, ...]] = []
+            last: dict[str, int] = {}
+            for key, (rollout_id, indices) in zip(keys, groups.items()):
+                written, fresh = t.sequence_spans([spans[i] for i in indices], next_ids[key], known.setdefault(key, {}))
+                for i, span in zip(indices, written):
+                    stored[i] = span
+                rows += [(key, s.sequence_id, s.attempt_id, s.model_dump_json(), s.span_id or None) for s in fresh]
+                if fresh:
+                    last[key] = fresh[-1].sequence_id
+                if rollout_id is not None:
+                    for span in fresh:
+                        t.record_span(attempts[span.attempt_id], span, at)  # type: ignore[index]
+            columns = [list(column) for column in zip(*rows)] if rows else [[]] * 5
+            await db.execute(
+                "WITH s AS (INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) "
+                "SELECT * FROM unnest($7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[])), "
+                "a AS (UPDATE attempts SET last_heartbeat_time = v.beat, reward = v.reward "
+                "FROM unnest($1::text[], $2::float8[], $3::float8[]) AS v(id, beat, reward) WHERE attempt_id = v.id), "
+                "r AS (UPDATE rollouts SET last_sequence_id = v.last "
+                "FROM unnest($4::text[], $5::bigint[]) AS v(id, last) WHERE rollout_id = v.id) "
+                "UPDATE counters SET value = $6::bigint WHERE name = 'unattached_spans' AND $6::bigint IS NOT NULL",
+                [a.attempt_id for a in attempts.values()],
+                [a.last_heartbeat_time for a in attempts.values()],
+                [a.reward for a in attempts.values()],
+                [key for key in last if key != UNATTACHED],
+                [value for key, value in last.items() if key != UNATTACHED],
+                last.get(UNATTACHED),
+                *columns,
+            )
+            return stored
+
+        return await self._write(write)
+
+    async def _lock_for_spans(
+        self, db: asyncpg.Connection, pairs: list[tuple[str, str]], span_ids: list[str]
+    ) -> tuple[dict[str, int], dict[str, Attempt], dict[str, dict[str, int]]]:
+        """Lock the rollouts of the (rollout id, attempt id) pairs, in id order, and read what writing spans to
+        them needs, in one statement: each rollout's next span sequence id, the attempts by id, and which of
+        `span_ids` each rollout has stored already (rollout id → span id → sequence id). An unknown rollout or
+        attempt raises what `_get_attempt` says of it.
+
+        The stored span ids are read as of the statement's start: a twin of this write committed while this one
+        waited for the lock is missed here, and its span ids then collide in `spans_by_span_id`, which runs
+        this transaction again (`CONFLICTS`), when they are seen."""
+        if not pairs:
+            return {}, {}, {}
+        rows = await db.fetch(
+            f"SELECT r.rollout_id, r.last_sequence_id, {_prefixed('a', ATTEMPT_COLUMNS)}, "
+            "(SELECT array_agg(s.span_id || ' ' || s.sequence_id) FROM spans AS s "
+            "WHERE s.rollout_key = r.rollout_id AND s.span_id = ANY($3::text[])) "
+            "FROM rollouts AS r LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = ANY($2::text[]) "
+            "WHERE r.rollout_id = ANY($1::text[]) ORDER BY r.rollout_id FOR UPDATE OF r",
+            sorted({rollout_id for rollout_id, _ in pairs}),
+            [attempt_id for _, attempt_id in pairs],
+            span_ids,
+        )
+        next_ids = {row[0]: row[1] + 1 for row in rows}
+        found = {(row[2], row[3]): row[2:-1] for row in rows if row[2] is not None}
+        known: dict[str, dict[str, int]] = {}
+        for row in rows:
+            for entry in row[-1] or ():
+                span_id, sequence_id = entry.split(" ")
+                known.setdefault(row[0], {})[span_id] = int(sequence_id)
+        for rollout_id, attempt_id in pairs:
+            if rollout_id not in next_ids:
+                raise t.no_rollout(rollout_id)
+            if (rollout_id, attempt_id) not in found:
+                raise t.no_attempt(rollout_id, attempt_id)
+        attempts = {attempt_id: attempt_of(found[rollout_id, attempt_id]) for rollout_id, attempt_id in pairs}
+        return next_ids, attempts, known
+
+    async def _stored_span_ids(
+        self, db: asyncpg.Connection, pairs: list[tuple[str, str | None]]
+    ) -> dict[str, dict[str, int]]:
+        """Of the (rollout key, span id) pairs, those already stored: rollout key → span id → sequence id."""
+        pairs = [(key, span_id) for key, span_id in pairs if span_id]
+        if not pairs:
+            return {}
+        rows = await db.fetch(
+            "SELECT s.rollout_key, s.span_id, s.sequence_id FROM unnest($1::text[], $2::text[]) AS k(key, id) "
+            "JOIN spans AS s ON s.rollout_key = k.key AND s.span_id = k.id",
+            [key for key, _ in pairs],
+            [span_id for _, span_id in pairs],
+        )
+        known: dict[str, dict[str, int]] = {}
+        for key, span_id, sequence_id in rows:
+            known.setdefault(key, {})[span_id] = sequence_id
+        return known
+
+    async def query_spans(
+        self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
+    ) -> list[Span]:
+        async def read(db: asyncpg.Connection) -> list[Any]:
+            if rollout_id is None:
+                return list(
+                    await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", UNATTACHED)
+                )
+            if attempt_id is not None:
+                rows = await db.fetch(
+                    "SELECT body FROM spans WHERE rollout_key = $1 AND attempt_id = $2 ORDER BY sequence_id",
+                    rollout_id,
+                    attempt_id,
+                )
+            elif all_attempts:
+                rows = await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", rollout_id)
+            else:
+                rows = await db.fetch(
+                    "SELECT s.body FROM rollouts AS r JOIN spans AS s ON s.rollout_key = r.rollout_id "
+                    "AND s.attempt_id = r.latest_attempt_id WHERE r.rollout_id = $1 ORDER BY s.sequence_id",
+                    rollout_id,
+                )
+            if not rows:  # nothing: because the rollout or the attempt is unknown?
+                if attempt_id is not None:
+                    await self._get_attempt(db, rollout_id, attempt_id)
+                else:
+                    await self._get_rollout(db, rollout_id)
+            return list(rows)
+
+        return [Span.model_validate_json(row[0]) for row in await self._read(read)]
+
+    async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        """One statement for every rollout: each one's latest attempt's spans, joined on `latest_attempt_id`."""
+        wanted = list(dict.fromkeys(rollout_ids))
+        if not wanted:
+            return {}
+
+        async def read(db: asyncpg.Connection) -> list[Any]:
+            return list(
+                await db.fetch(
+                    "SELECT r.rollout_id, s.body FROM rollouts AS r LEFT JOIN spans AS s ON s.rollout_key = r.rollout_id "
+                    "AND s.attempt_id = r.latest_attempt_id WHERE r.rollout_id = ANY($1::text[]) "
+                    "ORDER BY r.rollout_id, s.sequence_id",
+                    wanted,
+                )
+            )
+
+        found: dict[str, list[Span]] = {rollout_id: [] for rollout_id in wanted}
+        rows = await self._read(read)
+        for rollout_id, body in rows:
+            if body is not None:
+                found[rollout_id].append(Span.model_validate_json(body))
+        known = {row[0] for row in rows}
+        if missing := [rollout_id for rollout_id in wanted if rollout_id not in known]:
+            raise t.no_rollout(missing[0])
+        return found
+
+    # ------------------------------------------------------------------ resources
+
+    async def add_resources(
+        self, resources: NamedResources, metadata: dict[str, Any] | None = None
+    ) -> ResourcesSnapshot:
+        async def add(db: asyncpg.Connection) -> ResourcesSnapshot:
+            version = await db.fetchval(
+                "UPDATE counters SET value = value + 1 WHERE name = 'resources' RETURNING value"
+            )
+            snapshot = t.new_snapshot(version, resources, metadata, self.clock())
+            await db.execute(
+                "INSERT INTO resources VALUES ($1, $2, $3)", version, snapshot.resources_id, snapshot.model_dump_json()
+            )
+            return snapshot
+
+        return await self._write(add)
+
+    async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
+        async def update(db: asyncpg.Connection) -> ResourcesSnapshot:
+            snapshot = await self._get_resources(db, resources_id, lock=True)
+            snapshot.metadata = {**snapshot.metadata, **metadata}
+            await db.execute(
+                "UPDATE resources SET body = $1 WHERE resources_id = $2", snapshot.model_dump_json(), resources_id
+            )
+            return snapshot
+
+        return await self._write(update)
+
+    async def _get_resources(self, db: asyncpg.Connection, resources_id: str, lock: bool = False) -> ResourcesSnapshot:
+        body = await db.fetchval(
+            "SELECT body FROM resources WHERE resources_id = $1" + (" FOR UPDATE" if lock else ""), resources_id
+        )
+        if body is None:
+            raise t.no_resources(resources_id)
+        return ResourcesSnapshot.model_validate_json(body)
+
+    async def get_resources(self, resources_id: str) -> ResourcesSnapshot:
+        return await self._read(lambda db: self._get_resources(db, resources_id))
+
+    async def get_latest_resources(self) -> ResourcesSnapshot | None:
+        body = await self._read(lambda db: db.fetchval("SELECT body FROM resources ORDER BY version DESC LIMIT 1"))
+        return None if body is None else ResourcesSnapshot.model_validate_json(body)
+
+    async def query_resources(self) -> list[ResourcesSnapshot]:
+        rows = await self._read(lambda db: db.fetch("SELECT body FROM resources ORDER BY version"))
+        return [ResourcesSnapshot.model_validate_json(row[0]) for row in rows]
+
+    # ------------------------------------------------------------------ workers, metrics, runs, stats
+
+    async def _heartbeat(
+        self, worker_id: str, change: WorkerChange, active_attempts: list[tuple[str, str]], at: float
+    ) -> Worker:
+        async def beat(db: asyncpg.Connection) -> Worker:
+            if active_attempts:
+                touched = await db.fetch(
+                    "UPDATE attempts SET last_heartbeat_time = $1 FROM unnest($2::text[], $3::text[]) AS v(r, a) "
+                    "WHERE attempt_id = v.a AND rollout_id = v.r RETURNING rollout_id, attempt_id",
+                    at,
+                    [rollout_id for rollout_id, _ in active_attempts],
+                    [attempt_id for _, attempt_id in active_attempts],
+                )
+                alive = {(row[0], row[1]) for row in touched}
+                for rollout_id, attempt_id in active_attempts:
+                    if (rollout_id, attempt_id) not in alive:
+                        await self._get_attempt(db, rollout_id, attempt_id)  # raises NotFoundError
+            body = await db.fetchval("SELECT body FROM workers WHERE worker_id = $1 FOR UPDATE", worker_id)
+            worker = change(None if body is None else Worker.model_validate_json(body))
+            await db.execute(
+                "INSERT INTO workers VALUES ($1, $2) ON CONFLICT (worker_id) DO UPDATE SET body = excluded.body",
+                worker_id,
+                worker.model_dump_json(),
+            )
+            return worker
+
+        return await self._write(beat)
+
+    async def query_workers(self) -> list[Worker]:
+        rows = await self._read(lambda db: db.fetch("SELECT body FROM workers ORDER BY worker_id"))
+        return [Worker.model_validate_json(row[0]) for row in rows]
+
+    async def add_metrics(self, metrics: Sequence[Metric]) -> None:
+        if not metrics:
+            return
+
+        async def add(db: asyncpg.Connection) -> None:
+            await db.executemany(
+                "INSERT INTO metrics (name, step, value, time, run_id) VALUES ($1, $2, $3, $4, $5)",
+                [(m.name, m.step, m.value, m.time, m.run_id) for m in metrics],
+            )
+
+        await self._write(add)
+
+    async def query_metrics(
+        self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
+    ) -> list[Metric]:
+        where: list[str] = []
+        params: list[Any] = []
+        for value, condition in ((name, "name = ${}"), (prefix, "starts_with(name, ${})"), (run_id, "run_id = ${}")):
+            if value is not None:
+                params.append(value)
+                where.append(condition.format(len(params)))
+        sql = "SELECT name, step, value, time, run_id FROM metrics"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = await self._read(lambda db: db.fetch(sql + " ORDER BY step, time, id", *params))
+        return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
+
+    async def latest_metrics(self) -> list[Metric]:
+        """The newest point of each curve, in one statement (`DISTINCT ON` the name)."""
+        rows = await self._read(
+            lambda db: db.fetch(
+                "SELECT DISTINCT ON (name) name, step, value, time, run_id FROM metrics ORDER BY name, time DESC, id DESC"
+            )
+        )
+        return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
+
+    async def put_run(self, run: Run) -> Run:
+        async def put(db: asyncpg.Connection) -> None:
+            await db.execute(
+                "INSERT INTO runs (run_id, start_time, body) VALUES ($1, $2, $3) ON CONFLICT (run_id) "
+                "DO UPDATE SET start_time = excluded.start_time, body = excluded.body",
+                run.run_id,
+                run.start_time,
+                run.model_dump_json(),
+            )
+
+        await self._write(put)
+        return run.model_copy(deep=True)
+
+    async def get_run(self, run_id: str) -> Run:
+        body = await self._read(lambda db: db.fetchval("SELECT body FROM runs WHERE run_id = $1", run_id))
+        if body is None:
+            raise t.no_run(run_id)
+        return Run.model_validate_json(body)
+
+    async def query_runs(self) -> list[Run]:
+        rows = await self._read(lambda db: db.fetch("SELECT body FROM runs ORDER BY start_time"))
+        return [Run.model_validate_json(row[0]) for row in rows]
+
+    async def stats(self) -> StoreStats:
+        async def read(db: asyncpg.Connection) -> StoreStats:
+            rollouts = await db.fetch("SELECT status, COUNT(*) FROM rollouts GROUP BY status")
+            attempts = await db.fetch("SELECT status, COUNT(*) FROM attempts GROUP BY status")
+            counts = await db.fetchrow(
+                "SELECT (SELECT COUNT(*) FROM spans), (SELECT COUNT(*) FROM workers), (SELECT COUNT(*) FROM resources), "
+                "(SELECT COALESCE(SUM(num_attempts - 1 + (status = 'requeuing')::int), 0) FROM rollouts "
+                "WHERE num_attempts > 0)"
+            )
+            return StoreStats(
+                rollouts=dict(map(tuple, rollouts)),
+                attempts=dict(map(tuple, attempts)),
+                spans=counts[0],
+                workers=counts[1],
+                resources=counts[2],
+                requeues=counts[3],
+            )
+
+        return await self._read(read)
+
+
+ROLLOUT_WIDTH = len(ROLLOUT_COLUMNS.split(","))
+
+
+def _prefixed(table: str, columns: str) -> str:
+    """`a, b` as `t.a, t.b`: columns of one table of a join."""
+    return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
+
+
+def _rollout_row(rollout: Rollout) -> tuple[Any, ...]:
+    return (
+        rollout.rollout_id,
+        json.dumps(rollout.input),
+        rollout.mode,
+        rollout.resources_id,
+        rollout.status.value,
+        rollout.config.model_dump_json(),
+        json.dumps(rollout.metadata),
+        rollout.enqueue_time,
+    )

@@ -1,0 +1,271 @@
+"""The PostgreSQL store's own guarantees, past the contract suite: what a wrong address says, how an older
+schema is migrated or refused, what an exhausted pool answers, and that a database restart is ridden out."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import asyncpg
+import httpx
+import pytest
+
+from agentgrad.cli.main import main
+from agentgrad.serving import ServerThread
+from agentgrad.store import StoreError, open_store
+from agentgrad.store.client import StoreClient
+from agentgrad.store.postgres import PostgresStore
+from agentgrad.store.postgres_schema import LOCK_KEYS, MIGRATIONS, VERSION
+from agentgrad.store.server import create_app
+from agentgrad.types import AttemptStatus, RolloutConfig, RolloutStatus, Span
+from tests.helpers import ManualClock, wait_until
+from tests.postgres_server import PASSWORD, connect_to_schema, fresh_schema_url, shared_server
+
+
+def test_a_wrong_password_names_host_port_database_and_user_but_never_the_password() -> None:
+    server = shared_server()
+    wrong = "not-the-Secret-42"
+    with pytest.raises(StoreError) as refused:
+        open_store(server.url(password=wrong))
+    message = str(refused.value)
+    assert f"127.0.0.1:{server.port}" in message and "'postgres'" in message and "password" in message
+    assert wrong not in message and PASSWORD not in message
+
+
+def test_an_unknown_database_says_how_to_create_it() -> None:
+    server = shared_server()
+    with pytest.raises(StoreError) as refused:
+        open_store(server.url("no_such_db"))
+    assert "'no_such_db'" in str(refused.value) and f"createdb -h 127.0.0.1 -p {server.port} no_such_db" in str(
+        refused.value
+    )
+
+
+def test_nothing_listening_is_an_error_naming_the_address() -> None:
+    from agentgrad.serving import free_port
+
+    port = free_port()
+    with pytest.raises(StoreError, match=f"127.0.0.1:{port}.*is PostgreSQL running there"):
+        open_store(f"postgresql://someone:pw@127.0.0.1:{port}/agentgrad")
+
+
+async def _at_version_1(url: str) -> str:
+    """A schema as agentgrad's first PostgreSQL release left it, with one rollout in it; returns its id."""
+    store = PostgresStore(url, sweep_seconds=None)
+    rollout = await store.enqueue_rollout({"kept": True})
+    await store.close()
+    conn = await connect_to_schema(url)
+    await conn.execute("DROP TABLE replies; UPDATE schema_version SET version = 1")
+    await conn.close()
+    return rollout.rollout_id
+
+
+async def test_a_database_at_an_older_schema_is_migrated_forward_keeping_its_rows() -> None:
+    assert VERSION == len(MIGRATIONS) > 1
+    url = fresh_schema_url()
+    kept = await _at_version_1(url)
+    store = PostgresStore(url, sweep_seconds=None)
+    assert (store.schema_found, store.schema_version) == (1, VERSION)
+    assert (await store.get_rollout(kept)).input == {"kept": True}
+    answer = await store.run_once("k1", lambda: _answer(store))  # the table version 2 added is there
+    assert answer == await store.run_once("k1", lambda: _answer(store))
+    await store.close()
+
+
+async def _answer(store: PostgresStore) -> tuple[int, bytes]:
+    rollout = await store.enqueue_rollout({"once": True})
+    return 200, rollout.rollout_id.encode()
+
+
+async def test_an_older_schema_is_refused_with_the_command_that_migrates_it_when_migration_is_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = fresh_schema_url()
+    kept = await _at_version_1(url)
+    with pytest.raises(StoreError) as refused:
+        PostgresStore(url + "&migrate=false", sweep_seconds=None)
+    message = str(refused.value)
+    assert f"version 1, older than this agentgrad's ({VERSION})" in message
+    assert "agentgrad store migrate --store postgresql://postgres@127.0.0.1:" in message
+    assert PASSWORD not in message
+
+    assert main(["store", "migrate", "--store", url + "&migrate=false"]) == 0  # the command it names
+    assert f"migrated from version 1 to {VERSION}" in capsys.readouterr().out
+    store = PostgresStore(url + "&migrate=false", sweep_seconds=None)
+    assert (await store.get_rollout(kept)).input == {"kept": True}
+    await store.close()
+
+
+async def test_a_schema_newer_than_this_agentgrad_is_refused_saying_to_upgrade() -> None:
+    url = fresh_schema_url()
+    await PostgresStore(url, sweep_seconds=None).close()
+    conn = await connect_to_schema(url)
+    await conn.execute("UPDATE schema_version SET version = $1", VERSION + 1)
+    await conn.close()
+    with pytest.raises(StoreError, match=f"version {VERSION + 1}, newer than this agentgrad's.*upgrade agentgrad"):
+        PostgresStore(url, sweep_seconds=None)
+
+
+def test_an_exhausted_pool_answers_503_naming_the_limit_and_serves_again_once_a_connection_is_free() -> None:
+    url = fresh_schema_url(pool_size="1", pool_timeout="0.3")
+    store = PostgresStore(url, sweep_seconds=None)
+    rollout = asyncio.run(store.enqueue_rollout({"n": 1}))
+    locker: list[asyncpg.Connection] = []
+    loop = asyncio.new_event_loop()
+
+    async def lock_row() -> None:  # another session holds the rollout's row: an update must wait for it
+        conn = await connect_to_schema(url)
+        await conn.execute("BEGIN")
+        await conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = $1 FOR UPDATE", rollout.rollout_id)
+        locker.append(conn)
+
+    loop.run_until_complete(lock_row())
+    with ServerThread(create_app(store)) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        waiting = threading.Thread(
+            target=lambda: httpx.patch(
+                f"{server.url}/api/rollouts/{rollout.rollout_id}", json={"metadata": {"a": 1}}, timeout=30
+            )
+        )
+        waiting.start()  # takes the pool's one connection and waits on the row lock
+        wait_until(lambda: asyncio.run(_waiting_on_locks(url)) > 0, "the update to wait on the row lock", timeout=10)
+        busy = http.get("/api/stats")
+        assert busy.status_code == 503
+        detail = busy.json()["detail"]
+        assert "all 1 connections" in detail and "pool_size=N" in detail and "0.3 s" in detail
+        assert PASSWORD not in detail
+
+        loop.run_until_complete(locker[0].close())  # the lock goes: the waiting update ends, the pool is free
+        waiting.join(10)
+        assert http.get("/api/stats").status_code == 200
+        assert asyncio.run(StoreClient(server.url).get_rollout(rollout.rollout_id)).metadata == {"a": 1}
+    loop.close()
+    asyncio.run(store.close())
+
+
+async def _waiting_on_locks(url: str) -> int:
+    conn = await connect_to_schema(url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
+    finally:
+        await conn.close()
+
+
+def test_clients_ride_out_a_postgresql_restart_mid_run_and_nothing_is_lost_or_doubled() -> None:
+    pg = shared_server()
+    store = PostgresStore(fresh_schema_url(), retry_seconds=60)
+    total, done = 120, []
+    errors: list[BaseException] = []
+    with ServerThread(create_app(store)) as server:
+
+        def work(first: int) -> None:
+            async def loop() -> None:
+                client = StoreClient(server.url, retry_seconds=60)
+                for i in range(first, total, 4):
+                    rollout = await client.enqueue_rollout({"i": i})
+                    claimed = await client.dequeue_rollout(worker_id=f"w{first}")
+                    assert claimed is not None
+                    await client.add_spans(
+                        [Span(rollout_id=claimed.rollout_id, attempt_id=claimed.attempt.attempt_id, name="s")]
+                    )
+                    await client.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
+                    done.append(rollout.rollout_id)
+
+            try:
+                asyncio.run(loop())
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: len(done) >= total // 4 or errors, "progress before the restart")
+        pg.stop("fast")  # every connection is cut; calls fail until it is back
+        down_at = len(done)
+        time.sleep(1.0)  # the database stays down a while: the time a restart takes
+        pg.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors, errors
+        assert down_at < total
+
+    async def check() -> None:
+        rollouts = await store.query_rollouts()
+        assert sorted(r.input["i"] for r in rollouts) == list(range(total))  # 0 lost, 0 duplicated
+        assert {r.status for r in rollouts} == {RolloutStatus.SUCCEEDED}  # 0 stuck
+        for rollout in rollouts:
+            assert [a.status for a in await store.query_attempts(rollout.rollout_id)] == [AttemptStatus.SUCCEEDED]
+            assert len(await store.query_spans(rollout.rollout_id)) == 1
+        await store.close()
+
+    asyncio.run(check())
+
+
+def test_stores_sweeping_one_database_take_turns_under_the_advisory_lock_and_end_each_attempt_once() -> None:
+    clock = ManualClock()
+    url = fresh_schema_url()
+    first, second = (PostgresStore(url, clock=clock, sweep_seconds=None) for _ in range(2))
+    config = RolloutConfig(timeout_seconds=10, max_attempts=2, retry_on=[AttemptStatus.TIMEOUT])
+
+    async def claim_all() -> list[str]:
+        rollouts = await first.enqueue_rollouts([{"input": i, "config": config} for i in range(40)])
+        for _ in rollouts:
+            assert await second.dequeue_rollout() is not None
+        return [r.rollout_id for r in rollouts]
+
+    ids = asyncio.run(claim_all())
+    clock.advance(11)
+    loop = asyncio.new_event_loop()
+    holder = loop.run_until_complete(connect_to_schema(url))  # a third party sweeping: both stores must wait
+    loop.run_until_complete(holder.execute("BEGIN"))
+    loop.run_until_complete(
+        holder.execute("SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))", LOCK_KEYS["sweep"])
+    )
+    sweepers = [
+        threading.Thread(target=lambda store=store: asyncio.run(store.check_attempts(force=True)))
+        for store in (first, second)
+    ]
+    for thread in sweepers:
+        thread.start()
+    wait_until(lambda: asyncio.run(_waiting_on_locks(url)) == 2, "both sweeps to wait for the advisory lock")
+    loop.run_until_complete(holder.execute("COMMIT"))  # both sweep now, one after the other
+    for thread in sweepers:
+        thread.join(30)
+    loop.run_until_complete(holder.close())
+    loop.close()
+
+    async def check() -> None:
+        for rollout_id in ids:
+            rollout = await first.get_rollout(rollout_id)
+            assert rollout.status is RolloutStatus.REQUEUING and rollout.num_attempts == 1
+            assert [a.status for a in await first.query_attempts(rollout_id)] == [AttemptStatus.TIMEOUT]
+        assert len([await second.dequeue_rollout() for _ in ids]) == len(ids)  # each back in the queue once
+        assert await second.dequeue_rollout() is None
+        await first.close()
+        await second.close()
+
+    asyncio.run(check())
+
+
+def test_a_write_retried_on_another_server_of_the_database_gets_its_first_answer() -> None:
+    url = fresh_schema_url()
+    first_store, second_store = PostgresStore(url, sweep_seconds=None), PostgresStore(url, sweep_seconds=None)
+    asyncio.run(first_store.enqueue_rollouts([{"input": 1}, {"input": 2}]))
+    with ServerThread(create_app(first_store)) as one, ServerThread(create_app(second_store)) as other:
+        claim = {"idempotency-key": "k-claim"}
+        first = httpx.post(one.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=claim).json()
+        again = httpx.post(other.url + "/api/rollouts/dequeue", json={"worker_id": "w"}, headers=claim)
+        assert again.json() == first  # the same claim, not the next rollout
+        path = f"/api/rollouts/{first['rollout_id']}/attempts/{first['attempt']['attempt_id']}"
+        done = httpx.patch(one.url + path, json={"status": "succeeded"}, headers={"idempotency-key": "k-done"})
+        redone = httpx.patch(other.url + path, json={"status": "succeeded"}, headers={"idempotency-key": "k-done"})
+        assert done.status_code == redone.status_code == 200 and redone.json() == done.json()  # not a 409
+        refused = httpx.patch(other.url + path, json={"status": "failed"}, headers={"idempotency-key": "k-late"})
+        assert refused.status_code == 409  # an error answer is not stored in place of a later success
+        for server in (one, other):
+            httpx.post(
+                server.url + "/api/rollouts", json={"requests": [{"input": 3}]}, headers={"idempotency-key": "k-q"}
+            )
+    assert asyncio.run(first_store.stats()).rollouts == {"queuing": 2, "succeeded": 1}  # enqueued once
+    for store in (first_store, second_store):
+        asyncio.run(store.close())
