@@ -25,8 +25,8 @@ import threading
 from typing import Any, TypeVar
 
 from agentgrad.algorithms.base import RunContext
-from agentgrad.serving.guard import TOKEN_ENV
 from agentgrad.rollout.workers import RunnerSpec, release_attempts
+from agentgrad.serving.guard import TOKEN_ENV
 from agentgrad.train.layout import Layout, Run
 
 R = TypeVar("R")
