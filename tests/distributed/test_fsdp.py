@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.grpo import GRPOConfig
 from agentgrad.algorithms.grpo_update import grpo_update, sharded_grpo_step
+from agentgrad.algorithms.sft import Kept, SFTConfig, fine_tune, sharded_fine_tune
 from agentgrad.algorithms.updates import ShardedUpdate, Update, open_update
 from agentgrad.distributed.fsdp import split_by_tokens
 from agentgrad.distributed.group import SpawnedGroup
@@ -108,6 +109,25 @@ def test_two_training_processes_and_one_end_with_the_parameters_of_a_plain_updat
         assert sharded_stats["grad_norm"] == pytest.approx(stats[0]["grad_norm"], rel=1e-5)
         assert sharded_stats["clip_fraction"] == pytest.approx(stats[0]["clip_fraction"], rel=1e-6)
         assert sharded_stats["kl"] == pytest.approx(stats[0]["kl"], rel=1e-5)
+
+
+def test_a_sharded_sft_step_ends_with_the_parameters_of_a_plain_one() -> None:
+    # SFT's update on the same loop: every batch split by tokens over the ranks, the NLL over its global count;
+    # five sequences in batches of 2 leave one rank idle in the last batch
+    kept = Kept([t for t, _ in step_batch([6, 9, 4, 7, 5])], shuffle_seed="0/1")
+    cfg = SFTConfig(epochs=2, batch_size=2, learning_rate=OPTIONS["learning_rate"], weight_decay=OPTIONS["weight_decay"])
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    plain = fine_tune(model, optimizer, kept, pad_token_id=0, reference=None, cfg=cfg)
+    start = tiny_model().state_dict()
+    group = SpawnedGroup(2, CONFIG, start, **OPTIONS)
+    try:
+        sharded = group.call("run", sharded_fine_tune, kept, 0, cfg)
+        weights = group.call("full_state_dict")
+    finally:
+        group.close()
+    assert_same_weights(weights, model, start)
+    assert sharded["loss"] == pytest.approx(plain["loss"], rel=1e-5)
 
 
 def test_an_uneven_split_with_an_idle_rank_still_gives_the_single_process_update() -> None:
