@@ -79,21 +79,25 @@ def test_a_split_moved_from_50_50_to_90_10_under_64_agents_loses_no_call_and_ser
 ) -> None:
     _, url = upstream
     store = MemoryStore()
-    rollouts = started_rollouts(store, CALLS_BEFORE + CALLS_AFTER + 200)
+    rollouts = started_rollouts(store, CALLS_BEFORE + CALLS_AFTER + 1000)
     gateway = Gateway(store, parse_routes(split(url, 0.5), "test"))
     old = gateway.table.id
     statuses: list[int] = []
+    calls_started_after_swap = 0  # these can only take the new table; the test runs until CALLS_AFTER of them
     swapped = asyncio.Event()
     swap_answer: dict[str, Any] = {}
 
     async def agent(session: aiohttp.ClientSession, queue: list[tuple[str, str]]) -> None:
+        nonlocal calls_started_after_swap
         body = json.dumps({"model": "policy", "messages": HELLO})
-        while queue and not (swapped.is_set() and len(statuses) >= CALLS_BEFORE + CALLS_AFTER + AGENTS):
+        while queue and calls_started_after_swap < CALLS_AFTER:
             rollout_id, attempt_id = queue.pop()
+            after_swap = swapped.is_set()
             path = f"/rollouts/{rollout_id}/attempts/{attempt_id}/v1/chat/completions"
             async with session.post(path, data=body, headers={"content-type": "application/json"}) as answer:
                 await answer.read()
                 statuses.append(answer.status)
+            calls_started_after_swap += after_swap
 
     async def operator(base: str) -> None:
         while len(statuses) < CALLS_BEFORE:
