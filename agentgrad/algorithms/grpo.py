@@ -287,6 +287,7 @@ class GRPO(Algorithm["GRPOResult"]):
                     "perf/sync_seconds": sync_seconds,
                     "perf/step_seconds": time.perf_counter() - began,
                     "perf/tokens_per_s": generated / max(rollout_seconds, 1e-9),
+                    "perf/peak_memory_gib": engine.peak_memory_bytes() / 2**30,
                     "train/model_version": engine.version,
                     **collected.metrics(),  # async: staleness distribution, dropped groups
                     **role_metrics(batch.roles, cfg.success_threshold),  # train/<role>/...: roles only

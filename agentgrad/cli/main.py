@@ -56,7 +56,10 @@ def serve_engine_command(args: argparse.Namespace) -> None:
     if folders and args.dtype not in (None, "float32"):
         raise UsageError("--adapter serves every version from the engine's float32 weights: drop --dtype")
     dtype = "float32" if folders else args.dtype  # adapters run on the fp32 weights: no sampling copy to make
-    engine = Engine(model, device=args.device, sampling_dtype=dtype, max_batch_size=args.max_batch_size)
+    # it only serves: on a GPU its weights are held once, in the sampling dtype
+    engine = Engine(
+        model, device=args.device, sampling_dtype=dtype, max_batch_size=args.max_batch_size, frozen_base=True
+    )
     if folders:
         from agentgrad.engine.adapters import load_adapters
 

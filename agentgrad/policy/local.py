@@ -76,7 +76,7 @@ class LocalPolicy:
         self.between_attempts = False  # publish waits for attempts mid-flight (asynchronous training)
         self.straddling: list[str] = []  # rollouts still mid-flight when the last publish stopped waiting
         self.gateway_port = gateway_port
-        self.engine = engine or Engine(model)
+        self.engine = engine or Engine(model, frozen_base=lora_rank > 0)  # LoRA: the base once, in the serving dtype
         self.lora_rank = lora_rank
         self.adapters = dict(adapters or {})
         if self.adapters:
@@ -98,6 +98,7 @@ class LocalPolicy:
         elif lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
+            self.engine.freeze_base()  # a given engine's weights too: on a GPU, no fp32 copy beside the served one
             adapted = in_own_thread(
                 get_peft_model,
                 self.engine.model,
