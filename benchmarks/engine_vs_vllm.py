@@ -227,12 +227,14 @@ def main() -> None:
         try:
             servers.append(start_vllm(path, model, args.kv_cache_gib))
             with httpx.Client(timeout=3600, limits=httpx.Limits(max_connections=256)) as client:
-                interleaved(client, servers, lambda r: bodies(tokenizer, model, 2, 32, 4, -1 - r), 2)  # warm up
+                interleaved(
+                    client, servers, lambda r, t=tokenizer, m=model: bodies(t, m, 2, 32, 4, -1 - r), 2
+                )  # warm up
                 for concurrency in (int(c) for c in args.concurrency.split(",")):
                     load = os.getloadavg()[0]
 
-                    def make(r: int, concurrency: int = concurrency) -> list[dict]:
-                        return bodies(tokenizer, model, concurrency, args.prompt_tokens, args.new_tokens, r)
+                    def make(r: int, c: int = concurrency, t: Any = tokenizer, m: str = model) -> list[dict]:
+                        return bodies(t, m, c, args.prompt_tokens, args.new_tokens, r)
 
                     seconds, tokens = interleaved(client, servers, make, args.rounds)
                     result = cell(seconds, tokens, concurrency * args.new_tokens)
