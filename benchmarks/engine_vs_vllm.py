@@ -7,8 +7,10 @@ For each model: `agentgrad engine serve` in a process of its own, as a user runs
 every core, through `AGENTGRAD_ENGINE_THREADS`), and a vLLM server from `.venv-vllm` (`make vllm`) with what vLLM's
 CPU documentation advises: OpenMP threads bound to cores with one core left to its API server and scheduler (its
 own default on x86: `VLLM_CPU_OMP_THREADS_BIND=auto`), `VLLM_CPU_KVCACHE_SPACE` GiB of KV cache (`--kv-cache-gib`),
-tcmalloc and Intel OpenMP preloaded where found (`LD_PRELOAD`; the run says which), fp32 where the CPU has no bf16
-path (`vllm_server.default_dtype`), 32-token blocks; start-up is not timed.
+tcmalloc (`apt-get install libtcmalloc-minimal4`) and Intel OpenMP preloaded where found (`LD_PRELOAD`; the run says
+which), fp32 where the CPU has no bf16 path (`vllm_server.default_dtype`), 32-token blocks; start-up is not timed.
+vLLM 0.32 compiles for minutes at every start: `--vllm-url URL --vllm-pid PID` (one model) measures against a
+server already running, started as `start_vllm` starts one, frozen by its process group as usual.
 
 Each cell sends `concurrency` requests at once, the identical JSON body to both servers (`/v1/completions`, the
 prompt as exactly `--prompt-tokens` token ids, greedy, exactly `--new-tokens` new tokens: vLLM's `ignore_eos`,
@@ -33,12 +35,16 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine_bench import frozen
 
 AGREE_TOKENS = 16
 FILLER = (
@@ -87,19 +93,6 @@ def send(client: httpx.Client, api_url: str, requests: Sequence[dict]) -> tuple[
         began = time.perf_counter()
         tokens = list(pool.map(one, requests))
         return time.perf_counter() - began, tokens
-
-
-@contextlib.contextmanager
-def frozen(servers: Sequence[Server]) -> Iterator[None]:
-    """Stop these servers' process groups (SIGSTOP) meanwhile, and let them go on afterwards."""
-    groups = [os.getpgid(s.process.pid) for s in servers if s.process is not None and s.process.poll() is None]
-    for group in groups:
-        os.killpg(group, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for group in groups:
-            os.killpg(group, signal.SIGCONT)
 
 
 def interleaved(
@@ -188,6 +181,16 @@ def start_vllm(path: str, model: str, kv_cache_gib: int) -> Server:
     return Server("vllm", server.api_url, server.process, threads, server.stop)
 
 
+class _Attached:
+    """A process this run did not start, known by its id: what `frozen` needs of a `Popen`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> None:
+        return None
+
+
 def cell(seconds: list[dict[str, float]], tokens: dict[str, list[list[int]]], produced: int) -> dict[str, Any]:
     """Medians, ranges and the agreement of one cell."""
     engine = [produced / s["engine"] for s in seconds]
@@ -212,6 +215,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per cell and server (median, range)")
     parser.add_argument("--engine-threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--kv-cache-gib", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE")
+    parser.add_argument("--vllm-url", help="a vLLM server of the one model in --models, already running (its root)")
+    parser.add_argument("--vllm-pid", type=int, help="--vllm-url's process (frozen while the engine is timed)")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -225,7 +230,11 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(path)
         servers = [start_engine(model, args.engine_threads, logs / f"engine-{model}.log")]
         try:
-            servers.append(start_vllm(path, model, args.kv_cache_gib))
+            if args.vllm_url:
+                process = _Attached(args.vllm_pid) if args.vllm_pid else None
+                servers.append(Server("vllm", args.vllm_url.rstrip("/") + "/v1", process, "attached (see its log)"))
+            else:
+                servers.append(start_vllm(path, model, args.kv_cache_gib))
             with httpx.Client(timeout=3600, limits=httpx.Limits(max_connections=256)) as client:
                 interleaved(
                     client, servers, lambda r, t=tokenizer, m=model: bodies(t, m, 2, 32, 4, -1 - r), 2
@@ -248,7 +257,8 @@ def main() -> None:
                           f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
         finally:
             for server in servers:
-                server.stop()
+                if server.stop is not None:
+                    server.stop()
         print(f"threads: {rows[-1]['threads'] if rows else ''}", flush=True)
     print(f"\nrounds {args.rounds}, prompts of {args.prompt_tokens} tokens, {args.new_tokens} new tokens; median "
           f"(min-max over rounds)\n")  # fmt: skip
