@@ -6,7 +6,7 @@
 For each model: `agentgrad engine serve` in a process of its own, as a user runs it (`--engine-threads`, default
 every core, through `AGENTGRAD_ENGINE_THREADS`), and a vLLM server from `.venv-vllm` (`make vllm`) with what vLLM's
 CPU documentation advises: OpenMP threads bound to cores with one core left to its API server and scheduler (its
-own default on x86: `VLLM_CPU_OMP_THREADS_BIND=auto`), `VLLM_CPU_KVCACHE_SPACE` GiB of KV cache (`--kv-cache-gib`),
+own default on x86: `VLLM_CPU_OMP_THREADS_BIND=auto`), `--kv-cache-gib` of KV cache (`VLLM_CPU_KVCACHE_SPACE`),
 tcmalloc (`apt-get install libtcmalloc-minimal4`) and Intel OpenMP preloaded where found (`LD_PRELOAD`; the run says
 which), fp32 where the CPU has no bf16 path (`vllm_server.default_dtype`), 32-token blocks; start-up is not timed.
 vLLM 0.32 compiles for minutes at every start: `--vllm-url URL --vllm-pid PID` (one model) measures against a
@@ -214,7 +214,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per cell and server (median, range)")
     parser.add_argument("--engine-threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--kv-cache-gib", type=int, default=4, help="vLLM's VLLM_CPU_KVCACHE_SPACE")
+    parser.add_argument(
+        "--kv-cache-gib", type=int, default=2, help="vLLM's VLLM_CPU_KVCACHE_SPACE (64 rows x 320 tokens need < 1 GiB)"
+    )
     parser.add_argument("--vllm-url", help="a vLLM server of the one model in --models, already running (its root)")
     parser.add_argument("--vllm-pid", type=int, help="--vllm-url's process (frozen while the engine is timed)")
     args = parser.parse_args()

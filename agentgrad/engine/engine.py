@@ -186,7 +186,14 @@ class Engine:
         self._decoder = LeanDecoder.build(self._sampler)
 
     def _copy_for_sampling(self) -> torch.nn.Module:
-        sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
+        """The weights again in the sampling dtype, converted tensor by tensor: never a second copy in the trained
+        dtype (a whole fp32 copy first was 6 GB more at load for a 1.5B model)."""
+        dtype = self.sampling_dtype
+        memo: dict[int, Any] = {
+            id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in self.model.parameters()
+        }
+        memo.update({id(b): b.to(dtype) if b.is_floating_point() else b.clone() for b in self.model.buffers()})
+        sampler = copy.deepcopy(self.model, memo)
         sampler.eval()
         sampler.requires_grad_(False)
         pack_linears(sampler)
