@@ -261,6 +261,23 @@ def lora_product(entry: dict[str, Any], folder: Path, device: str) -> None:
             entry["lora_logits_max_abs_diff_bf16"] = (found - expected).abs().max().item()
             entry["lora_logits_scale"] = expected.abs().max().item()
     del model, adapted
+    from agentgrad.engine import Engine, SamplingParams
+
+    engine = Engine(folder, device=device, prefix_cache_bytes=0)  # fp32 weights and a bf16 copy
+    try:
+        before = torch.cuda.memory_allocated() if device == "cuda" else 0
+        engine.freeze_base()  # what LocalPolicy does to a given engine before LoRA: the weights once, in bf16
+        free()
+        entry["freeze_base_weights_dtype"] = str(next(engine.model.parameters()).dtype)
+        if device == "cuda":
+            entry["freeze_base_freed_gib"] = round((before - torch.cuda.memory_allocated()) / 2**30, 2)
+        generated = engine.generate(prompts(engine, 4), SamplingParams(max_tokens=8, temperature=0))
+        entry["freeze_base_then_decode"] = [
+            engine.stats["decode"],
+            [len(g.completions[0].token_ids) for g in generated],
+        ]
+    finally:
+        engine.close()
 
 
 def decode_speed(entry: dict[str, Any], folder: Path, device: str, rows: list[int], new_tokens: int) -> None:
