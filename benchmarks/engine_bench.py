@@ -1,10 +1,13 @@
 """Engine throughput: tokens/s at batch 1, 8 and 32 for 32 and 128 new tokens, and time to first token.
 
     .venv/bin/python benchmarks/engine_bench.py [--model PATH] [--device cpu|cuda] [--dtype float32|bfloat16]
+        [--decode auto|static|dynamic]
 
 Each cell submits `batch` different prompts at once (as concurrent agents would) and generates
 exactly `new_tokens` per prompt (end of turn ignored), so the figures compare across engines.
-Time to first token is measured for a lone request through the streaming callback.
+Time to first token is measured for a lone request through the streaming callback. In process, with no HTTP: the
+engine's own ceiling (what a client sees is `engine_vs_vllm.py`'s). `--decode static` runs the static KV cache
+(`docs/gpu.md`) on a CPU too.
 """
 
 from __future__ import annotations
@@ -84,18 +87,20 @@ def main() -> None:
     parser.add_argument("--model", help="a Hugging Face path or id (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--device")
     parser.add_argument("--dtype", help="sampling precision (default: bf16 where the hardware has it)")
+    parser.add_argument("--decode", default="auto", choices=["auto", "static", "dynamic"], help="Engine(decode=...)")
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--new-tokens", default="32,128")
     args = parser.parse_args()
     console = Console()
     began = time.perf_counter()
-    engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype)
+    engine = Engine(args.model, device=args.device, sampling_dtype=args.dtype, decode=args.decode)
     load_seconds = time.perf_counter() - began
     engine.generate(prompts(engine, 2), SamplingParams(max_tokens=4))  # warm up kernels
     batches = [int(b) for b in args.batches.split(",")]
     lengths = [int(n) for n in args.new_tokens.split(",")]
     threads = engine.stats.get("threads", __import__("torch").get_num_threads())  # what the generation loop chose
     table = Table(title=f"engine: {engine.name} on {engine.device}, {str(engine.sampling_dtype).replace('torch.', '')}, "
+                        f"decode {args.decode}, "
                         f"{threads} threads, load average {__import__('os').getloadavg()[0]:.1f}")
     table.add_column("batch", justify="right")
     for n in lengths:

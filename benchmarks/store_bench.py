@@ -50,7 +50,6 @@ SPANS_PER_ROLLOUT = 10
 # figure is for its own workload, 10 single `add_span` calls per rollout at 1 process × 16 workers (32-56).
 # Shown when it is not measured side by side (AGL_ROW below).
 BAR = {"in-process": 430, "in-process, batched spans": 730, "http 1x16": 55, "http 4x8": 37, "span write ms": 15}
-THEIR_ROW = {"HTTP, SQLite server": "55", "HTTP, SQLite server, spans one by one": "32–56"}
 AGL_PYTHON = Path(__file__).resolve().parent.parent / ".venv-agl" / "bin" / "python"
 """Agent Lightning 0.3's own environment; made with `python3 -m venv .venv-agl && .venv-agl/bin/pip install 'agentlightning==0.3.*'`."""
 AGL_ROW = "Agent Lightning 0.3 server (in memory), spans one by one"
@@ -503,12 +502,12 @@ def summary(
 
 
 def their_figure(row: dict[str, Any], measured: float | None) -> str:
-    """Agent Lightning 0.3's rate on the same setup: measured in this run where there is one, else quoted."""
+    """Agent Lightning 0.3's rate on the same setup, measured in this run (its environment present), else nothing."""
     if row["workers"] != "1×16" or row["setup"] == AGL_ROW:
         return "-"
     if measured is not None and row["setup"] == "HTTP, SQLite server, spans one by one":
         return f"{measured:,.1f} (measured)"
-    return THEIR_ROW.get(row["setup"], "-")
+    return "-"
 
 
 def pair(values: tuple[float | None, float], form: str) -> str:
@@ -582,8 +581,8 @@ def main() -> None:
             rows.append(row)
             console.print(f"  {row['setup']} (agentlightning {agl}) {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
         else:
-            console.print(f"  [dim]no Agent Lightning 0.3 at {args.agentlightning}: its row is left out and its figures "
-                          "are those quoted in the issue (see --agentlightning)[/dim]")
+            console.print(f"  [dim]no Agent Lightning 0.3 at {args.agentlightning}: its row and column are left out "
+                          "(see --agentlightning)[/dim]")
     measured = next((row["rollouts/s"] for row in rows if row["setup"] == AGL_ROW), None)
 
     table = Table(title=f"Store lifecycle, {args.rollouts} rollouts × {SPANS_PER_ROLLOUT} spans ({os.cpu_count()} CPUs)")

@@ -55,8 +55,11 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     async def metric_steps(name: str) -> list[int]:
         return [m.step for m in await store.query_metrics(name)]
 
-    for name in ("train/reward_mean", "train/loss", "train/kl", "train/clip_fraction", "perf/tokens_per_s", "perf/step_seconds"):
+    for name in ("train/reward_mean", "train/loss", "train/kl", "train/clip_fraction", "perf/tokens_per_s", "perf/step_seconds",
+                 "perf/peak_memory_gib"):
         assert asyncio.run(metric_steps(name)) == [1, 2, 3], name
+    peaks = [m.value for m in asyncio.run(store.query_metrics("perf/peak_memory_gib"))]
+    assert all(0.3 < peak < 64 for peak in peaks) and peaks == sorted(peaks)  # the process's peak so far, in GiB
     assert asyncio.run(metric_steps("val/accuracy")) == [0, 3]
     first_run_rollouts = len(asyncio.run(store.query_rollouts(mode="train")))
     assert first_run_rollouts == 3 * 2 * 4

@@ -174,6 +174,7 @@ async def train(
             await pipeline.published(step)  # asynchronous: the runners go on through validation and checkpoints
             # ---- log
             metrics = step_metrics(cfg, collected, batch, stats, policy.version, began, rollout_seconds, update_seconds)
+            metrics["perf/peak_memory_gib"] = policy.engine.peak_memory_bytes() / 2**30
             await algorithm.log_metrics(step, metrics)
             history.append({"step": step, **metrics})
             line = describe(metrics, batch)

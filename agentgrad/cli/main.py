@@ -56,7 +56,15 @@ def serve_engine_command(args: argparse.Namespace) -> None:
     if folders and args.dtype not in (None, "float32"):
         raise UsageError("--adapter serves every version from the engine's float32 weights: drop --dtype")
     dtype = "float32" if folders else args.dtype  # adapters run on the fp32 weights: no sampling copy to make
-    engine = Engine(model, device=args.device, sampling_dtype=dtype, max_batch_size=args.max_batch_size)
+    # it only serves: on a GPU its weights are held once, in the sampling dtype
+    engine = Engine(
+        model,
+        device=args.device,
+        sampling_dtype=dtype,
+        max_batch_size=args.max_batch_size,
+        frozen_base=True,
+        threads=args.threads,
+    )
     if folders:
         from agentgrad.engine.adapters import load_adapters
 
@@ -439,6 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_address_arguments(serve_engine, 8000)
     serve_engine.add_argument("--max-batch-size", type=int, default=64)
+    serve_engine.add_argument(
+        "--threads",
+        help="threads the generation loop computes with on a CPU: a number, or auto (measured; for a machine shared "
+        "with other jobs, where two threads that wait on each other's barrier can decode several times slower than "
+        "one); default $AGENTGRAD_ENGINE_THREADS, else every core",
+    )
     serve_engine.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16"], help="sampling precision (default: bf16 where fast)"
     )

@@ -115,6 +115,7 @@ def serve_adapters(
         if engine.adapters != routes:
             raise ValueError(f"this engine already serves the adapters {dict(engine.adapters.patterns)}, not {names}")
         return engine.model
+    engine.freeze_base()  # on a GPU the base once, in the serving dtype, under every adapter
     with engine.weights_lock:
         model = get_peft_model(engine.model, config(), adapter_name=names[0])
         for name in names[1:]:

@@ -41,6 +41,7 @@ SUPPORT: list[tuple[str, str]] = [
     ),
     ("presence_penalty, frequency_penalty (over the tokens generated so far), logit_bias", "supported"),
     ("logprobs, top_logprobs (of the distribution actually sampled)", "supported"),
+    ("return_token_ids, ignore_eos (vLLM's extensions)", "supported"),
     ("tools, tool_choice auto / none / required / named (the last two by constrained decoding)", "supported"),
     (
         "parallel_tool_calls",
@@ -107,6 +108,7 @@ class Sampling(_Strict):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     return_token_ids: bool = False
+    ignore_eos: bool = False  # vLLM's extension: generate max_tokens whatever the model writes (benchmarks)
     user: str | None = None
     metadata: dict[str, str] | None = None
     store: Literal[False] | None = None
@@ -132,6 +134,7 @@ class Sampling(_Strict):
             presence_penalty=self.presence_penalty or 0.0,
             frequency_penalty=self.frequency_penalty or 0.0,
             logit_bias=bias,
+            ignore_eos=self.ignore_eos,
             **extra,
         )
 

@@ -51,6 +51,7 @@ from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCac
 from agentgrad.engine.prepack import bf16_supported, pack_linears, packed_twin, packing_available
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
+from agentgrad.engine.slots import SlotBatch, StaticDecoding
 from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas, return_free_memory
 from agentgrad.engine.turns import SampledTurns
 
@@ -77,6 +78,9 @@ it, or new requests join: dropping them moves later rows' KV caches into their p
 of decoding."""
 
 
+DECODE_MODES = ("auto", "static", "dynamic")
+
+
 def default_sampling_dtype(device: str) -> torch.dtype:
     if device.startswith("cuda"):
         return torch.bfloat16
@@ -97,12 +101,23 @@ class Engine:
         name: str | None = None,
         threads: int | str | None = None,
         prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
+        decode: str = "auto",
+        frozen_base: bool = False,
     ) -> None:
         """`threads`: how many the generation loop computes with; default `$AGENTGRAD_ENGINE_THREADS`, else every
         core; `"auto"` measures (1 or all cores, whichever is faster while other processes share them: `threads.py`).
         `prefix_cache_bytes`: memory for finished requests' keys and values, reused by later prompts that
-        start with them (`prefix_cache.py`); 0 turns that off."""
+        start with them (`prefix_cache.py`); 0 turns that off. `decode`: `"static"` decodes over the static KV cache
+        (`slots.py`; replayed CUDA graphs on a GPU, `graphs.py`), `"dynamic"` over growing per-batch caches, `"auto"`
+        static on a GPU and dynamic on a CPU (where the static cache is no faster: `docs/gpu.md`). `frozen_base`: the
+        weights are never trained in full (served, or trained through LoRA adapters): on a GPU one copy of them, in
+        the sampling dtype, then serves sampling and training (`freeze_base`)."""
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._decode_mode = decode
+        self._frozen_base = frozen_base and not self.device.startswith("cpu")
+        self._static: StaticDecoding | None = None
         self.name = name or (Path(str(model)).name if model else "smollm2-135m")
         if isinstance(sampling_dtype, str):
             sampling_dtype = getattr(torch, sampling_dtype)
@@ -120,7 +135,7 @@ class Engine:
         self.weights_lock = threading.RLock()
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
         self._threads = ThreadChooser(threads, next(self._sampler.parameters()).dtype)
-        self.stats = {
+        self.stats: dict[str, Any] = {
             "generated_tokens": 0,
             "prompt_tokens": 0,
             "prefill_tokens": 0,
@@ -131,6 +146,8 @@ class Engine:
             "held_once_steps": 0,  # decode steps that read their rows' shared prefix once (`kv_cache.SharedPrefix`)
             "decode_steps": 0,
             "decode_rows": 0,  # rows generating, summed over decode steps: over `decode_steps`, the mean batch size
+            "graph_steps": 0,  # decode steps replayed from a captured CUDA graph (`graphs.py`)
+            "decode": "",  # what ran the last decode step (`_decode`): DECODE_PATHS' values
         }
         self.running_rows = 0
         """Rows the running batch is generating now."""
@@ -155,11 +172,12 @@ class Engine:
     # ------------------------------------------------------------------ weights
 
     def _load(self, model: str | Path | None) -> None:
-        self.model, self.tokenizer = load_model(model, device=self.device)
+        dtype = self.sampling_dtype if self._frozen_base else None  # one copy serves and trains (LoRA)
+        self.model, self.tokenizer = load_model(model, device=self.device, dtype=dtype)
         self.model.eval()
         # fp32 samples from the trained weights themselves, through a twin with packed layers where this CPU packs
         self._twin = self.sampling_dtype == torch.float32 and self.device == "cpu" and packing_available(torch.float32)
-        if self.sampling_dtype != torch.float32:
+        if self.sampling_dtype != next(self.model.parameters()).dtype:
             self._sampler = self._copy_for_sampling()
             use_engine_attention(self._sampler)
         else:
@@ -168,11 +186,35 @@ class Engine:
         self._decoder = LeanDecoder.build(self._sampler)
 
     def _copy_for_sampling(self) -> torch.nn.Module:
-        sampler = copy.deepcopy(self.model).to(self.sampling_dtype)
+        """The weights again in the sampling dtype, converted tensor by tensor: never a second copy in the trained
+        dtype (a whole fp32 copy first was 6 GB more at load for a 1.5B model)."""
+        dtype = self.sampling_dtype
+        memo: dict[int, Any] = {
+            id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in self.model.parameters()
+        }
+        memo.update({id(b): b.to(dtype) if b.is_floating_point() else b.clone() for b in self.model.buffers()})
+        sampler = copy.deepcopy(self.model, memo)
         sampler.eval()
         sampler.requires_grad_(False)
         pack_linears(sampler)
         return sampler
+
+    def freeze_base(self) -> None:
+        """Hold the weights once, in the sampling dtype, for sampling and for training adapters over them (they are
+        no longer trained in full): on a GPU, where a 7B model's fp32 weights beside their bf16 copy took 57.9 GiB
+        (issue 41). On a CPU nothing changes (LoRA samples from the fp32 weights there). `frozen_base=True` loads
+        them so from the start, without the fp32 copy's peak."""
+        if self.device.startswith("cpu") or self._sampler is self.model:
+            return
+        with self.weights_lock:
+            self._sampler = self.model  # the copy goes before the weights are rounded: never both at once
+            self._decoder, self._static = None, None
+            self.model.to(self.sampling_dtype)
+            self._sampler = self.model
+            use_engine_attention(self.model)
+            self._decoder = LeanDecoder.build(self.model)
+            self._frozen_base = True
+        torch.cuda.empty_cache()
 
     def replace_model(self, model: torch.nn.Module) -> None:
         """Serve and train `model` instead (a peft-wrapped copy, say); sampling then uses it directly."""
@@ -180,7 +222,10 @@ class Engine:
             self.model = model
             self.model.eval()
             self._sampler, self._twin = model, False
-            self._decoder = None  # it would hold copies of weights that training now changes in place
+            # on a CPU it would hold copies of weights that training now changes in place (`build` says None); on a
+            # GPU it reads them where they are, one LoRA adapter included
+            self._decoder = LeanDecoder.build(model)
+            self._static = None  # its cache and graphs were the old model's
             use_engine_attention(model)
             self.sampling_dtype = next(model.parameters()).dtype
             self._prefixes.clear()
@@ -221,6 +266,15 @@ class Engine:
         self._decoder = LeanDecoder.build(self._sampler)
 
     # ------------------------------------------------------------------ prompts
+
+    def peak_memory_bytes(self) -> int:
+        """The most memory this process has held so far: on the engine's GPU what torch allocated there, on a CPU
+        the resident set (what a run reports as `perf/peak_memory_gib`)."""
+        if self.device.startswith("cuda"):
+            return int(torch.cuda.max_memory_allocated(torch.device(self.device)))
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def chat_prompt_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
@@ -263,9 +317,8 @@ class Engine:
         request = Request(list(prompt_ids), params, concurrent.futures.Future(), on_token, adapter=adapter)
         template = self.constrainer().matcher(params.grammar) if params.grammar is not None else None
         for index in range(params.n):
-            generator = (
-                None if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed + index)
-            )
+            # a host generator: its draws are no device launches (`sampling.uniforms`)
+            generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
             matcher = None if template is None else template.deep_copy()
             request.rows.append(Row(request, index, generator, matcher=matcher))
         with self._cv:
@@ -316,6 +369,7 @@ class Engine:
             self._cv.notify()
         if self._thread is not None:
             self._thread.join(30)
+        self._static = None
         KV_POOL.clear()
         return_free_memory()
 
@@ -341,7 +395,7 @@ class Engine:
             return taken
 
     def _run(self) -> None:
-        batch: Batch | None = None
+        batch: Batch | SlotBatch | None = None
         while True:
             free = self.max_batch_size - (batch.live if batch else 0)
             new = self._take_waiting(free, block=batch is None) if free > 0 else []
@@ -352,11 +406,13 @@ class Engine:
                     self.stats["threads"] = self._threads.apply()
                 with self.weights_lock, torch.inference_mode():
                     for added in self._prefill(new) if new else []:
-                        batch = added if batch is None else restack(batch, added, self.max_batch_size)
+                        batch = self._join(batch, added)
                         batch = self._drop_finished(batch)
                     if batch is not None:
                         batch = self._drop_finished(self._decode(batch))
-                self.running_rows, self.kv_bytes = (batch.live, held_bytes(batch)) if batch is not None else (0, 0)
+                self.running_rows, self.kv_bytes = (
+                    (batch.live, self._held_bytes(batch)) if batch is not None else (0, 0)
+                )
             except Exception as exc:  # fail the requests in flight, keep serving the next ones
                 log.exception("generation failed")
                 failed = {id(row.request): row.request for row in (batch.rows if batch else [])}
@@ -458,7 +514,7 @@ class Engine:
             cache.batch_select_indices(index)
             mask, logits = mask[index], logits[index]
         batch = Batch(rows, cache, mask, mask.sum(-1), ids[:1, -1].expand(len(rows)))
-        if shared >= MIN_HELD_ONCE_PREFIX and self._lean_decoder() is not None:
+        if shared >= MIN_HELD_ONCE_PREFIX and self._holds_prefixes_once():
             hold_prefix_once(batch, SharedPrefix(tuple(prompts[0][:shared]), kv, self.version))
         self._take_tokens(batch, logits)
         return batch
@@ -503,24 +559,72 @@ class Engine:
         return kv
 
     def _lean_decoder(self) -> LeanDecoder | None:
-        """The written-out decode step, where it serves: it alone reads a prefix held once (`kv_cache.SharedPrefix`)."""
+        """The written-out decode step, where it serves: it alone reads a prefix held once (`kv_cache.SharedPrefix`)
+        and the static cache (`slots.py`). Several adapters served together decode through transformers' forward
+        (peft's mixed batches), eagerly: `stats["decode"]` says so."""
         return self._decoder if self.adapters is None else None
 
-    def _decode(self, batch: Batch) -> Batch:
+    def _holds_prefixes_once(self) -> bool:
+        """Whether a batch's shared prefix is held once (`kv_cache.SharedPrefix`): where the written-out step reads
+        the dynamic cache on a CPU (its cascade attention is the CPU kernel's)."""
+        return self.device.startswith("cpu") and self._lean_decoder() is not None and self._static_decoding() is None
+
+    def _static_decoding(self) -> StaticDecoding | None:
+        """The static KV cache's decoding where it serves (`decode`; the written-out step), made on first use."""
+        if self._decode_mode == "dynamic" or self._lean_decoder() is None:
+            return None
+        if self._decode_mode == "auto" and self.device.startswith("cpu"):
+            return None
+        if self._static is None:
+            device = torch.device(self.device)
+            self._static = StaticDecoding(
+                self._sampler, self.max_batch_size, self.max_model_len, device, graphs=device.type == "cuda"
+            )
+        return self._static
+
+    def _join(self, running: Batch | SlotBatch | None, added: Batch) -> Batch | SlotBatch:
+        """The running batch with a prefilled one's rows after its own: in slots of the static cache where it
+        decodes (`slots.StaticDecoding.join`), else in place in the running batch's buffers (`kv_cache.restack`)."""
+        if isinstance(running, Batch):
+            return restack(running, added, self.max_batch_size)
+        static = self._static_decoding()
+        if static is None:
+            if running is not None:  # its slots went with the weights they were computed by (`replace_model`)
+                self._abandon(running)
+            return added
+        return static.join(running, added)
+
+    def _held_bytes(self, batch: Batch | SlotBatch) -> int:
+        """Bytes of keys and values the running batch holds: the static cache's buffers where it decodes in slots."""
+        if isinstance(batch, SlotBatch):
+            return self._static.cache.bytes if self._static is not None else 0
+        return held_bytes(batch)
+
+    def _abandon(self, batch: SlotBatch) -> None:
+        """Fail the rows of a static batch whose cache is gone (the model was replaced mid-generation)."""
+        error = RuntimeError("the engine's model was replaced while this request was generating: send it again")
+        for row in batch.rows:
+            self._fail(row.request, error)
+
+    def _decode(self, batch: Batch | SlotBatch) -> Batch | SlotBatch | None:
         self.stats["decode_steps"] += 1
         self.stats["decode_rows"] += batch.live
+        if isinstance(batch, SlotBatch):
+            return self._decode_in_slots(batch)
         decoder = self._lean_decoder()
         if decoder is None:
             unshare_prefix(batch, 0)
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
         if decoder is not None:
             self.stats["held_once_steps"] += batch.prefix is not None
+            self.stats["decode"] = "written-out step"
             logits = decoder(batch.last, batch.positions, batch.mask, batch.cache, batch.prefix)
         else:
             adapters: list[str | None] = []
             if self.adapters is not None:  # each row its own adapter, in one forward pass
                 adapters = [row.request.adapter for row in batch.rows]
                 self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
+            self.stats["decode"] = "transformers forward" + (", several adapters" if adapters else "")
             logits = self._sampler(
                 input_ids=batch.last[:, None],
                 attention_mask=batch.mask,
@@ -533,7 +637,20 @@ class Engine:
         self._take_tokens(batch, logits)
         return batch
 
-    def _take_tokens(self, batch: Batch, logits: torch.Tensor) -> None:
+    def _decode_in_slots(self, batch: SlotBatch) -> SlotBatch | None:
+        """One step over the static cache: a replayed CUDA graph on a GPU."""
+        decoder, static = self._lean_decoder(), self._static
+        if decoder is None or static is None:  # the model was replaced mid-generation
+            self._abandon(batch)
+            return None
+        logits = static.logits(decoder, batch)
+        graphs = static.graphs is not None
+        self.stats["graph_steps"] += graphs
+        self.stats["decode"] = "cuda graph" if graphs else "static slots"
+        self._take_tokens(batch, logits)
+        return batch
+
+    def _take_tokens(self, batch: Batch | SlotBatch, logits: torch.Tensor) -> None:
         """Sample one token per row (under its grammar, if any), record it with its logprob, mark rows done."""
         allowed = [
             None if row.matcher is None or row.finish_reason is not None else self.constrainer().allowed(row.matcher)
@@ -547,20 +664,12 @@ class Engine:
             allowed=allowed,
         )
         batch.last = sampled.tokens.to(self.device)
-        top_ids = sampled.top_ids.tolist() if sampled.top_ids is not None else None
-        top_values = sampled.top_logprobs.tolist() if sampled.top_logprobs is not None else None
-        for i, (row, token, logprob, count) in enumerate(
-            zip(batch.rows, sampled.tokens.tolist(), sampled.logprobs.tolist(), sampled.allowed)
-        ):
+        for row, (token, logprob, top_ids, top_values), count in zip(batch.rows, sampled.to_host(), sampled.allowed):
             if row.finish_reason is not None:  # its request failed or was cancelled earlier in this step
                 continue
             k = row.request.params.top_logprobs
             # alternatives the grammar or top_p ruled out (logprob -inf) are not alternatives
-            top = (
-                [(t, v) for t, v in zip(top_ids[i][:k], top_values[i][:k]) if v > float("-inf")]
-                if k and top_ids and top_values
-                else []
-            )
+            top = [(t, v) for t, v in zip(top_ids[:k], top_values[:k]) if v > float("-inf")] if k else []
             try:
                 if row.matcher is not None and not row.matcher.consume_token(token):
                     raise RuntimeError(f"the grammar refused token {token}: {row.matcher.get_error()}")
@@ -590,10 +699,18 @@ class Engine:
                 log.exception("could not remember a completion's sampled ids")
             request.future.set_result(request.generation())
 
-    def _keep_prefix(self, batch: Batch, index: int, row: Row) -> None:
+    def _keep_prefix(self, batch: Batch | SlotBatch, index: int, row: Row) -> None:
         """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but
         its last token) are the batch's prefix held once, if any, and the rightmost columns of its cache row."""
         row.kept = True
+        if isinstance(batch, SlotBatch):
+            fed = len(row.request.prompt_ids) + len(row.token_ids) - 1
+            if self.prefix_cache.max_bytes and row.finish_reason in ("stop", "length") and batch.lengths[index] == fed:
+                kv = self._static.row_kv(batch, index, fed)  # type: ignore[union-attr]  # a SlotBatch has one
+                self.prefix_cache.put(
+                    self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv, row.request.adapter
+                )
+            return
         held = len(batch.prefix.tokens) if batch.prefix is not None else 0
         own = len(row.request.prompt_ids) + len(row.token_ids) - 1 - held  # the rest is the prefix held once
         width = batch.mask.shape[1]
@@ -613,7 +730,9 @@ class Engine:
                 kv.append((keys.clone(), values.clone()))  # a copy: the batch goes on
         self.prefix_cache.put(self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv, row.request.adapter)
 
-    def _drop_finished(self, batch: Batch) -> Batch | None:
+    def _drop_finished(self, batch: Batch | SlotBatch | None) -> Batch | SlotBatch | None:
+        if batch is None:
+            return None
         for row in batch.rows:
             if row.request.cancelled and row.finish_reason is None:
                 row.finish_reason = "cancelled"
@@ -624,6 +743,15 @@ class Engine:
         for row in batch.rows:
             if row.finish_reason is not None and all(r.finish_reason is not None for r in row.request.rows):
                 self._resolve(row.request)
+        if isinstance(batch, SlotBatch):  # moving a few rows' slots costs little: every finished row goes at once
+            static = self._static
+            return (
+                None
+                if not keep or static is None
+                else batch
+                if len(keep) == len(batch.rows)
+                else static.drop_finished(batch)
+            )
         if not keep:
             for layer in batch.cache.layers:
                 layer.release()

@@ -7,10 +7,15 @@ gradient is the sum over the sequences), at a fraction of the cost. `StepPrefix`
 for all the micro-batches of an update rather than once per micro-batch. Not under FSDP2, nor with
 gradient checkpointing (see `_apart`): there each sequence runs in full. Logits are computed
 only where a token is scored, never over the whole vocabulary at every position.
+
+On a GPU, fp32 weights are trained under bf16 autocast (`training_precision`): the products in bf16, the weights,
+their gradients and AdamW's state in fp32, the log-softmax over the logits in fp32. That is full-weight training's
+default there (`docs/gpu.md`); LoRA adapters train in fp32 over a base held once in bf16 (`Engine.freeze_base`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,12 +59,13 @@ class StepPrefix:
             return
         self.token_ids = sequences[0].token_ids[:length]
         cache = DynamicCache()
-        model(
-            input_ids=torch.tensor([self.token_ids], device=next(model.parameters()).device),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        with training_precision(model):
+            model(
+                input_ids=torch.tensor([self.token_ids], device=next(model.parameters()).device),
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self._outputs = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         self.leaves = [t.detach().requires_grad_(t.requires_grad) for t in self._outputs]
 
@@ -102,12 +108,13 @@ def sequence_logprobs(
         layers = [prefix.leaves[i : i + 2] for i in range(0, len(prefix.leaves), 2)]
     elif (shared := shared_length(sequences)) >= MIN_SHARED_PREFIX and not _apart(model):
         own = DynamicCache()
-        model(
-            input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device),
-            cache=own,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        with training_precision(model):
+            model(
+                input_ids=torch.tensor([sequences[0].token_ids[:shared]], device=device),
+                cache=own,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         layers = [[layer.keys, layer.values] for layer in own.layers]
     else:
         shared, layers = 0, []
@@ -123,11 +130,9 @@ def sequence_logprobs(
     scored = [len(s.token_ids) - s.first_scored for s in sequences]
     kept = max(scored) + 1
     reuse = {"cache": cache, "use_cache": True} if layers else {"use_cache": False}  # nothing to reuse, none to keep
-    logits = (
-        model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept, **reuse)
-        .logits[:, :-1]
-        .float()
-    )
+    with training_precision(model):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept, **reuse).logits
+    logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
     # targets right-aligned like the logits; one gather for the batch (per-row indexing of the
@@ -137,6 +142,15 @@ def sequence_logprobs(
     )
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
+
+
+def training_precision(model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
+    """bf16 autocast where fp32 weights train on a GPU that has bf16 (products in bf16, everything kept in fp32);
+    elsewhere, nothing: a CPU trains in fp32 as it always did."""
+    weight = next(model.parameters())
+    if weight.device.type == "cuda" and weight.dtype == torch.float32 and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def checkpoint_activations(model: torch.nn.Module) -> None:

@@ -90,7 +90,7 @@ class Policy(ABC):
         self.straddling: list[str] = []  # rollouts still mid-flight when the last publish stopped waiting
         self.gateway_port = gateway_port
         self.listen = listen or Listen()
-        self.engine = engine or Engine(model)
+        self.engine = engine or Engine(model, frozen_base=lora_rank > 0)  # LoRA: the base once, in the serving dtype
         self.lora_rank = lora_rank
         self.adapters = dict(adapters or {})
         if self.adapters:
@@ -112,6 +112,7 @@ class Policy(ABC):
         elif lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
+            self.engine.freeze_base()  # a given engine's weights too: on a GPU, no fp32 copy beside the served one
             adapted = in_own_thread(
                 get_peft_model,
                 self.engine.model,
