@@ -50,25 +50,30 @@ def test_top_logprobs_lists_alternatives_from_the_sampled_distribution(engine: E
 
 
 def test_penalties_and_logit_bias_change_what_is_sampled(engine: Engine, api: openai.OpenAI) -> None:
-    """Two words biased far above the rest: the greedy answer repeats them; with penalties each step takes the one
-    whose logit, less 2 per earlier use and 2 for any, is higher (recomputed here from the model's own logits)."""
+    """Two words biased far above the rest: the greedy answer repeats them. With a frequency penalty (per earlier use)
+    and a presence penalty (once used), each step takes the word whose penalized logit is higher, and reports its
+    logprob under the penalized distribution (both recomputed here from the model's own logits)."""
     count = [{"role": "user", "content": "Write the word 'yes' ten times."}]
     yes, no = engine.tokenizer.encode(" yes")[0], engine.tokenizer.encode(" no")[0]
-    asked: dict[str, Any] = dict(model=engine.name, messages=count, max_tokens=20, temperature=0,
+    asked: dict[str, Any] = dict(model=engine.name, messages=count, max_tokens=20, temperature=0, logprobs=True,
                                  logit_bias={str(yes): 100, str(no): 100}, extra_body={"return_token_ids": True})
-    ids = (api.chat.completions.create(**asked).choices[0].model_extra or {})["token_ids"]
-    assert set(ids) <= {yes, no} and len(set(ids)) < len(ids)  # it repeats itself
-    penalized = api.chat.completions.create(**asked, frequency_penalty=2.0, presence_penalty=2.0)
-    pids = (penalized.choices[0].model_extra or {})["token_ids"]
-    assert pids != ids and set(pids) <= {yes, no}
     prompt = engine.chat_prompt_ids(count)
-    for sampled, penalty in ((ids, 0.0), (pids, 2.0)):
+    answers: list[list[int]] = []
+    for frequency, presence in ((0.0, 0.0), (2.0, 0.0), (2.0, 2.0)):
+        reply = api.chat.completions.create(**asked, frequency_penalty=frequency, presence_penalty=presence)
+        sampled = (reply.choices[0].model_extra or {})["token_ids"]
+        reported = [t.logprob for t in reply.choices[0].logprobs.content or []]  # type: ignore[union-attr]
+        assert set(sampled) <= {yes, no} and len(set(sampled)) < len(sampled)  # it repeats itself
         with torch.no_grad():
             logits = engine.model(torch.tensor([prompt + sampled])).logits[0, len(prompt) - 1 : -1]
         for step, token in enumerate(sampled):
             uses = {t: sampled[:step].count(t) for t in (yes, no)}
-            score = {t: logits[step, t].item() - penalty * (uses[t] + (uses[t] > 0)) for t in (yes, no)}
+            score = {t: logits[step, t].item() - frequency * uses[t] - presence * (uses[t] > 0) for t in (yes, no)}
             assert token == max(score, key=score.__getitem__), (step, score)
+            expected = score[token] - torch.tensor(list(score.values())).logsumexp(0).item()  # the rest: e^-100
+            assert abs(reported[step] - expected) < 1e-4, (step, reported[step], expected)
+        answers.append(sampled)
+    assert answers[1] != answers[0]  # the frequency penalty changed the answer
     forced = engine.tokenizer.encode(" banana")[0]
     biased = api.chat.completions.create(model=engine.name, messages=ASK, max_tokens=1, temperature=0, logit_bias={str(forced): 100},
                                          extra_body={"return_token_ids": True})
