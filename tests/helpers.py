@@ -30,6 +30,20 @@ def healthy(url: str) -> bool:
         return False
 
 
+VLLM_LORA_RANK = 8
+"""The LoRA rank the session's SmolLM2 vLLM server is started for (tests/conftest.py's `smollm2_vllm`)."""
+
+
+def serve_weights_from_disk(server: Any) -> None:
+    """Push the model's weights as loaded from disk into a running vLLM server (a shared one that tests trained)."""
+    from agentgrad.policy.vllm import VLLMPolicy
+    from agentgrad.store import MemoryStore
+
+    with VLLMPolicy(MemoryStore(), urls=[server.url]) as policy:  # attaching syncs the policy's (fresh) weights
+        pass
+    policy.engine.close()
+
+
 class ManualClock:
     """A clock that stands still until the test moves it: `store = MemoryStore(clock=clock); clock.advance(31)`."""
 

@@ -145,7 +145,6 @@ def asks_twice(task: dict, llm: ag.LLM) -> float:
     return 1.0 if answers == [task["better"]] * 2 else 0.0
 
 
-@pytest.mark.model
 def test_one_engine_serves_both_arms_as_adapters_and_the_report_finds_the_better_one(
     two_versions: Any, tmp_path: Path
 ) -> None:

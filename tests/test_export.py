@@ -15,85 +15,88 @@ import pytest
 import torch
 
 from agentgrad.cli.main import main
-from agentgrad.engine.model import resolve_model
 from agentgrad.policy.checkpoints import TRAINER_STATE
 from agentgrad.policy.export import export
 from tests.helpers import free_port, wait_until
 
-pytestmark = pytest.mark.model
-
 PROMPT = "The capital of France is"
 
 
-def base_model() -> Any:
+@pytest.fixture
+def base(tiny_smollm2_dir: Path) -> Path:
+    """The model checkpoints are made from: the tiny SmolLM2-family one (exporting is wiring)."""
+    return tiny_smollm2_dir
+
+
+def base_model(base: Path) -> Any:
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(resolve_model(), dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
 
 
-def tokenizer() -> Any:
+def tokenizer(base: Path) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model())
+    return AutoTokenizer.from_pretrained(base)
 
 
-def logits(model: Any) -> torch.Tensor:
-    ids = tokenizer()(PROMPT, return_tensors="pt").input_ids
+def logits(model: Any, base: Path) -> torch.Tensor:
+    ids = tokenizer(base)(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         return model(ids).logits
 
 
-def greedy(model: Any, tokens: int = 8) -> str:
-    tok = tokenizer()
+def greedy(model: Any, base: Path, tokens: int = 8) -> str:
+    tok = tokenizer(base)
     ids = tok(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=tokens, do_sample=False)
     return str(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
 
 
-def trained_checkpoint(path: Path) -> Any:
+def trained_checkpoint(base: Path, path: Path) -> Any:
     """A full-weights step-N folder as GRPO writes it, with weights changed as a training step would."""
-    model = base_model()
+    model = base_model(base)
     torch.manual_seed(0)
     with torch.no_grad():
         for name, weight in model.named_parameters():
             if "q_proj" in name or "o_proj" in name:
                 weight.add_(0.05 * torch.randn_like(weight))
     model.save_pretrained(path)
-    tokenizer().save_pretrained(path)
+    tokenizer(base).save_pretrained(path)
     torch.save({"optimizer": {}, "state": {"step": 3}}, path / TRAINER_STATE)
     (path / "agentgrad.json").write_text(json.dumps({"step": 3}))
     return model
 
 
-def test_an_exported_full_checkpoint_loads_with_transformers_and_gives_the_same_logits(tmp_path: Path) -> None:
+def test_an_exported_full_checkpoint_loads_with_transformers_and_gives_the_same_logits(base: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    trained = trained_checkpoint(tmp_path / "step-3")
+    trained = trained_checkpoint(base, tmp_path / "step-3")
     assert main(["export", str(tmp_path / "step-3"), "--to", str(tmp_path / "hf")]) == 0
     assert not (tmp_path / "hf" / TRAINER_STATE).exists() and not (tmp_path / "hf" / "agentgrad.json").exists()
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
-    assert torch.equal(logits(loaded), logits(trained))
+    assert torch.equal(logits(loaded, base), logits(trained, base))
     assert main(["export", str(tmp_path / "step-3"), "--to", str(tmp_path / "hf")]) != 0  # not empty: refused
 
 
-def test_a_lora_checkpoint_exports_as_an_adapter_or_merged_with_the_same_logits(tmp_path: Path) -> None:
+def test_a_lora_checkpoint_exports_as_an_adapter_or_merged_with_the_same_logits(base: Path, tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(1)
     lora = get_peft_model(
-        base_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        base_model(base), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     ).eval()
     lora.save_pretrained(tmp_path / "step-2")
-    expected = logits(lora)
-    assert not torch.allclose(expected, logits(base_model()), atol=1e-3)  # the adapter changes the model
+    expected = logits(lora, base)
+    assert not torch.allclose(expected, logits(base_model(base), base), atol=1e-3)  # the adapter changes the model
 
     export(tmp_path / "step-2", tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     export(tmp_path / "step-2", tmp_path / "merged", merge_lora=True)
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
-    assert torch.allclose(logits(merged), expected, atol=1e-4)
+    assert torch.allclose(logits(merged, base), expected, atol=1e-4)
     assert not (tmp_path / "merged" / "adapter_config.json").exists()
 
 
@@ -103,9 +106,9 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused_naming_what_was_looked_for
         export(tmp_path, tmp_path / "out")
 
 
-def test_engine_serve_checkpoint_answers_with_the_trained_weights(tmp_path: Path) -> None:
-    trained = trained_checkpoint(tmp_path / "step-3")
-    expected, before = greedy(trained), greedy(base_model())
+def test_engine_serve_checkpoint_answers_with_the_trained_weights(base: Path, tmp_path: Path) -> None:
+    trained = trained_checkpoint(base, tmp_path / "step-3")
+    expected, before = greedy(trained, base), greedy(base_model(base), base)
     assert expected != before, "the changed weights must change the greedy answer"
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -161,9 +161,10 @@ async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_th
         assert counts["masked_results"] >= 1  # the call and the answer are one trajectory, the result masked
 
 
-@pytest.mark.model
-async def test_one_grpo_step_on_the_langchain_agent_writes_a_checkpoint(engine: Any, tmp_path: Path) -> None:
+async def test_one_grpo_step_on_the_langchain_agent_writes_a_checkpoint(fresh_tiny_engine: Any, tmp_path: Path) -> None:
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+
+    engine = fresh_tiny_engine  # the step trains it
 
     store = SqliteStore(tmp_path / "run.db")
     config = GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=64, micro_batch_size=4, val_every=0,

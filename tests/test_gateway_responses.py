@@ -17,6 +17,12 @@ from agentgrad.types import Span
 from tests.conftest import Served
 from tests.fake_upstream import VERSION, logprob, render
 
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Any) -> Any:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
+
 ADD = {"type": "function", "name": "add", "description": "Add two integers",
        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                       "required": ["a", "b"]}}
@@ -99,10 +105,9 @@ async def test_function_calls_and_their_outputs_are_recorded_as_tool_calls_and_t
     assert chat[1]["tool_calls"][0]["function"]["name"] == "add" and chat[-1]["content"] == "Answer: 42"
 
 
-# ----------------------------------------------------------------------------- the real engine
+# ----------------------------------------------------------------------------- the engine (the tiny model)
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 async def test_responses_through_the_gateway_to_the_engine_record_the_sampled_token_ids(
     engine: Any, engine_gateway: tuple[str, MemoryStore, Gateway], stream: bool

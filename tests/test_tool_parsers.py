@@ -2,7 +2,7 @@
 parser reads the reply's raw text differently (`agentgrad.gateway.tool_parsers`, `semconv.TOOL_CALLS_PARSER`).
 
 Against fake OpenAI-compatible upstreams that answer the bodies a test gives them (a hosted API parsing its own
-way, a vLLM-like server with its parser), and against the real engine, which names its own parser.
+way, a vLLM-like server with its parser), and against the engine, which names its own parser.
 """
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import Span
 from tests.fake_upstream import FakeUpstream
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Any) -> Any:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 CALCULATE = {"type": "function", "function": {
     "name": "calculate", "description": "Evaluate an arithmetic expression",
@@ -302,19 +308,21 @@ def test_the_vllm_parser_is_the_users_own_flag_else_the_one_agentgrad_chooses_fo
     assert parse_backend("v=http://h/v1,system=vllm,tool_parser=pythonic")[1].tool_parser == "pythonic"
 
 
-# ----------------------------------------------------------------------------- the real engine
+# ----------------------------------------------------------------------------- the engine (the tiny model)
 
 
+BOUNDED = {"type": "object", "properties": {"expression": {"type": "string", "maxLength": 16}}, "required": ["expression"]}
+"""`calculate`'s parameters with the string bounded: the tiny model's strings never end by themselves."""
 FORCED = {  # api -> (path, a forced call of `calculate` in that API's shape)
-    "chat": ("/v1/chat/completions", {"messages": ASK, "tools": [CALCULATE], "tool_choice": "required", "max_tokens": 40}),
+    "chat": ("/v1/chat/completions", {"messages": ASK, "tool_choice": "required", "max_tokens": 40, "tools": [
+        {"type": "function", "function": {**CALCULATE["function"], "parameters": BOUNDED}}]}),
     "responses": ("/v1/responses", {"input": ASK[0]["content"], "tool_choice": "required", "max_output_tokens": 40,
-                                    "tools": [{"type": "function", **CALCULATE["function"]}]}),
+                                    "tools": [{"type": "function", **CALCULATE["function"], "parameters": BOUNDED}]}),
     "messages": ("/v1/messages", {"messages": ASK, "tool_choice": {"type": "any"}, "max_tokens": 40, "tools": [
-        {"name": "calculate", "description": "Evaluate", "input_schema": CALCULATE["function"]["parameters"]}]}),
+        {"name": "calculate", "description": "Evaluate", "input_schema": BOUNDED}]}),
 }
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 @pytest.mark.parametrize("api", list(FORCED))
 async def test_the_engines_calls_name_its_own_parser_in_the_answer_and_on_the_span(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,35 +77,31 @@ def test_a_missing_llm_says_how_to_give_one() -> None:
     assert "give one: Trainer(resources={'model': ag.LLM(...)})" in (attempt.error or "")
 
 
-# ----------------------------------------------------------------------------- the real model
+# ----------------------------------------------------------------------------- the engine (the tiny model)
 
 
-@pytest.mark.model
 @pytest.mark.parametrize(("strategy", "agent"), [("threads", unchanged_calc), ("processes", unchanged_calc),
                                                  ("threads", unchanged_anthropic_calc),
                                                  ("processes", unchanged_anthropic_calc)])
-def test_an_unchanged_agent_trains_for_a_grpo_step_with_no_failed_rollouts(strategy: str, agent: Any) -> None:
+def test_an_unchanged_agent_trains_for_a_grpo_step_with_no_failed_rollouts(
+    strategy: str, agent: Any, fresh_tiny_engine: Any
+) -> None:
     """On the openai SDK and on the anthropic SDK (`Anthropic()` reads the gateway from ANTHROPIC_BASE_URL)."""
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
-    from agentgrad.engine import Engine
 
-    engine = Engine(sampling_dtype="float32", device="cpu")
-    try:
-        grpo = GRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
-                               skip_uniform_groups=False), local_engine=engine)
-        tasks = [{"question": f"What is {a} + {b}?", "answer": a + b} for a, b in [(12, 30), (7, 8), (41, 1), (5, 5)]]
-        trainer = ag.Trainer(grpo, store="memory" if strategy == "threads" else None, strategy=strategy,  # type: ignore[arg-type]
-                             n_runners=2, runner_concurrency=2)
-        result = trainer.fit(agent, tasks)
-        (step,) = result.history
-        assert step["train/failed_rollouts"] == 0 and step["train/response_length"] > 0
-        assert engine.version == 1  # the step trained on the recorded token ids and published new weights
-    finally:
-        engine.close()
+    engine = fresh_tiny_engine
+    grpo = GRPO(GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0,
+                           skip_uniform_groups=False), local_engine=engine)
+    tasks = [{"question": f"What is {a} + {b}?", "answer": a + b} for a, b in [(12, 30), (7, 8), (41, 1), (5, 5)]]
+    trainer = ag.Trainer(grpo, store="memory" if strategy == "threads" else None, strategy=strategy,  # type: ignore[arg-type]
+                         n_runners=2, runner_concurrency=2)
+    result = trainer.fit(agent, tasks)
+    (step,) = result.history
+    assert step["train/failed_rollouts"] == 0 and step["train/response_length"] > 0
+    assert engine.version == 1  # the step trained on the recorded token ids and published new weights
 
 
-@pytest.mark.model
-def test_dev_serves_the_local_model_to_an_agent_that_asks_for_an_llm_and_has_none() -> None:
+def test_dev_serves_the_local_model_to_an_agent_that_asks_for_an_llm_and_has_none(tiny_default_models: Path) -> None:
     @ag.rollout
     def agent(task: str, llm: ag.LLM) -> float:
         from openai import OpenAI

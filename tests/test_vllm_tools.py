@@ -64,7 +64,6 @@ def conversation() -> list[dict[str, Any]]:
                        {"role": "tool", "tool_call_id": "call_1", "content": "579"}]
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("tools", [[CALCULATE_TOOL], None], ids=["tools", "no-tools"])
 @pytest.mark.parametrize("system", [True, False], ids=["system", "no-system"])
 def test_the_shipped_smollm2_template_renders_the_engines_token_ids(tools: list[dict[str, Any]] | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,15 +16,16 @@ from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.adapters import Adapters, forward_arguments, serve_adapters
 from agentgrad.engine.prefix_cache import PrefixCache
 from agentgrad.semconv import is_llm_call
+from tests.tiny_models import tiny_engine_of
 
 ROLES = {"solver": "^solver$", "verifier": "^verifier$"}
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
-def two_adapters() -> Iterator[Engine]:
-    """SmolLM2 in fp32 with two adapters at random, non-zero and different weights."""
-    engine = Engine(sampling_dtype="float32", device="cpu")
+def two_adapters(tiny_smollm2_dir: Path) -> Iterator[Engine]:
+    """The tiny SmolLM2-family model in fp32 with two adapters at random, non-zero and different weights."""
+    engine = tiny_engine_of(tiny_smollm2_dir)
     torch.manual_seed(0)
     serve_adapters(engine, ROLES, rank=4, alpha=8, init_lora_weights=False)
     yield engine
@@ -35,7 +37,6 @@ def prompts(engine: Engine) -> list[list[int]]:
     return [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in questions]
 
 
-@pytest.mark.model
 def test_two_adapters_in_one_batch_give_row_for_row_what_each_gives_alone(two_adapters: Engine) -> None:
     engine = two_adapters
     rows = [(p, adapter) for p in prompts(engine) for adapter in ("solver", "verifier", "base")]
@@ -53,7 +54,6 @@ def test_two_adapters_in_one_batch_give_row_for_row_what_each_gives_alone(two_ad
     assert len({tuple(ids) for ids in by_adapter.values()}) == 3  # the adapters differ from each other and the base
 
 
-@pytest.mark.model
 def test_an_agent_no_adapter_serves_goes_to_the_base_model_and_its_span_says_so(two_adapters: Engine) -> None:
     from agentgrad.policy.local import LocalPolicy
 

@@ -10,13 +10,19 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import torch
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
 from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 ASK = [{"role": "user", "content": "Name three fruits."}]
 
@@ -44,15 +50,30 @@ def test_top_logprobs_lists_alternatives_from_the_sampled_distribution(engine: E
 
 
 def test_penalties_and_logit_bias_change_what_is_sampled(engine: Engine, api: openai.OpenAI) -> None:
+    """Two words biased far above the rest: the greedy answer repeats them. With a frequency penalty (per earlier use)
+    and a presence penalty (once used), each step takes the word whose penalized logit is higher, and reports its
+    logprob under the penalized distribution (both recomputed here from the model's own logits)."""
     count = [{"role": "user", "content": "Write the word 'yes' ten times."}]
-    plain = api.chat.completions.create(model=engine.name, messages=count, max_tokens=20, temperature=0,
-                                        extra_body={"return_token_ids": True})
-    ids = (plain.choices[0].model_extra or {})["token_ids"]
-    assert len(set(ids)) < len(ids)  # it repeats itself
-    penalized = api.chat.completions.create(model=engine.name, messages=count, max_tokens=20, temperature=0, frequency_penalty=2.0,
-                                            presence_penalty=2.0, extra_body={"return_token_ids": True})
-    pids = (penalized.choices[0].model_extra or {})["token_ids"]
-    assert pids != ids and len(set(pids)) == len(pids)  # no token twice
+    yes, no = engine.tokenizer.encode(" yes")[0], engine.tokenizer.encode(" no")[0]
+    asked: dict[str, Any] = dict(model=engine.name, messages=count, max_tokens=20, temperature=0, logprobs=True,
+                                 logit_bias={str(yes): 100, str(no): 100}, extra_body={"return_token_ids": True})
+    prompt = engine.chat_prompt_ids(count)
+    answers: list[list[int]] = []
+    for frequency, presence in ((0.0, 0.0), (2.0, 0.0), (2.0, 2.0)):
+        reply = api.chat.completions.create(**asked, frequency_penalty=frequency, presence_penalty=presence)
+        sampled = (reply.choices[0].model_extra or {})["token_ids"]
+        reported = [t.logprob for t in reply.choices[0].logprobs.content or []]  # type: ignore[union-attr]
+        assert set(sampled) <= {yes, no} and len(set(sampled)) < len(sampled)  # it repeats itself
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([prompt + sampled])).logits[0, len(prompt) - 1 : -1]
+        for step, token in enumerate(sampled):
+            uses = {t: sampled[:step].count(t) for t in (yes, no)}
+            score = {t: logits[step, t].item() - frequency * uses[t] - presence * (uses[t] > 0) for t in (yes, no)}
+            assert token == max(score, key=score.__getitem__), (step, score)
+            expected = score[token] - torch.tensor(list(score.values())).logsumexp(0).item()  # the rest: e^-100
+            assert abs(reported[step] - expected) < 1e-4, (step, reported[step], expected)
+        answers.append(sampled)
+    assert answers[1] != answers[0]  # the frequency penalty changed the answer
     forced = engine.tokenizer.encode(" banana")[0]
     biased = api.chat.completions.create(model=engine.name, messages=ASK, max_tokens=1, temperature=0, logit_bias={str(forced): 100},
                                          extra_body={"return_token_ids": True})

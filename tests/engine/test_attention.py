@@ -7,6 +7,7 @@ import copy
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,14 @@ import torch
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.attention import ENGINE_ATTENTION, engine_attention, register, shared_prefix_attention
 from agentgrad.engine.kv_cache import new_cache
-from agentgrad.engine.model import DEFAULT_MODEL, QWEN_MODEL, load_model, resolve_model
+from agentgrad.engine.model import load_model
+from tests.tiny_models import tiny_engine_of
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 QUESTIONS = ["What is 2+3?", "Name three colours of the sky at dusk, please.", "Hi", "Why is 7 smaller than 12?"]
 DECODE_STEPS = 12
@@ -126,24 +134,21 @@ def _compare_paths(path: str) -> dict[str, float]:
     }
 
 
-@pytest.mark.model
-def test_smollm2_logits_match_transformers_sdpa_on_a_padded_batch() -> None:
-    found = _compare_paths(resolve_model(DEFAULT_MODEL))
-    assert found["fp32"] < 5e-4, found  # logits of magnitude ~10-30: fp32 rounding
+def test_smollm2_logits_match_transformers_sdpa_on_a_padded_batch(tiny_smollm2_dir: Path) -> None:
+    found = _compare_paths(str(tiny_smollm2_dir))  # SmolLM2's family and tokenizer: Llama, tied embeddings
+    assert found["fp32"] < 5e-4, found  # fp32 rounding
     assert found["bf16_new_to_fp32"] <= 1.25 * found["bf16_old_to_fp32"], found
 
 
-@pytest.mark.qwen
-def test_qwen_logits_match_transformers_sdpa_on_a_padded_batch() -> None:
-    found = _compare_paths(resolve_model(QWEN_MODEL))
-    assert found["fp32"] < 5e-4, found  # logits of magnitude ~10-30: fp32 rounding
+def test_qwen_logits_match_transformers_sdpa_on_a_padded_batch(tiny_qwen_dir: Path) -> None:
+    found = _compare_paths(str(tiny_qwen_dir))  # Qwen2: biased query, key and value projections
+    assert found["fp32"] < 5e-4, found  # fp32 rounding
     assert found["bf16_new_to_fp32"] <= 1.25 * found["bf16_old_to_fp32"], found
 
 
-@pytest.mark.model
-def test_the_engine_serves_with_its_attention_and_trains_with_sdpa(engine: Engine) -> None:
+def test_the_engine_serves_with_its_attention_and_trains_with_sdpa(engine: Engine, tiny_smollm2_dir: Path) -> None:
     assert engine._sampler.config._attn_implementation == ENGINE_ATTENTION
-    bf16 = Engine(sampling_dtype="bfloat16", device="cpu")
+    bf16 = tiny_engine_of(tiny_smollm2_dir, sampling_dtype="bfloat16")
     try:
         assert bf16._sampler.config._attn_implementation == ENGINE_ATTENTION
         assert bf16.model.config._attn_implementation == "sdpa"
@@ -151,7 +156,6 @@ def test_the_engine_serves_with_its_attention_and_trains_with_sdpa(engine: Engin
         bf16.close()
 
 
-@pytest.mark.model
 def test_greedy_tokens_and_logprobs_are_the_same_with_either_attention(engine: Engine) -> None:
     prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)

@@ -25,7 +25,12 @@ from agentgrad.engine.constraints import json_schema_grammar
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}

@@ -20,26 +20,13 @@ from agentgrad.engine.kv_cache import new_cache
 from agentgrad.engine.prefix_cache import PrefixCache
 from agentgrad.engine.rows import Completion
 from agentgrad.engine.prepack import pack_linears, packing_available
+from tests.tiny_models import tiny_engine_of, tiny_network
 
 
 def _tiny(
     architecture: str, dtype: torch.dtype = torch.bfloat16, pack: bool = True, **overrides: object
 ) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    shape = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=128)
-    shape.update(overrides)
-    if architecture == "qwen2":
-        model = Qwen2ForCausalLM(Qwen2Config(**shape))  # biased query, key and value projections
-        with torch.no_grad():
-            for layer in model.model.layers:
-                for linear in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                    linear.bias.normal_()
-    else:
-        model = LlamaForCausalLM(LlamaConfig(**shape))
-    model = model.to(dtype).eval()
+    model = tiny_network(architecture, num_hidden_layers=3, **overrides).to(dtype).eval()  # qwen2: biased q, k, v
     if pack:
         pack_linears(model)  # as the engine packs its sampling model
     use_engine_attention(model)  # and attends with it (fp32 padded rows: transformers' own SDPA rounds apart)
@@ -100,16 +87,8 @@ def _generations(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[in
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tmp_path: Path, dtype: str) -> None:
-    from transformers import AutoTokenizer
-
-    from agentgrad.engine.model import resolve_model
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model())
-    model = _tiny("qwen2", vocab_size=len(tokenizer))
-    model.float().save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    engine = Engine(tmp_path, sampling_dtype=dtype, device="cpu", prefix_cache_bytes=0)  # each run prefills alike
+def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tiny_qwen_dir: Path, dtype: str) -> None:
+    engine = tiny_engine_of(tiny_qwen_dir, sampling_dtype=dtype, prefix_cache_bytes=0)  # each run prefills alike
     try:
         assert engine._decoder is not None
         prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in ("Hi", "What is 2+3? Think.")]
@@ -143,20 +122,21 @@ def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tm
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_rows_sharing_a_long_system_prompt_read_it_once_and_generate_what_whole_rows_do(
-    tmp_path: Path, dtype: str
+    tiny_smollm2_dir: Path, tmp_path: Path, dtype: str
 ) -> None:
     """A GRPO step's rows share a system prompt: held once (`kv_cache.SharedPrefix`), it is read once a step for
     all rows. Rows join the running batch mid-way (another task's prompt) and the next turns reuse the finished
     turns (the prefix cache keeps the held prefix with each row's own columns): the tokens are those of whole
-    rows through transformers' forward, the logprobs to rounding (a tiny Qwen2 model with the real tokenizer)."""
+    rows through transformers' forward, the logprobs to rounding (a tiny Qwen2 model with SmolLM2's tokenizer, its
+    weights drawn as transformers draws them: bf16 rounds logits apart in proportion to their size)."""
     from transformers import AutoTokenizer
 
-    from agentgrad.engine.model import resolve_model
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model())
-    _tiny("qwen2", vocab_size=len(tokenizer), max_position_embeddings=512).float().save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_smollm2_dir)
+    _tiny("qwen2", vocab_size=len(tokenizer), max_position_embeddings=512, initializer_range=0.02).float().save_pretrained(
+        tmp_path
+    )
     tokenizer.save_pretrained(tmp_path)
-    engine = Engine(tmp_path, sampling_dtype=dtype, device="cpu")
+    engine = tiny_engine_of(tmp_path, sampling_dtype=dtype)
     system = "You are a careful assistant. Answer in one short sentence, and check your arithmetic twice. " * 5
     questions = ["What is 2+3?", "Name a colour.", "Say hi.", "Count to three.", "Spell cat.", "What is 7*6?"]
     prompts = [

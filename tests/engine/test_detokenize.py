@@ -15,6 +15,12 @@ from agentgrad.engine.detokenize import TextState, extend, full_text
 from agentgrad.engine.model import QWEN_MODEL, resolve_model
 from agentgrad.engine.rows import Request, Row
 
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
+
 TEXTS = [
     "Answer: 42 🎉🎉 naïve café — 東京タワー 👩‍👩‍👧 done.",
     "emoji only: 🤖🧠🔥💯 and ✓ ✗ ≤ ≥ ∑ ∫ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
@@ -48,12 +54,11 @@ def _byte_token(byte: int) -> str:
     return shifted[byte]
 
 
-@pytest.fixture(scope="module", params=["smollm2", pytest.param("qwen", marks=pytest.mark.qwen)])
+@pytest.fixture(scope="module", params=["smollm2", "qwen"])
 def tokenizer(request: pytest.FixtureRequest) -> Any:
     return AutoTokenizer.from_pretrained(resolve_model(None if request.param == "smollm2" else QWEN_MODEL))
 
 
-@pytest.mark.model
 def test_random_tokens_decode_to_the_full_text_after_every_token(tokenizer: Any) -> None:
     rng = random.Random(0)
     special = list(tokenizer.all_special_ids)
@@ -62,7 +67,6 @@ def test_random_tokens_decode_to_the_full_text_after_every_token(tokenizer: Any)
         every_prefix_matches(tokenizer, ids)
 
 
-@pytest.mark.model
 def test_multibyte_and_emoji_text_split_into_single_bytes_decodes_to_the_full_text(tokenizer: Any) -> None:
     for text in TEXTS:
         whole = list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -104,7 +108,6 @@ def first_stop(engine: Engine, ids: list[int], params: SamplingParams) -> tuple[
     return engine.tokenizer.decode(ids, skip_special_tokens=True), len(ids), None
 
 
-@pytest.mark.model
 def test_stop_strings_stop_at_the_same_token_and_text_as_the_full_decode(engine: Engine) -> None:
     rng = random.Random(1)
     streams = [byte_split(engine.tokenizer, text) for text in TEXTS]

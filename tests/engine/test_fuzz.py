@@ -18,13 +18,18 @@ from schemathesis.checks import negative_data_rejection, positive_data_acceptanc
 from agentgrad.engine.server import create_engine_app
 from agentgrad.serving import ServerThread
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Any) -> Any:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"],
     "properties": {"message": {"type": "string"}, "type": {"type": "string"}}}}}
 SAMPLING = {
-    "model": {"enum": ["smollm2-135m", "unknown-model"]},  # the name the session's engine serves
+    "model": {"enum": ["tiny-smollm2", "unknown-model"]},  # the name the tiny engine serves
     "temperature": {"type": "number", "minimum": 0, "maximum": 2},
     "max_tokens": {"type": "integer", "minimum": 1, "maximum": 3},
     "n": {"type": "integer", "minimum": 1, "maximum": 2},

@@ -16,7 +16,12 @@ from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
 from tests.test_guard import cross_site_attempts, raw_get
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 
 def test_a_cross_site_post_or_a_foreign_host_never_reaches_the_engine(engine: Engine) -> None:

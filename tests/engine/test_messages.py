@@ -12,10 +12,15 @@ import pytest
 
 from agentgrad.engine import Engine
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 WEATHER = {"name": "get_weather", "description": "The current weather in a city",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                                              "unit": {"type": "string", "enum": ["c", "f"]}},
                             "required": ["city", "unit"], "additionalProperties": False}}
 ASK = {"role": "user", "content": "What is the weather in Paris?"}

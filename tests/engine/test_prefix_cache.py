@@ -9,6 +9,12 @@ from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.prefix_cache import PrefixCache
 
 
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
+
+
 def kv(tokens: int, layers: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Keys and values of `tokens` tokens: 2 heads × 4 dims × 4 bytes × 2 tensors = 64 bytes a token a layer."""
     return [(torch.full((1, 2, tokens, 4), float(i)), torch.zeros(1, 2, tokens, 4)) for i in range(layers)]
@@ -47,7 +53,6 @@ def test_entries_of_older_weights_are_never_returned() -> None:
         PrefixCache(-1)
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_the_next_turn_reuses_the_finished_turn_and_gets_the_tokens_and_logprobs_of_a_full_prefill(
     engine: Engine, temperature: float
@@ -89,7 +94,6 @@ def test_the_next_turn_reuses_the_finished_turn_and_gets_the_tokens_and_logprobs
         engine.prefix_cache = kept
 
 
-@pytest.mark.model
 def test_rows_of_a_group_reuse_one_finished_rollout_and_a_weight_update_invalidates_it(engine: Engine) -> None:
     prompt = engine.chat_prompt_ids([{"role": "user", "content": "What is 12 + 30?"}])
     greedy = SamplingParams(max_tokens=6, temperature=0, n=3)
@@ -109,7 +113,6 @@ def test_rows_of_a_group_reuse_one_finished_rollout_and_a_weight_update_invalida
         engine.prefix_cache = kept
 
 
-@pytest.mark.model
 def test_a_hit_shorter_than_the_minimum_joins_the_other_prompts_and_changes_no_token(engine: Engine) -> None:
     """A forward of its own costs more than a short hit saves (`PREFIX_HIT_MIN_TOKENS`): the prompt is
     prefilled with the others, from its first token, and samples what it samples with the cache off."""
@@ -169,7 +172,6 @@ def _submitted_at_once(
     return [f.result().completions[0].token_ids for f in futures], groups
 
 
-@pytest.mark.model
 def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forward_and_change_no_token(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,7 +203,6 @@ def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forw
         engine.prefix_cache = kept
 
 
-@pytest.mark.model
 def test_short_hits_arriving_together_join_one_forward_instead_of_one_each(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,27 +8,18 @@ import copy
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from agentgrad.engine import Engine, SamplingParams
+from agentgrad.engine import SamplingParams
 from agentgrad.engine.prepack import PackedLinear, pack_linears, packed_twin, packing_available
+from tests.tiny_models import tiny_engine_of, tiny_network
 
 
 def _tiny_model() -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    return tiny_network().to(torch.bfloat16)
 
 
 def test_packed_layers_compute_what_plain_layers_compute() -> None:
@@ -78,9 +69,8 @@ def test_a_packed_twin_shares_the_parameters_and_follows_them_when_made_again() 
             torch.testing.assert_close(again, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.model
-def test_publish_packs_the_new_weights_again() -> None:
-    engine = Engine(sampling_dtype="bfloat16", device="cpu")
+def test_publish_packs_the_new_weights_again(tiny_smollm2_dir: Path) -> None:
+    engine = tiny_engine_of(tiny_smollm2_dir, sampling_dtype="bfloat16")
     try:
         ids = torch.tensor([engine.chat_prompt_ids([{"role": "user", "content": "What is 2+3?"}])])
         with torch.no_grad():
@@ -114,11 +104,10 @@ def test_a_dropped_twin_frees_its_packed_layers_at_once(without_cyclic_gc: None)
     assert [layer() for layer in layers] == [None] * len(layers)
 
 
-@pytest.mark.model
-def test_a_closed_engine_frees_its_weights_at_once(without_cyclic_gc: None) -> None:
+def test_a_closed_engine_frees_its_weights_at_once(tiny_smollm2_dir: Path, without_cyclic_gc: None) -> None:
     """A suite, or a sweep, makes engine after engine: a cycle through one would hold its weights (and fp32's packed
     twin) until a full collection, gigabytes piling up in the meantime."""
-    engine = Engine(device="cpu")
+    engine = tiny_engine_of(tiny_smollm2_dir, sampling_dtype=None)  # this CPU's default
     engine.generate([engine.chat_prompt_ids([{"role": "user", "content": "Hi"}])], SamplingParams(max_tokens=4))
     engine.publish()
     held = [weakref.ref(engine), weakref.ref(engine.model), weakref.ref(engine._sampler)]

@@ -1,8 +1,7 @@
-"""`/v1/responses` with the real openai client, and the OpenAI Agents SDK on its defaults (tracing off)."""
+"""`/v1/responses` with the real openai client (the OpenAI Agents SDK on it: tests/engine/test_smollm2_finishes.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -12,10 +11,15 @@ import pytest
 
 from agentgrad.engine import Engine
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "The current weather in a city", "strict": True,
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"type": "string", "enum": ["c", "f"]}},
                           "required": ["city", "unit"], "additionalProperties": False}}
 ASK = "What is the weather in Paris?"
 
@@ -67,31 +71,3 @@ def test_unsupported_responses_features_are_refused_by_name(engine: Engine, api:
         with pytest.raises(openai.BadRequestError) as caught:
             api.responses.create(model=engine.name, input="hi", max_output_tokens=2, extra_body=extra)
         assert next(iter(extra)) in caught.value.message
-
-
-def test_the_openai_agents_sdk_runs_a_tool_agent_on_its_defaults(engine: Engine, engine_url: str) -> None:
-    import agents
-
-    agents.set_tracing_disabled(True)
-    called: list[str] = []
-
-    @agents.function_tool
-    def get_weather(city: str, unit: str) -> str:
-        """The current weather in a city; unit is c or f."""
-        called.append(city)
-        return "18 degrees"
-
-    client = openai.AsyncOpenAI(base_url=engine_url + "/v1", api_key="unused", max_retries=0, timeout=900)
-    agents.set_default_openai_client(client, use_for_tracing=False)
-    agent = agents.Agent(name="weather", instructions="Use the tool, then answer.", tools=[get_weather], model=engine.name,
-                         model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=60))
-
-    async def run() -> tuple[Any, Any]:  # one event loop: the client's connections belong to it
-        plain = await agents.Runner.run(agent, ASK, max_turns=3)
-        streamed = agents.Runner.run_streamed(agent, ASK, max_turns=3)
-        async for _ in streamed.stream_events():
-            pass
-        return plain, streamed
-
-    plain, streamed = asyncio.run(run())
-    assert len(called) >= 2 and isinstance(plain.final_output, str) and isinstance(streamed.final_output, str)

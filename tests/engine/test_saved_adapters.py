@@ -22,7 +22,6 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 QUESTION = [{"role": "user", "content": "Name a colour of the sky."}]
 
 
-@pytest.mark.model
 def test_a_saved_adapter_served_by_name_gives_the_tokens_and_logprobs_of_it_merged_and_served_alone(
     two_versions: Engine, saved_adapters: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -44,7 +43,6 @@ def test_a_saved_adapter_served_by_name_gives_the_tokens_and_logprobs_of_it_merg
     assert by_adapter.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
 
 
-@pytest.mark.model
 def test_the_request_model_selects_the_adapter_and_models_lists_each_with_its_parent(two_versions: Engine) -> None:
     engine = two_versions
     expected = engine.submit(engine.chat_prompt_ids(QUESTION), GREEDY, adapter="step-1").result(timeout=600)
@@ -69,7 +67,6 @@ def test_the_request_model_selects_the_adapter_and_models_lists_each_with_its_pa
         assert unknown.status_code == 404 and "step-1" in unknown.json()["error"]["message"]
 
 
-@pytest.mark.model
 def test_full_weights_another_base_or_a_taken_name_are_refused_saying_what_to_do(
     two_versions: Engine, saved_adapters: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -13,7 +13,12 @@ from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
 from agentgrad.serving import ServerThread
 
-pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine: Engine) -> Engine:
+    """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""
+    return tiny_engine
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,8 +90,7 @@ print(len(workers()))
 """
 
 
-@pytest.mark.model
-def test_loading_and_publishing_leave_the_generation_loop_the_only_openmp_workers() -> None:
+def test_loading_and_publishing_leave_the_generation_loop_the_only_openmp_workers(tiny_smollm2_dir: Path) -> None:
     """Every thread that computes in parallel keeps a pool of OpenMP workers for as long as it lives, and once
     the workers outnumber the cores they sleep between the hundreds of small regions of a decode step
     (`threads.in_own_thread`). Loading and publishing in the caller's thread would leave it a pool: the new
@@ -98,10 +98,8 @@ def test_loading_and_publishing_leave_the_generation_loop_the_only_openmp_worker
     import subprocess
     import sys
 
-    from agentgrad.engine.model import resolve_model
-
     run = subprocess.run(
-        [sys.executable, "-c", OPENMP_WORKERS, str(resolve_model())],
+        [sys.executable, "-c", OPENMP_WORKERS, str(tiny_smollm2_dir)],
         capture_output=True,
         text=True,
         timeout=600,

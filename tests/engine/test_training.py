@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentgrad.engine.training import ScoredSequence, StepPrefix, checkpoint_activations, sequence_logprobs
+from tests.tiny_models import tiny_network
 
 
-def tiny_model(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    return LlamaForCausalLM(config).float()
+def tiny_model() -> torch.nn.Module:
+    return tiny_network(vocab_size=50, initializer_range=0.02)
 
 
-def full_forward(model: LlamaForCausalLM, sequence: ScoredSequence, temperature: float) -> torch.Tensor:
+def full_forward(model: torch.nn.Module, sequence: ScoredSequence, temperature: float) -> torch.Tensor:
     logits = model(torch.tensor([sequence.token_ids])).logits[0].float() / temperature
     logprobs = torch.log_softmax(logits, -1)
     targets = sequence.token_ids[sequence.first_scored :]
