@@ -123,7 +123,7 @@ lint: $(INSTALLED)
 
 test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 test-fast: $(INSTALLED) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
