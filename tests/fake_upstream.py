@@ -159,7 +159,9 @@ class FakeUpstream:
         if body.get("tools") and last["role"] == "user":
             function = body["tools"][0]["function"]
             tool = function["name"]
-            numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
+            content = last["content"]  # a string, or a list of parts (AgentScope sends text parts)
+            text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+            numbers = [int(n) for n in re.findall(r"\d+", text)]
             if "expression" in (function.get("parameters") or {}).get("properties", {}):
                 arguments = json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"})  # a calculator tool
             else:

@@ -29,7 +29,8 @@ from examples.frameworks.tasks import EXAMPLE_QUESTION, EXAMPLE_RESULT, TASKS, c
 from tests.conftest import Served
 
 AGENT_FILES = {"openai": "openai_agent.py", "langchain": "langchain_agent.py", "langgraph": "langgraph_agent.py",
-               "openai-agents": "openai_agents_sdk_agent.py", "autogen": "autogen_agent.py", "crewai": "crewai_agent.py"}
+               "openai-agents": "openai_agents_sdk_agent.py", "autogen": "autogen_agent.py", "crewai": "crewai_agent.py",
+               "agent-framework": "agent_framework_agent.py", "agentscope": "agentscope_agent.py"}
 
 
 def test_the_framework_agent_files_know_nothing_of_agentgrad() -> None:
@@ -162,14 +163,15 @@ async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_th
 
 
 @pytest.mark.model
-async def test_one_grpo_step_on_the_langchain_agent_writes_a_checkpoint(engine: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("framework", ["langchain", "agent-framework", "agentscope"])
+async def test_one_grpo_step_on_the_framework_agent_writes_a_checkpoint(framework: str, engine: Any, tmp_path: Path) -> None:
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 
     store = SqliteStore(tmp_path / "run.db")
     config = GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_tokens=64, micro_batch_size=4, val_every=0,
                         checkpoint_dir=str(tmp_path / "checkpoints"), skip_uniform_groups=False)
-    log = tmp_path / "runner-langchain.log"
-    result = await run("langchain", GRPO(config, local_engine=engine), store, TASKS[:2], log=log)
+    log = tmp_path / f"runner-{framework}.log"
+    result = await run(framework, GRPO(config, local_engine=engine), store, TASKS[:2], log=log)
     assert result.checkpoint and (Path(result.checkpoint) / "model.safetensors").exists(), log.read_text()
     (step,) = result.history
     assert step["train/failed_rollouts"] == 0 and step["train/model_version"] >= 1

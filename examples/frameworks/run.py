@@ -24,6 +24,8 @@ FRAMEWORKS = {  # name -> (environment, agent spec); "core" is the interpreter r
     "openai-agents": ("core", "examples.frameworks.openai_agents_sdk_train:rollout"),
     "autogen": ("autogen", "examples.frameworks.autogen_train:rollout"),
     "crewai": ("crewai", "examples.frameworks.crewai_train:rollout"),
+    "agent-framework": ("core", "examples.frameworks.agent_framework_train:rollout"),
+    "agentscope": ("core", "examples.frameworks.agentscope_train:rollout"),
 }
 
 
