@@ -54,6 +54,23 @@ async def run_framework(framework: str, store: Store, llm: ag.LLM, tasks: list[d
 
 # ----------------------------------------------------------------------------- a fake upstream that calls the tool
 
+FRAMEWORK_TOOL_SPANS = set(FRAMEWORKS) - {"openai"}
+"""The frameworks that run the tool themselves, so agentgrad traces each run (`agentgrad.rollout.frameworks`); the
+plain `openai` agent runs its own function (mark it with `ag.operation` to trace it)."""
+
+
+def check_tool_span(spans: list[Any], answer: str) -> None:
+    """The tool run is its own span under the attempt's rollout span: its name, arguments, result and duration."""
+    (tool,) = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    assert tool.name == "execute_tool calculate" and tool.attributes["gen_ai.tool.name"] == "calculate"
+    assert "+" in tool.attributes["gen_ai.tool.call.arguments"]  # the expression the model asked for
+    assert answer in tool.attributes["gen_ai.tool.call.result"]
+    assert tool.end_time is not None and tool.end_time >= tool.start_time and tool.status.code != "ERROR"
+    (root,) = [s for s in spans if s.name == "agentgrad.rollout"]
+    assert tool.trace_id == root.trace_id  # in the attempt's tree
+    model_calls = [s for s in spans if is_llm_call(s)]  # the gateway's alone: a framework's own is a step of the tree
+    assert model_calls and all("agentgrad.llm.api" in s.attributes for s in model_calls)
+
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))
 async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
@@ -74,6 +91,8 @@ async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
         history = json.loads(calls[-1].attributes["gen_ai.input.messages"])
         answer = str(rollout.input["answer"])
         assert any(m["role"] == "tool" and answer in str(m["content"]) for m in history), history  # it ran the tool
+        if framework in FRAMEWORK_TOOL_SPANS:
+            check_tool_span(await served.store.query_spans(rollout.rollout_id), answer)
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))
