@@ -137,9 +137,23 @@ def _agentscope() -> None:
 
 
 def _autogen() -> None:
-    """AutoGen: each tool's `run_json` inside a tool span with its arguments and result."""
-    from autogen_core.tools import BaseTool
+    """AutoGen: each tool's `run_json` inside a tool span with its arguments and result, in place of AutoGen's own
+    (which has neither)."""
+    from autogen_core.tools import BaseTool, _base
 
+    own_span = _base.trace_tool_span
+
+    @contextmanager
+    def trace_tool_span(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        if current_attempt() is not None:  # the wrapper below records this run
+            from opentelemetry.trace import INVALID_SPAN
+
+            yield INVALID_SPAN
+            return
+        with own_span(*args, **kwargs) as span:
+            yield span
+
+    _base.trace_tool_span = trace_tool_span
     original = BaseTool.run_json
 
     async def run_json(self: Any, args: Mapping[str, Any], cancellation_token: Any, call_id: str | None = None) -> Any:
