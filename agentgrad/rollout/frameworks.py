@@ -125,7 +125,7 @@ def _agentscope() -> None:
     from agentscope.agent import Agent
     from agentscope.middleware import TracingMiddleware
 
-    original = Agent.__init__
+    original: Any = Agent.__init__
 
     def __init__(self: Any, *args: Any, middlewares: list[Any] | None = None, **kwargs: Any) -> None:
         middlewares = list(middlewares or [])
@@ -164,7 +164,7 @@ def _autogen() -> None:
             set_result(self.return_value_as_string(result))
             return result
 
-    BaseTool.run_json = run_json  # type: ignore[method-assign]
+    BaseTool.run_json = run_json
 
 
 # ----------------------------------------------------------------------------- callbacks and events
