@@ -159,8 +159,13 @@ async def check_trained_through_tools(store: Store, engine: Any) -> dict[str, in
     return counts
 
 
+GRPO_STEP = ["langchain", "agent-framework", "agentscope"]
+"""The frameworks trained for one GRPO step in a test; the two newest are checked through the engine there alone
+(the same assertions, `check_trained_through_tools`), which saves CI a Baseline pass each."""
+
+
 @pytest.mark.model
-@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f not in ("agent-framework", "agentscope")])
 async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_the_result(
     framework: str, engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,7 +187,7 @@ async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_th
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("framework", ["langchain", "agent-framework", "agentscope"])
+@pytest.mark.parametrize("framework", GRPO_STEP)
 async def test_one_grpo_step_on_the_framework_agent_writes_a_checkpoint(framework: str, engine: Any, tmp_path: Path) -> None:
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
 

@@ -59,9 +59,9 @@ async def test_one_grpo_step_trains_an_adapter_per_agent_and_each_agents_calls_r
     roles = roles_of(team)
     assert roles is not None
     store = SqliteStore(tmp_path / "run.db")
-    config = GRPOConfig(steps=1, prompts_per_step=1, group_size=2, max_tokens=48, micro_batch_size=4, val_every=0,
+    config = GRPOConfig(steps=1, prompts_per_step=1, group_size=2, max_tokens=32, micro_batch_size=4, val_every=0,
                         checkpoint_dir=str(tmp_path / "checkpoints"), skip_uniform_groups=False, roles=roles,
-                        policy=PolicyConfig(lora_rank=4))
+                        policy=PolicyConfig(lora_rank=4), rollout_timeout=1800.0)  # a team makes up to 7 calls
     log = tmp_path / f"runner-{team}.log"
     result = await run(team, GRPO(config, local_engine=engine), store, TASKS[:1], log=log)
     (step,) = result.history
