@@ -70,7 +70,8 @@ def train_one(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     engine = Engine()
     config = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                         max_tokens=args.max_tokens, learning_rate=args.learning_rate, micro_batch_size=8,
-                        val_every=args.steps, seed=seed, roles=ROLES, policy=PolicyConfig(lora_rank=args.lora_rank))
+                        val_every=args.steps, seed=seed, roles=ROLES, policy=PolicyConfig(lora_rank=args.lora_rank),
+                        rollout_timeout=1800.0)  # a shared, loaded machine: an episode may wait long for its turns
     trainer: ag.Trainer[Any] = ag.Trainer(GRPO(config, local_engine=engine), n_runners=1,
                                           runner_concurrency=args.concurrency, store=str(store))
     trainer.fit(plan_execute_verify, train, val)
