@@ -6,6 +6,7 @@ frameworks the core can host) join the store over HTTP and run the agent.
 
     .venv/bin/python -m examples.frameworks.run langchain                 # Baseline over the tasks
     .venv/bin/python -m examples.frameworks.run crewai --grpo-steps 1     # after `make env-crewai`
+    .venv/bin/python -m examples.frameworks.run crewai-crew --grpo-steps 1   # a team: one LoRA adapter per agent
 """
 
 from __future__ import annotations
