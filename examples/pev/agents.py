@@ -43,11 +43,19 @@ NAMES = ["Ana", "Ben", "Chen", "Dana", "Eli", "Fay", "Gus", "Hana"]
 
 PLANNER_PROMPT = "Write one arithmetic expression that answers the problem. Reply 'Plan: <expression>'."
 PLANNER_EXAMPLES: list[dict[str, str]] = [
-    {"role": "user", "content": "Tom has 3 bags of 10 nuts and eats 4 nuts. How many nuts are left?"},
-    {"role": "assistant", "content": "Plan: 3 * 10 - 4"},
-    {"role": "user", "content": "Mia swims 2 laps before lunch and 5 laps after lunch, for 3 days. How many laps?"},
-    {"role": "assistant", "content": "Plan: (2 + 5) * 3"},
+    {"role": "user", "content": question} if i % 2 == 0 else {"role": "assistant", "content": f"Plan: {plan}"}
+    for question, plan in [
+        ("Tom has 3 bags of 10 nuts and eats 4 nuts. How many nuts are left?", "3 * 10 - 4"),
+        ("A bakery bakes 6 cakes on each of 4 days, and 5 more on the last day. How many cakes?", "6 * 4 + 5"),
+        ("Sam had 30 coins and gave 4 to each of 6 friends. How many coins are left?", "30 - 4 * 6"),
+        ("Lia buys 5 boxes with 6 pens each, then loses 2 boxes. How many pens are left?", "5 * 6 - 2 * 6"),
+        ("Mia swims 2 laps before lunch and 5 laps after lunch, for 3 days. How many laps?", "(2 + 5) * 3"),
+    ]
+    for i in range(2)
 ]
+"""Five worked plans, one of each shape the problems take, in other words: the planner maps a problem to the
+shape it matches and its numbers into place (SmolLM2 shown two of them planned 0 of 10 held-out problems greedy,
+mostly dropping a number)."""
 EXECUTOR_PROMPT = ("Carry out the plan with the calculator: write 'calculate: <expression>', then reply "
                    "'Answer: <number>' with its result.")
 EXECUTOR_EXAMPLES: list[dict[str, str]] = [
@@ -66,7 +74,7 @@ VERIFIER_EXAMPLES: list[dict[str, str]] = [
     {"role": "assistant", "content": "Verdict: wrong"},
 ]
 SEND_BACK = "A checker says this plan is wrong. Write a better one: 'Plan: <expression>'."
-PLAN = re.compile(r"Plan:\s*([-+*/() \d.]+)")
+PLAN = re.compile(r"Plan:\s*([-+*/() \d.]*\d[-+*/() \d.]*)")
 CALCULATE = re.compile(r"calculate:\s*([-+*/() \d.]+)", re.IGNORECASE)
 ANSWER = re.compile(r"Answer:\s*(-?\d+)")
 VERDICT = re.compile(r"Verdict:\s*(correct|wrong)", re.IGNORECASE)
