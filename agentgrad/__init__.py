@@ -24,6 +24,7 @@ _EXPORTS = {
     "emit_exception": "agentgrad.rollout.emit",
     "emit_annotation": "agentgrad.rollout.emit",
     "operation": "agentgrad.rollout.emit",
+    "emit_span": "agentgrad.rollout.emit",
     # judge rewards (tasks with no checker)
     "judge": "agentgrad.rollout.judging",
     "ajudge": "agentgrad.rollout.judging",
@@ -41,6 +42,7 @@ _EXPORTS = {
     "Backend": "agentgrad.gateway",
     "GatewayEnvHook": "agentgrad.rollout.gateway_env",
     "instrument_openai": "agentgrad.rollout.instrument",
+    "instrument_frameworks": "agentgrad.rollout.frameworks",
     "Algorithm": "agentgrad.algorithms.base",
     "Baseline": "agentgrad.algorithms.baseline",
     "RunContext": "agentgrad.algorithms.base",
@@ -119,8 +121,10 @@ if TYPE_CHECKING:
         emit_message,
         emit_object,
         emit_reward,
+        emit_span,
         operation,
     )
+    from agentgrad.rollout.frameworks import instrument_frameworks
     from agentgrad.rollout.gateway_env import GatewayEnvHook
     from agentgrad.rollout.instrument import instrument_openai
     from agentgrad.rollout.judging import GroupJudge, Judge, Judgement, agroup_judge, ajudge, group_judge, judge

@@ -182,6 +182,19 @@ GEN_AI_REQUEST_PARAMS = {
 CHAT = "chat"
 TEXT_COMPLETION = "text_completion"
 """Values of `gen_ai.operation.name` for the two kinds of model call."""
+EXECUTE_TOOL = "execute_tool"
+INVOKE_AGENT = "invoke_agent"
+"""Values of `gen_ai.operation.name` for a tool's run and an agent's step (the span of a framework, or one
+`agentgrad.rollout.frameworks` writes from a framework's callbacks)."""
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+FRAMEWORK_OPERATION = "agentgrad.framework.operation"
+"""On a framework's own span of a model call (Agent Framework's `chat`, AgentScope's): its `gen_ai.operation.name`,
+moved here, so the span stays in the tree but is not read as a model call (the gateway's span of the same call
+is the one with token ids)."""
 
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"

@@ -2,7 +2,7 @@
 
 Token ids are the UTF-8 bytes of the text, so a test can decode what was recorded. Logprobs
 are a function of the byte. Like vLLM, token ids and logprobs are only returned when asked for.
-It answers `echo: <last user message>`; with tools and a user message last, it calls the first
+It answers `echo: <last user message>`; with tools and a user message last holding two numbers, it calls the first
 tool with the integers found in the message (as `a` and `b`, or as `expression: "a + b"` for a
 tool that takes an expression); after a tool result it answers `Answer: <result>`.
 `/v1/responses` answers the same way in the Responses API's shape, with token ids (in the body,
@@ -156,10 +156,12 @@ class FakeUpstream:
         last = messages[-1]
         if last["role"] == "tool":
             return {"role": "assistant", "content": f"Answer: {last['content']}"}
-        if body.get("tools") and last["role"] == "user":
+        content = last.get("content")
+        text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content or [])
+        if body.get("tools") and last["role"] == "user" and len(re.findall(r"\d+", text)) >= 2:
             function = body["tools"][0]["function"]
             tool = function["name"]
-            numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
+            numbers = [int(n) for n in re.findall(r"\d+", text)]
             if "expression" in (function.get("parameters") or {}).get("properties", {}):
                 arguments = json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"})  # a calculator tool
             else:
@@ -171,7 +173,7 @@ class FakeUpstream:
                     {"id": f"call_{index}", "type": "function", "function": {"name": tool, "arguments": arguments}}
                 ],
             }
-        prefix = f"{index}: " if body.get("n", 1) > 1 else ""
+        prefix = f"{index}: " if body.get("n", 1) > 1 else ""  # no two numbers to add (a team's later turn): echo
         return {"role": "assistant", "content": f"{prefix}echo: {last.get('content')}"}
 
     @staticmethod
@@ -381,7 +383,9 @@ class FakeUpstream:
                 text = content if isinstance(content, str) else "".join(p["text"] for p in content)
                 messages.append({"role": item["role"], "content": text})
         last = messages[-1]
-        if body.get("tools") and last["role"] == "user":
+        content = last.get("content")
+        text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content or [])
+        if body.get("tools") and last["role"] == "user" and len(re.findall(r"\d+", text)) >= 2:
             numbers = [int(n) for n in re.findall(r"\d+", last["content"])]
             if "expression" in (body["tools"][0].get("parameters") or {}).get("properties", {}):
                 arguments = json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"})  # a calculator tool

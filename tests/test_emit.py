@@ -127,3 +127,44 @@ def test_emitters_outside_a_rollout_do_nothing_and_decorated_functions_still_wor
     ag.emit_reward(1.0)
     ag.emit_message("nobody listens")
     assert double(4) == 8
+
+
+async def test_emit_span_records_a_finished_span_with_its_times_and_error_under_the_attempt() -> None:
+    def agent(task: dict) -> float:
+        ag.emit_span("lookup", {"query": "q", "hits": [1, 2], "meta": {"k": 3}}, start_time=100.0, end_time=102.5)
+        ag.emit_span("fetch", error="timed out")
+        return 1.0
+
+    spans = await run_once(agent)
+    by_name = {s.name: s for s in spans}
+    lookup, fetch, root = by_name["lookup"], by_name["fetch"], by_name[sc.ROLLOUT_SPAN]
+    assert (lookup.start_time, lookup.end_time) == (100.0, 102.5)
+    assert lookup.attributes == {"query": "q", "hits": "[1, 2]", "meta": '{"k": 3}'}
+    assert (fetch.status.code, fetch.status.description) == ("ERROR", "timed out")
+    assert lookup.parent_id == fetch.parent_id == root.span_id
+
+
+async def test_the_standard_opentelemetry_api_inside_an_attempt_lands_in_it() -> None:
+    from opentelemetry import trace
+
+    def agent(task: dict) -> float:
+        with trace.get_tracer("my.app").start_as_current_span("step", attributes={"n": 1}):
+            pass
+        return 1.0
+
+    spans = await run_once(agent)
+    (step,) = [s for s in spans if s.name == "step"]
+    (root,) = [s for s in spans if s.name == sc.ROLLOUT_SPAN]
+    assert step.attributes == {"n": 1} and step.parent_id == root.span_id
+
+
+async def test_a_frameworks_own_model_call_span_stays_a_step_but_is_not_read_as_a_model_call() -> None:
+    from opentelemetry import trace
+
+    def agent(task: dict) -> float:
+        with trace.get_tracer("some.framework").start_as_current_span("chat m", attributes={sc.GEN_AI_OPERATION: "chat"}):
+            pass
+        return 1.0
+
+    (step,) = [s for s in await run_once(agent) if s.name == "chat m"]
+    assert not sc.is_llm_call(step) and step.attributes[sc.FRAMEWORK_OPERATION] == "chat"

@@ -108,6 +108,29 @@ def emit_annotation(annotation: Mapping[str, Any]) -> None:
     )
 
 
+def emit_span(
+    name: str,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    start_time: float | None = None,
+    end_time: float | None = None,
+    error: str | None = None,
+) -> None:
+    """Record one finished span in the current attempt: a step that `operation` cannot wrap (it happened
+    elsewhere, or its times are known afterwards). Times are seconds since the epoch (default: now);
+    `error` marks it failed. Attribute values are OpenTelemetry's (primitives or lists of them; anything else is
+    written as JSON). Inside an attempt the standard OpenTelemetry API reaches the store too, once
+    `instrument_frameworks()` has run (the runner runs it)."""
+    from opentelemetry.trace import Status, StatusCode
+
+    plain = {k: v if isinstance(v, (str, bool, int, float)) else to_json(v) for k, v in (attributes or {}).items()}
+    start = None if start_time is None else int(start_time * 1e9)
+    span = get_tracer().start_span(name, attributes=plain, start_time=start, record_exception=False)
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end(end_time=None if end_time is None else int(end_time * 1e9))
+
+
 class operation:
     """A span around a block or a function, recording its inputs and output.
 

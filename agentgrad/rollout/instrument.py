@@ -24,13 +24,18 @@ _lock = threading.Lock()
 
 AGENTS_TRACING_ENV = "OPENAI_AGENTS_DISABLE_TRACING"
 """The OpenAI Agents SDK's switch for its trace upload to the hosted tracing endpoint (read on first use)."""
+agents_sdk_traces_stay_local = False
+"""True once `frameworks.instrument_frameworks` replaced the SDK's exporter with a local processor: its tracing is then
+on and uploads nothing, so `disable_agents_sdk_tracing` leaves it on."""
 
 
 def disable_agents_sdk_tracing() -> None:
     """Keep the OpenAI Agents SDK from uploading its traces to OpenAI's hosted endpoint: routed to the gateway, it
     would send them with the gateway's key (and fail, or leak the run). The environment variable covers an SDK
     imported later in this process and its subprocesses; an SDK already imported is switched off directly. A
-    value the user set is left alone."""
+    value the user set is left alone, and so is an SDK whose traces agentgrad keeps local (`agents_sdk_traces_stay_local`)."""
+    if agents_sdk_traces_stay_local:
+        return
     os.environ.setdefault(AGENTS_TRACING_ENV, "1")
     agents = sys.modules.get("agents")
     switch = getattr(agents, "set_tracing_disabled", None)

@@ -31,6 +31,7 @@ import httpx
 
 from agentgrad.rollout.agent import LitAgent, Reward, agent_threads, as_agent
 from agentgrad.rollout.emit import emit_exception, record_returned_reward
+from agentgrad.rollout.frameworks import instrument_frameworks
 from agentgrad.rollout.isolation import ISOLATIONS, AttemptProcesses, describe
 from agentgrad.rollout.tracer import bind_attempt, get_tracer
 from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, NO_REWARD, ROLLOUT_ID, ROLLOUT_SPAN
@@ -318,6 +319,7 @@ class Runner:
         resources_seen: NamedResources = {}
         try:
             await self._call_hooks("on_rollout_start", rollout=item)
+            instrument_frameworks()  # the frameworks the agent imported report their tool runs into the attempt
             with bind_attempt(rollout_id, attempt_id, self.sink):
                 attributes = {ROLLOUT_ID: rollout_id, ATTEMPT_ID: attempt_id, AGENT_NAME: self.agent.name}
                 with get_tracer().start_as_current_span(ROLLOUT_SPAN, attributes=attributes):

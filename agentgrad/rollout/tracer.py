@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgrad.rollout.naming import current_agent
-from agentgrad.semconv import AGENT_NAME
+from agentgrad.semconv import AGENT_NAME, FRAMEWORK_OPERATION, GEN_AI_OPERATION, is_llm_call
 from agentgrad.store.sink import SpanSink
 from agentgrad.types import Span, SpanEvent, SpanStatus
 
@@ -80,6 +80,18 @@ def to_span(readable: ReadableSpan, rollout_id: str | None, attempt_id: str | No
     )
 
 
+def _as_framework_step(readable: ReadableSpan, span: Span) -> Span:
+    """A framework's own span of a model call (its instrumentation, not agentgrad's) kept as a step of the tree,
+    its operation moved to `FRAMEWORK_OPERATION`: read as a model call, it would be a second copy of the gateway's
+    span without token ids."""
+    scope = readable.instrumentation_scope
+    if (scope is None or scope.name != TRACER_NAME) and is_llm_call(span):
+        attributes = dict(span.attributes)
+        attributes[FRAMEWORK_OPERATION] = attributes.pop(GEN_AI_OPERATION)
+        return span.model_copy(update={"attributes": attributes})
+    return span
+
+
 def _plain(attributes: dict[str, Any]) -> dict[str, Any]:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
 
@@ -104,7 +116,7 @@ class _StoreSpanProcessor:
         with self._lock:
             context = self._started.pop(span.context.span_id, None) if span.context else None
         if context is not None:
-            context.sink.put(to_span(span, context.rollout_id, context.attempt_id))
+            context.sink.put(_as_framework_step(span, to_span(span, context.rollout_id, context.attempt_id)))
 
     def _on_ending(self, span: Any) -> None:
         pass
@@ -133,5 +145,9 @@ def tracer_provider() -> TracerProvider:
         return _provider
 
 
+TRACER_NAME = "agentgrad"
+"""The instrumentation scope of agentgrad's own spans (every other scope is a framework's or the user's)."""
+
+
 def get_tracer() -> Tracer:
-    return tracer_provider().get_tracer("agentgrad")
+    return tracer_provider().get_tracer(TRACER_NAME)

@@ -1,5 +1,8 @@
 """agentgrad around `openai_agents_sdk_agent.py`: one `AsyncOpenAI` client for the SDK, shared by every
-rollout of the process, and `ag.instrument_openai()` to route each call by the attempt it runs in.
+rollout of the process, and `ag.instrument_openai()` to route each call by the attempt it runs in. The SDK's
+tracing never reaches OpenAI's servers: the runner replaces its exporter with a local processor that records
+its tool runs in the attempt (`agentgrad.rollout.frameworks`), or, where that is not set up, `instrument_openai`
+turns the SDK's tracing off.
 
 The SDK keeps its default API, the Responses API (`/v1/responses`, routed and recorded by the
 gateway like chat completions); `RESPONSES_API = False` switches it to chat completions instead.
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import ModelSettings, set_default_openai_api, set_default_openai_client, set_tracing_disabled
+from agents import ModelSettings, set_default_openai_api, set_default_openai_client
 from openai import AsyncOpenAI
 
 import agentgrad as ag
@@ -27,7 +30,6 @@ def configure(llm: ag.LLM) -> None:
         ag.instrument_openai()
         _clients[root] = AsyncOpenAI(base_url=root, api_key=llm.api_key)
         set_default_openai_client(_clients[root], use_for_tracing=False)
-        set_tracing_disabled(True)  # the SDK's traces go to OpenAI's servers; the gateway records the calls
         if not RESPONSES_API:
             set_default_openai_api("chat_completions")
 

@@ -6,6 +6,7 @@ frameworks the core can host) join the store over HTTP and run the agent.
 
     .venv/bin/python -m examples.frameworks.run langchain                 # Baseline over the tasks
     .venv/bin/python -m examples.frameworks.run crewai --grpo-steps 1     # after `make env-crewai`
+    .venv/bin/python -m examples.frameworks.run crewai-crew --grpo-steps 1   # a team: one LoRA adapter per agent
 """
 
 from __future__ import annotations
@@ -24,15 +25,27 @@ FRAMEWORKS = {  # name -> (environment, agent spec); "core" is the interpreter r
     "openai-agents": ("core", "examples.frameworks.openai_agents_sdk_train:rollout"),
     "autogen": ("autogen", "examples.frameworks.autogen_train:rollout"),
     "crewai": ("crewai", "examples.frameworks.crewai_train:rollout"),
+    "agent-framework": ("core", "examples.frameworks.agent_framework_train:rollout"),
+    "agentscope": ("core", "examples.frameworks.agentscope_train:rollout"),
 }
+TEAMS = {  # name -> (environment, agent spec, its agents' names): each agent gets its own adapter (`roles_of`)
+    "autogen-team": ("autogen", "examples.frameworks.autogen_team_train:rollout", ("calculator", "reviewer")),
+    "crewai-crew": ("crewai", "examples.frameworks.crewai_crew_train:rollout", ("calculator", "reviewer")),
+}
+AGENTS = {name: (environment, spec) for name, (environment, spec, *_) in {**FRAMEWORKS, **TEAMS}.items()}
+
+
+def roles_of(name: str) -> dict[str, str] | None:
+    """`GRPOConfig(roles=...)` for a team: each of its agents a role of its own name; None for a single agent."""
+    return {agent: f"^{agent}$" for agent in TEAMS[name][2]} if name in TEAMS else None
 
 
 def python_for(framework: str) -> str:
     from agentgrad.rollout.venvs import framework_python
 
-    if framework not in FRAMEWORKS:
-        raise SystemExit(f"unknown framework {framework!r}; one of {', '.join(FRAMEWORKS)}")
-    environment = FRAMEWORKS[framework][0]
+    if framework not in AGENTS:
+        raise SystemExit(f"unknown framework {framework!r}; one of {', '.join(AGENTS)}")
+    environment = AGENTS[framework][0]
     return sys.executable if environment == "core" else framework_python(environment)
 
 
@@ -49,7 +62,7 @@ async def run(framework: str, algorithm: Any, store: Any, train: list[Any], val:
     if llm is not None:
         await store.add_resources({"llm": llm})
     with serve_store(store) as url:
-        runner = RunnerProcesses(python_for(framework), url, FRAMEWORKS[framework][1], workers=workers, gateway=gateway,
+        runner = RunnerProcesses(python_for(framework), url, AGENTS[framework][1], workers=workers, gateway=gateway,
                                  log=log)
         with runner:
             return await run_with_runners(algorithm, store, [runner], train, val)
@@ -57,7 +70,7 @@ async def run(framework: str, algorithm: Any, store: Any, train: list[Any], val:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("framework", choices=list(FRAMEWORKS))
+    parser.add_argument("framework", choices=list(AGENTS))
     parser.add_argument("--tasks", type=int, default=8, help="three-digit additions to run")
     parser.add_argument("--grpo-steps", type=int, default=0, help="train with GRPO for this many steps (0: Baseline only)")
     parser.add_argument("--temperature", type=float, default=0.0, help="Baseline sampling temperature")
@@ -79,9 +92,11 @@ def main() -> None:
     print(f"{args.framework}: runners from {python_for(args.framework)}; their output in {log}; store {store.path}")
     if args.grpo_steps:
         from agentgrad.algorithms.grpo import GRPO, GRPOConfig
+        from agentgrad.policy.config import PolicyConfig
 
+        roles = roles_of(args.framework)  # a team: one LoRA adapter per agent
         config = GRPOConfig(steps=args.grpo_steps, prompts_per_step=2, group_size=4, max_tokens=64, micro_batch_size=4,
-                            val_every=0, checkpoint_dir=str(Path(".agentgrad") / f"checkpoints-{args.framework}"))
+                            val_every=0, roles=roles, policy=PolicyConfig(lora_rank=8 if roles else 0), checkpoint_dir=str(Path(".agentgrad") / f"checkpoints-{args.framework}"))
         result = asyncio.run(run(args.framework, GRPO(config, local_engine=engine), store, tasks, tasks[:4], log=log))
         print(f"GRPO: validation {result.initial.success_rate:.2f} -> {result.final.success_rate:.2f}; "
               f"checkpoint {result.checkpoint}")

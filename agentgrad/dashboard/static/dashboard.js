@@ -469,8 +469,9 @@ function renderSpan(span, t0) {
   const a = span.attributes;
   const isLlm = LLM_OPERATIONS.includes(a["gen_ai.operation.name"]);
   const isReward = "agentgrad.reward" in a;
+  const isTool = a["gen_ai.operation.name"] === "execute_tool";
   const exception = exceptionOf(span);
-  const kind = exception || span.status.code === "ERROR" ? "error" : isReward ? "reward" : isLlm ? "llm" : "";
+  const kind = exception || span.status.code === "ERROR" ? "error" : isReward ? "reward" : isLlm ? "llm" : isTool ? "tool" : "";
   const shown = Object.keys(a).filter((k) => !HIDDEN_ATTRIBUTES.includes(k) && !k.startsWith("exception.") &&
     !(isReward && k.startsWith("agentgrad.reward")) && !(isLlm && (k.startsWith("gen_ai.") || k.startsWith("agentgrad.llm.") || k === "agentgrad.agent.name" ||
       k === "agentgrad.adapter.name")));
