@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from contextlib import closing
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
