@@ -199,13 +199,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps", type=int, help="GRPO steps, or SFT rounds (default: 10 for tool, 20 for plain, 6 for sql / 3)"
     )
     parser.add_argument(
-        "--val-size", type=int, help="held-out problems judged before and after (default: 256; 100 for sql)"
+        "--val-size",
+        type=int,
+        help="held-out problems judged before and after (default: 256; for sql 60 of each held-out set)",
     )
     parser.add_argument(
         "--val-every",
         type=int,
         metavar="K",
-        help="GRPO: validate every K steps too (default: only before and after; 2 for sql)",
+        help="GRPO: validate every K steps too (default: only before and after; 3 for sql)",
     )
     parser.add_argument(
         "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; 2 for sql)"
