@@ -93,3 +93,9 @@ def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size
     assert not {q["id"] for q in train} & {q["id"] for q in val}
     assert {q["db"] for q in val} == held_out_dbs and all(q["split"] != "train" for q in val)
     assert all(q["run_first"] and q["retries"] > 0 for q in train + val)
+
+
+def test_a_missing_package_is_named_with_the_command_that_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(real_world.SOURCES, "movies", real_world.Source("bokeh-sampledata", "2026.1", "not_installed_x"))
+    with pytest.raises(FileNotFoundError, match=r"bokeh-sampledata==2026\.1.*make sql-data"):
+        db.database_path("movies")

@@ -244,8 +244,11 @@ def main(args: argparse.Namespace) -> None:
     example = load_sql_example()
     db = example.db
     train, val = task_lists(db, args.sql_first_call == "required", args.val_size)
-    for name in db.real_world_names():  # a missing package says how to install it before the model loads
-        db.database_path(name)
+    try:  # before the model loads: a missing package says how to install it
+        for name in db.real_world_names():
+            db.database_path(name)
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
     run = open_run(args)  # before the model loads: a question or a stop comes at once
     began = time.perf_counter()
     model = args.model or MODEL
