@@ -132,8 +132,9 @@ def demo_steps(args: argparse.Namespace) -> int:
 
 
 def demo_runners(args: argparse.Namespace) -> int:
-    """Runner threads: 64 rollouts at once, 32 for the SQL agent (its fp32 0.5B model on a loaded 2-core CPU took
-    over the gateway's 600 s per call with 64 episodes prefilling together; 32 ran 100 held-out episodes in 13 min)."""
+    """Runner threads: 64 rollouts at once; for the SQL agent 2 threads of `sql_demo.RUNNER_CONCURRENCY` (its fp32
+    0.5B model on a loaded 2-core CPU took over the gateway's 600 s per call with too many episodes prefilling
+    together)."""
     return args.runners or (2 if args.task == "sql" else 4)
 
 

@@ -53,6 +53,10 @@ MAX_TOKENS = 192
 LORA_RANK = 16
 """LoRA on every linear projection (attention and MLP): the update's memory is the adapters' plus activations."""
 LEARNING_RATE = 2e-5
+RUNNER_CONCURRENCY = 8
+"""Episodes each runner thread runs at once (16 with the default two runners): at 32, the first calls of 32
+episodes (the real-world schemas make prompts of up to ~1,500 tokens) prefilled together past the gateway's
+600 s per call on the loaded 2-core machine, and every one of them failed."""
 ROLLOUT_TIMEOUT = 1800.0
 """Seconds an episode may take: on a 2-core CPU, 32 episodes decode the fp32 0.5B model together at about
 one token a second each, and an episode makes up to six model calls of `MAX_TOKENS` (GRPO's 600 s default timed
@@ -275,7 +279,7 @@ def main(args: argparse.Namespace) -> None:
         local_engine=engine,
     )
     trainer: ag.Trainer[Any] = ag.Trainer(
-        algorithm, n_runners=demo_runners(args), runner_concurrency=16, store=run.store
+        algorithm, n_runners=demo_runners(args), runner_concurrency=RUNNER_CONCURRENCY, store=run.store
     )
     console.print(
         f"training the text-to-SQL agent (seed {args.seed}) with LoRA GRPO on {engine.name} ({engine.device}): "
