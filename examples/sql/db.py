@@ -8,6 +8,7 @@ with a time limit on every query enforced by a progress handler.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -130,6 +131,13 @@ def _same(predicted: list[tuple], gold: list[tuple], ordered: bool) -> bool:
     return Counter(predicted) == Counter(gold)
 
 
+@functools.lru_cache(maxsize=4096)
+def _gold_rows(name: str, gold_sql: str) -> list[tuple]:
+    """A gold query's rows, run once per process: every query an agent runs is scored against them."""
+    with closing(connect_readonly(name)) as connection:
+        return [_normal(row) for row in execute(connection, gold_sql, time_limit(name))]
+
+
 def execution_match(name: str, predicted_sql: str | None, gold_sql: str) -> float:
     """1.0 when the predicted query returns the gold query's rows, else 0.0.
 
@@ -138,8 +146,8 @@ def execution_match(name: str, predicted_sql: str | None, gold_sql: str) -> floa
     """
     if not predicted_sql:
         return 0.0
+    gold = _gold_rows(name, gold_sql)
     with closing(connect_readonly(name)) as connection:
-        gold = [_normal(row) for row in execute(connection, gold_sql, time_limit(name))]
         try:
             predicted = [_normal(row) for row in execute(connection, predicted_sql, time_limit(name))]
         except sqlite3.Error:
