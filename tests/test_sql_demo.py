@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentgrad.cli.main import build_parser
-from agentgrad.cli.sql_demo import curve_table, point, spread, training_share
+from agentgrad.cli.sql_demo import curve_table, episodes, learning_curve, point, spread, training_share, write_curve
 from agentgrad.store import SqliteStore
 from examples.sql import db
 
@@ -61,6 +61,37 @@ def test_the_training_share_counts_failed_first_episodes_at_the_first_step_and_o
             2: [episode("library", 1.0, True), episode("library", 1.0, True)]}  # fmt: skip
     text = training_share(rows)
     assert "0.500 (1/2) at step 1" in text and "0.750 (3/4) over all steps" in text and "0.667 (2/3)" in text
+
+
+async def test_the_curve_is_read_from_the_stored_rollouts_and_annotations_and_drawn_per_held_out_set(
+    tmp_path: Path,
+) -> None:
+    from agentgrad.semconv import ANNOTATION_PREFIX, ANNOTATION_SPAN
+    from agentgrad.store import MemoryStore
+    from agentgrad.types import Span
+
+    store = MemoryStore()
+    runs = [(0, "airline", 1.0, False), (0, "movies", 0.0, True), (0, "lahman", 1.0, True),
+            (3, "airline", 1.0, True), (3, "movies", 1.0, True), (3, "lahman", 1.0, False)]  # fmt: skip
+    for step, name, reward, first_failed in runs:
+        await store.enqueue_rollout({"db": name}, mode="val", metadata={"step": step})
+        attempted = await store.dequeue_rollout()
+        assert attempted is not None
+        labels = {f"{ANNOTATION_PREFIX}sql.first_failed": first_failed}
+        await store.add_span(Span(rollout_id=attempted.rollout_id, attempt_id=attempted.attempt.attempt_id,
+                                  name=ANNOTATION_SPAN, attributes=labels))  # fmt: skip
+        await store.update_attempt(attempted.rollout_id, attempted.attempt.attempt_id, status="succeeded", reward=reward)
+    points = await learning_curve(store, {"movies", "lahman"}.__contains__)
+    at = {(p.step, p.scope): p for p in points}
+    assert (at[0, "real-world"].accuracy, at[0, "real-world"].n_failed_first, at[0, "real-world"].n_self_corrected) == (
+        0.5, 2, 1)  # fmt: skip
+    assert (at[3, "real-world"].accuracy, at[3, "held-out"].self_corrected) == (1.0, 1.0)
+    assert at[0, "held-out"].n == 1 and at[3, "movies"].n_self_corrected == 1
+    assert sorted(await episodes(store, "train")) == []
+    written = write_curve(points, tmp_path, "t")
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and tmp_path / "curve.png" in written
+    with open(tmp_path / "curve.csv") as f:
+        assert {(r["step"], r["scope"]) for r in csv.DictReader(f)} == {(str(s), c) for s, c in at}
 
 
 @pytest.mark.qwen
