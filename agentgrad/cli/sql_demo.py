@@ -131,6 +131,7 @@ async def episodes(store: Any, mode: str) -> dict[int, list[Labelled]]:
 
 
 def point(step: int, scope: str, rows: list[Labelled]) -> CurvePoint:
+    """The figures of one set of episodes: self-corrected counts the failed-first ones whose answer matched."""
     failed = [row for row in rows if row[2].get("sql.first_failed")]
     corrected = sum(reward >= 1.0 for _, reward, _ in failed)
     return CurvePoint(
