@@ -281,3 +281,14 @@ def test_each_query_is_reported_as_it_runs_before_the_next_model_call(question: 
                     on_query=lambda sql, failed: reported.append((sql, failed)))
     assert reported == [(broken, True), (gold, False)]
     assert seen_at_request == [0, 1, 2]
+
+
+def test_a_wrong_column_s_error_names_the_columns_of_the_tables_the_query_used() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "synonym" and "nationality" in q["gold"])
+    wrong = trap["gold"].replace("SELECT nationality", "SELECT country")
+    with served([call(wrong, 1), call(trap["gold"], 2), {"content": "Done."}]) as (url, requests):
+        episode = agent.solve(trap["question"], trap["db"], model="m", base_url=url, api_key="k")
+    error = requests[1]["messages"][-1]["content"]
+    assert error.startswith("Error: no such column: country") and "passengers(id, name, nationality)" in error
+    assert "bookings(" not in error  # only the tables the query named
+    assert episode.recovered and db.execution_match(trap["db"], episode.answer, trap["gold"]) == 1

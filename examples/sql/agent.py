@@ -103,6 +103,8 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
             except sqlite3.Error as exc:
                 queries.append((query, True))
                 text = f"Error: {exc}"
+                if "column" in str(exc) and (hint := db.column_hint(database, query)):
+                    text += f". The columns of the tables you used: {hint}"
             else:
                 queries.append((query, not rows))
                 text = format_rows(rows)

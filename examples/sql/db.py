@@ -111,6 +111,22 @@ def schema(name: str) -> str:
 SPLITS = ("train", "held_out", "real_world")
 
 
+@functools.lru_cache(maxsize=64)
+def columns(name: str) -> dict[str, list[str]]:
+    """Each table's column names, in order."""
+    # mode=ro without the tool's authorizer, which denies PRAGMA with an argument
+    with closing(sqlite3.connect(f"file:{database_path(name)}?mode=ro", uri=True)) as connection:
+        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: [row[1] for row in connection.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+
+
+def column_hint(name: str, sql: str) -> str:
+    """The columns of the tables `sql` names, as the tool adds them to a "no such column" or "ambiguous column"
+    error: a small model rereads a short line where it would not search the schema above."""
+    named = [t for t in columns(name) if re.search(rf'(?<![\w"]){re.escape(t)}(?![\w"])|"{re.escape(t)}"', sql, re.I)]
+    return "; ".join(f"{t}({', '.join(columns(name)[t])})" for t in named)
+
+
 def load_questions(split: str | None = None) -> list[dict[str, Any]]:
     """The committed questions: `train`, `held_out` (the project's databases never seen in training),
     `real_world` (written by hand for `real_world.py`'s databases, never trained on), or all of them."""
