@@ -211,7 +211,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GRPO: validate every K steps too (default: only before and after; 3 for sql)",
     )
     parser.add_argument(
-        "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; 2 for sql)"
+        "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; for sql 2 of 8)"
     )
     parser.add_argument("--store", help="SQLite file for the run (default: store.db in the run folder)")
     parser.add_argument(
