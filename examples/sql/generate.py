@@ -5,17 +5,21 @@
 Five small databases of different domains, rows drawn from a seeded random generator, and
 natural-language questions made from templates over each schema, every gold query executed
 here on its database: a question whose answer is empty, or whose ORDER BY ... LIMIT answer
-depends on how ties are broken, is dropped. The split is by database, as in Spider: the
+depends on how ties are broken, is dropped. Beside them, every database has the question kinds of
+`recovery.py`, whose first query plausibly fails: those are all kept. The split is by database, as in Spider: the
 held-out databases' schemas never appear in training.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from examples.sql import recovery
 
 HERE = Path(__file__).parent
 SEED = 21
@@ -73,6 +77,11 @@ def date(rng: random.Random, year: int) -> str:
     return f"{year}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
 
 
+def later(day: str, rng: random.Random) -> str:
+    """A date 1 to 40 days after `day` (both ISO text, as the databases store dates)."""
+    return (datetime.date.fromisoformat(day) + datetime.timedelta(days=rng.randint(1, 40))).isoformat()
+
+
 def library(rng: random.Random) -> tuple[list[Table], list[Relation]]:
     countries = ["Portugal", "Nigeria", "Japan", "France", "Canada"]
     authors = [(i, name, rng.choice(countries), rng.randint(1920, 1990)) for i, name in enumerate(unique_people(rng, 14), 1)]
@@ -83,8 +92,11 @@ def library(rng: random.Random) -> tuple[list[Table], list[Relation]]:
     books = [(i, title, rng.randint(1, 14), rng.choice(genres), rng.randint(1950, 2023), rng.randint(90, 900))
              for i, title in enumerate(rng.sample(titles, 40), 1)]
     members = [(i, name, rng.choice(CITIES), rng.randint(2010, 2024)) for i, name in enumerate(unique_people(rng, 20), 1)]
-    loans = [(i, rng.randint(1, 40), rng.randint(1, 20), date(rng, rng.randint(2022, 2024)), rng.randint(0, 1))
-             for i in range(1, 61)]
+    loans = []
+    for i in range(1, 61):
+        loaned = date(rng, rng.randint(2022, 2024))
+        returned = rng.random() < 0.6  # the rest are still out: return_date NULL
+        loans.append((i, rng.randint(1, 40), rng.randint(1, 20), loaned, later(loaned, rng) if returned else None))
     return [
         Table("authors", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("country", "TEXT"), ("birth_year", "INTEGER")],
               authors, "authors", "name", {"country": "country"}, {"birth_year": "birth year"}),
@@ -94,7 +106,7 @@ def library(rng: random.Random) -> tuple[list[Table], list[Relation]]:
         Table("members", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("city", "TEXT"), ("joined_year", "INTEGER")],
               members, "members", "name", {"city": "city"}, {"joined_year": "year of joining"}),
         Table("loans", [("id", "INTEGER PRIMARY KEY"), ("book_id", "INTEGER REFERENCES books(id)"),
-                        ("member_id", "INTEGER REFERENCES members(id)"), ("loan_date", "TEXT"), ("returned", "INTEGER")],
+                        ("member_id", "INTEGER REFERENCES members(id)"), ("loan_date", "TEXT"), ("return_date", "TEXT")],
               loans, "loans"),
     ], [
         Relation("books", "author_id", "authors", "How many books were written by {x}?",
@@ -112,7 +124,9 @@ def library(rng: random.Random) -> tuple[list[Table], list[Relation]]:
 def clinic(rng: random.Random) -> tuple[list[Table], list[Relation]]:
     specialties = ["cardiology", "dermatology", "pediatrics", "neurology", "orthopedics"]
     doctors = [(i, name, rng.choice(specialties), rng.randint(1, 35)) for i, name in enumerate(unique_people(rng, 12), 1)]
-    patients = [(i, name, rng.randint(1940, 2020), rng.choice(CITIES)) for i, name in enumerate(unique_people(rng, 30), 1)]
+    insurers = ["Allianz", "AXA", "Medis", None]  # None: no insurance on record
+    patients = [(i, name, rng.randint(1940, 2020), rng.choice(CITIES), rng.choice(insurers))
+                for i, name in enumerate(unique_people(rng, 30), 1)]
     statuses = ["completed", "cancelled", "scheduled"]
     appointments = [(i, rng.randint(1, 12), rng.randint(1, 30), date(rng, rng.randint(2023, 2025)),
                      rng.choice([40, 60, 80, 120, 150, 200]), rng.choice(statuses)) for i in range(1, 81)]
@@ -120,7 +134,8 @@ def clinic(rng: random.Random) -> tuple[list[Table], list[Relation]]:
         Table("doctors", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("specialty", "TEXT"),
                           ("years_experience", "INTEGER")],
               doctors, "doctors", "name", {"specialty": "specialty"}, {"years_experience": "years of experience"}),
-        Table("patients", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("birth_year", "INTEGER"), ("city", "TEXT")],
+        Table("patients", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("birth_year", "INTEGER"), ("city", "TEXT"),
+                           ("insurance", "TEXT")],
               patients, "patients", "name", {"city": "city"}, {"birth_year": "birth year"}),
         Table("appointments", [("id", "INTEGER PRIMARY KEY"), ("doctor_id", "INTEGER REFERENCES doctors(id)"),
                                ("patient_id", "INTEGER REFERENCES patients(id)"), ("date", "TEXT"), ("fee", "INTEGER"),
@@ -146,7 +161,10 @@ def shop(rng: random.Random) -> tuple[list[Table], list[Relation]]:
                "toys": ["Puzzle", "Kite", "Robot Kit", "Board Game"]}
     products = [(i, name, category, round(rng.uniform(3, 250), 2))
                 for i, (category, name) in enumerate(((c, n) for c, names in catalog.items() for n in names), 1)]
-    orders = [(i, rng.randint(1, 25), date(rng, rng.randint(2023, 2025))) for i in range(1, 51)]
+    orders = []
+    for i in range(1, 51):
+        placed = date(rng, rng.randint(2023, 2025))
+        orders.append((i, rng.randint(1, 25), placed, later(placed, rng) if rng.random() < 0.7 else None))
     items = sorted({(rng.randint(1, 50), rng.randint(1, len(products))): rng.randint(1, 5) for _ in range(110)}.items())
     order_items = [(order, product, quantity) for (order, product), quantity in items]
     return [
@@ -155,7 +173,7 @@ def shop(rng: random.Random) -> tuple[list[Table], list[Relation]]:
         Table("products", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("category", "TEXT"), ("price", "REAL")],
               products, "products", "name", {"category": "category"}, {"price": "price"}),
         Table("orders", [("id", "INTEGER PRIMARY KEY"), ("customer_id", "INTEGER REFERENCES customers(id)"),
-                         ("order_date", "TEXT")], orders, "orders"),
+                         ("order_date", "TEXT"), ("shipped_date", "TEXT")], orders, "orders"),
         Table("order_items", [("order_id", "INTEGER REFERENCES orders(id)"), ("product_id", "INTEGER REFERENCES products(id)"),
                               ("quantity", "INTEGER")], order_items, "order items", None, {}, {"quantity": "quantity"}),
     ], [
@@ -178,7 +196,7 @@ def airline(rng: random.Random) -> tuple[list[Table], list[Relation]]:
     for i in range(1, 46):
         origin, destination = rng.sample([a[0] for a in airports], 2)
         flights.append((i, f"AG{100 + i}", origin, destination, date(rng, 2025), rng.randint(45, 720),
-                        rng.randint(39, 900), rng.choice(aircraft)))
+                        rng.randint(39, 900), rng.choice(aircraft), rng.choice(["A1", "B4", "C7", "D2", None])))
     passengers = [(i, name, rng.choice(["Portugal", "Norway", "France", "Japan", "USA"]))
                   for i, name in enumerate(unique_people(rng, 30), 1)]
     bookings = [(i, rng.randint(1, 45), rng.randint(1, 30), rng.choice(["economy", "economy", "business", "first"]))
@@ -188,7 +206,7 @@ def airline(rng: random.Random) -> tuple[list[Table], list[Relation]]:
               airports, "airports", "city", {"country": "country"}),
         Table("flights", [("id", "INTEGER PRIMARY KEY"), ("number", "TEXT"), ("origin", "TEXT REFERENCES airports(code)"),
                           ("destination", "TEXT REFERENCES airports(code)"), ("departure_date", "TEXT"),
-                          ("duration_min", "INTEGER"), ("price", "INTEGER"), ("aircraft", "TEXT")],
+                          ("duration_min", "INTEGER"), ("price", "INTEGER"), ("aircraft", "TEXT"), ("gate", "TEXT")],
               flights, "flights", "number", {"aircraft": "aircraft", "origin": "origin airport code"},
               {"duration_min": "duration in minutes", "price": "price"}),
         Table("passengers", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("nationality", "TEXT")],
@@ -217,7 +235,9 @@ def school(rng: random.Random) -> tuple[list[Table], list[Relation]]:
     subjects = ["Algebra", "Geometry", "Mechanics", "Optics", "Ancient Rome", "Modern Europe", "French", "Spanish",
                 "Drawing", "Sculpture", "Statistics", "Astronomy"]
     courses = [(i, title, rng.randint(1, 10), rng.choice([2, 3, 4, 6])) for i, title in enumerate(subjects, 1)]
-    students = [(i, name, rng.randint(9, 12), rng.choice(CITIES)) for i, name in enumerate(unique_people(rng, 35), 1)]
+    students = [(i, name, rng.randint(9, 12), rng.choice(CITIES),
+                 name.lower().replace(" ", ".") + "@school.example" if rng.random() < 0.7 else None)
+                for i, name in enumerate(unique_people(rng, 35), 1)]
     pairs = sorted({(rng.randint(1, 35), rng.randint(1, 12)) for _ in range(120)})
     enrollments = [(student, course, rng.randint(40, 100)) for student, course in pairs]
     return [
@@ -225,7 +245,8 @@ def school(rng: random.Random) -> tuple[list[Table], list[Relation]]:
               teachers, "teachers", "name", {"department": "department"}, {"hired_year": "year of hiring"}),
         Table("courses", [("id", "INTEGER PRIMARY KEY"), ("title", "TEXT"), ("teacher_id", "INTEGER REFERENCES teachers(id)"),
                           ("credits", "INTEGER")], courses, "courses", "title", {}, {"credits": "credits"}),
-        Table("students", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("grade_level", "INTEGER"), ("city", "TEXT")],
+        Table("students", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("grade_level", "INTEGER"), ("city", "TEXT"),
+                           ("email", "TEXT")],
               students, "students", "name", {"city": "city"}, {"grade_level": "grade level"}),
         Table("enrollments", [("student_id", "INTEGER REFERENCES students(id)"),
                               ("course_id", "INTEGER REFERENCES courses(id)"), ("score", "INTEGER")],
@@ -359,10 +380,12 @@ def build() -> tuple[dict[str, str], list[dict]]:
         connection.executescript(scripts[name])
         kept = [(kind, q, sql) for kind, q, sql in candidates(tables, relations, rng) if unambiguous(connection, sql)]
         kept = list(dict.fromkeys(kept))
-        chosen = sorted(rng.sample(range(len(kept)), min(QUESTIONS_PER_DATABASE, len(kept))))
+        chosen = [kept[i] for i in sorted(rng.sample(range(len(kept)), min(QUESTIONS_PER_DATABASE, len(kept))))]
+        traps = recovery.candidates(name, connection, rng, literal)  # every one kept: these are what training is for
+        chosen += [t for t in dict.fromkeys(traps) if unambiguous(connection, t[2]) and (t[1], t[2]) not in
+                   {(q, sql) for _, q, sql in chosen}]
         split = "train" if name in TRAIN else "held_out"
-        for index in chosen:
-            kind, question, sql = kept[index]
+        for kind, question, sql in chosen:
             questions.append({"id": f"{name}-{len([q for q in questions if q['db'] == name]):03d}", "db": name,
                               "split": split, "kind": kind, "question": question, "gold": sql})
     return scripts, questions

@@ -1,8 +1,10 @@
 """agentgrad around `agent.py`: the `LLM` resource's `base_url` is the attempt's gateway route.
 
-The reward is execution match against the gold query. Each episode is annotated with whether a
-query failed and whether a later one ran (`sql.self_corrected`): the share of failed-then-fixed
-episodes before and after training is what RL is expected to raise.
+The reward is execution match against the gold query. Each query the agent runs also earns its
+own execution match as an emitted reward, so under per-turn credit (`GRPOConfig(credit="per_turn",
+gamma=0.0)`) the call that wrote a query is paid for that query: a correcting query after a failed
+one is what gets reinforced, not the failure before it. Each episode is annotated with whether its
+first query failed (an error or no rows), whether a later one ran, and whether the final answer matched.
 
     python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
 """
@@ -15,20 +17,31 @@ from typing import Any
 import agentgrad as ag
 from examples.sql import agent, db
 
-ANNOTATIONS = ("sql.failed_query", "sql.self_corrected", "sql.queries", "sql.answered")
+ANNOTATIONS = ("sql.first_failed", "sql.recovered", "sql.matched", "sql.queries", "sql.answered")
+
+
+def annotation(episode: agent.Episode, reward: float) -> dict[str, Any]:
+    """What the demo's shares are counted from: self-corrected = first query failed and final answer matched."""
+    return {
+        "sql.first_failed": episode.first_failed,
+        "sql.recovered": episode.recovered,
+        "sql.matched": reward >= 1.0,
+        "sql.queries": len(episode.queries),
+        "sql.answered": episode.answer is not None,
+    }
 
 
 @ag.rollout
 def sql_rollout(task: dict[str, Any], llm: ag.LLM) -> float:
+    def pay_query(sql: str, failed: bool) -> None:  # the call that wrote this query earns its execution match
+        ag.emit_reward(0.0 if failed else db.execution_match(task["db"], sql, task["gold"]))
+
     episode = agent.solve(task["question"], task["db"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
-                          run_first=bool(task.get("run_first")), **llm.sampling_parameters)
-    ag.emit_annotation({
-        "sql.failed_query": episode.failed_query,
-        "sql.self_corrected": episode.self_corrected,
-        "sql.queries": len(episode.queries),
-        "sql.answered": episode.answer is not None,
-    })
-    return db.execution_match(task["db"], episode.answer, task["gold"])
+                          run_first=bool(task.get("run_first")), retries=int(task.get("retries", 0)),
+                          on_query=pay_query, **llm.sampling_parameters)
+    reward = db.execution_match(task["db"], episode.answer, task["gold"])
+    ag.emit_annotation(annotation(episode, reward))
+    return reward
 
 
 def main() -> None:
@@ -38,7 +51,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a built-in model name or a Hugging Face folder")
-    parser.add_argument("--split", default="held_out", choices=["train", "held_out"])
+    parser.add_argument("--split", default="held_out", choices=db.SPLITS)
     parser.add_argument("--limit", type=int, default=16, help="questions to evaluate, spread evenly over the split")
     parser.add_argument("--store", help="SQLite store path (default: the trainer's)")
     args = parser.parse_args()
