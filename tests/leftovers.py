@@ -17,7 +17,7 @@ EXPECTED = ("multiprocessing.resource_tracker",)
 """Descendants that live as long as pytest by design: the resource tracker multiprocessing starts once per process."""
 
 
-@dataclass
+@dataclass(eq=False)  # a pytest plugin: pluggy keeps plugins in sets, so it hashes by identity
 class ProcessWatch:
     """A pytest plugin: every descendant of this process seen after a test, with the test after which it was first
     seen; at the end of the run, the ones still running (reparented ones included: they are remembered by pid and
