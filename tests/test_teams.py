@@ -1,6 +1,6 @@
 """An AutoGen team (`RoundRobinGroupChat`) and a CrewAI `Crew`, unchanged, each agent on its own gateway route.
 
-Against the fake upstream: every model call names the agent that made it. Against the engine (marked `model`):
+Against the fake upstream: every model call names the agent that made it. Against a tiny engine of the test's own:
 one GRPO step with `roles=` trains one LoRA adapter per agent, and each agent's calls were served by its own.
 The teams run as `agentgrad runner` processes of their frameworks' environments (`make envs`).
 """
@@ -48,13 +48,14 @@ async def test_each_agent_of_the_team_calls_on_its_own_route_and_its_tool_run_is
     assert [s.attributes[sc.GEN_AI_TOOL_NAME] for s in spans if s.attributes.get(sc.GEN_AI_OPERATION) == "execute_tool"] == ["calculate"]
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("team", list(TEAMS))
 async def test_one_grpo_step_trains_an_adapter_per_agent_and_each_agents_calls_reach_its_own(
-    team: str, engine: Any, tmp_path: Path
+    team: str, fresh_tiny_engine: Any, tmp_path: Path
 ) -> None:
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
     from agentgrad.policy.config import PolicyConfig
+
+    engine = fresh_tiny_engine  # the step puts an adapter per agent on it: an engine of its own (wiring, not learning)
 
     roles = roles_of(team)
     assert roles is not None
