@@ -26,7 +26,7 @@ from agentgrad.engine.constraints import json_object_grammar, json_schema_gramma
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.rows import Completion, Generation
-from agentgrad.engine.wire import adapter_for, generate, headers, stream, token_logprobs, usage
+from agentgrad.engine.wire import admitted_adapter, generate, headers, stream, token_logprobs, usage
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD, ENGINE_PARSER_PREFIX, TOOL_CALL_PARSER_FIELD, weights_fingerprint
 
 
@@ -151,13 +151,6 @@ def prompt_ids(engine: Engine, messages: list[dict[str, Any]], tools: list[dict[
     return ids
 
 
-def submit_checked(engine: Engine, ids: list[int], params: SamplingParams) -> None:
-    try:
-        params.check(engine.max_batch_size, engine.vocab_size)
-    except ValueError as exc:
-        raise RequestError(str(exc)) from None
-
-
 async def chat_completions(engine: Engine, names: list[str], request: Request) -> Response:
     parsed: ChatRequest = validate(await read_json(request), ChatRequest, names)
     the_plan = plan(
@@ -172,9 +165,8 @@ async def chat_completions(engine: Engine, names: list[str], request: Request) -
     if parsed.top_logprobs and not parsed.logprobs:
         raise RequestError("top_logprobs needs logprobs: true", "top_logprobs")
     params = parsed.params(grammar=the_plan.grammar, finish_after=the_plan.finish_after, top_logprobs=top)
-    submit_checked(engine, ids, params)
+    adapter = admitted_adapter(engine, request, parsed.model, params)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    adapter = adapter_for(engine, request, parsed.model)
     if parsed.stream:
         return _stream(engine, parsed, the_plan, ids, params, completion_id, adapter)
     generation = await generate(engine, request, ids, params, adapter)

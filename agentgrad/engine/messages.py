@@ -25,12 +25,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agentgrad.engine.api import RequestError, _Strict, read_json, validate
-from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields, submit_checked
+from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.rows import Completion, Generation
 from agentgrad.engine.tools import format_for
-from agentgrad.engine.wire import adapter_for, generate, headers, stream
+from agentgrad.engine.wire import admitted_adapter, generate, headers, stream
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD
 
 REFUSED: dict[str, str] = {
@@ -250,9 +250,8 @@ async def _messages(engine: Engine, names: list[str], request: Request) -> Respo
         grammar=the_plan.grammar,
         finish_after=the_plan.finish_after,
     )
-    submit_checked(engine, ids, params)
+    adapter = admitted_adapter(engine, request, parsed.model, params)
     message_id = f"msg_{uuid.uuid4().hex}"
-    adapter = adapter_for(engine, request, parsed.model)
     if parsed.stream:
         return _stream(engine, parsed, the_plan, ids, params, message_id, adapter)
     generation = await generate(engine, request, ids, params, adapter)

@@ -25,12 +25,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agentgrad.engine.api import RequestError, _Strict, read_json, text_of, validate
-from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields, submit_checked
+from agentgrad.engine.chat import Plan, _HeldText, plan, prompt_ids, reply_fields
 from agentgrad.engine.engine import Engine
 from agentgrad.engine.params import MAX_SEED, MAX_TOP_LOGPROBS, SamplingParams
 from agentgrad.engine.rows import Completion, Generation
 from agentgrad.engine.tools import format_for
-from agentgrad.engine.wire import adapter_for, generate, headers, stream
+from agentgrad.engine.wire import admitted_adapter, generate, headers, stream
 from agentgrad.semconv import ALLOWED_TOKENS_FIELD, weights_fingerprint
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -253,9 +253,8 @@ async def responses(engine: Engine, names: list[str], request: Request) -> Respo
         grammar=the_plan.grammar,
         finish_after=the_plan.finish_after,
     )
-    submit_checked(engine, ids, params)
+    adapter = admitted_adapter(engine, request, parsed.model, params)
     response_id, created = f"resp_{uuid.uuid4().hex}", int(time.time())
-    adapter = adapter_for(engine, request, parsed.model)
     if parsed.stream:
         return _stream(engine, parsed, the_plan, ids, params, response_id, created, logprobs, adapter)
     generation = await generate(engine, request, ids, params, adapter)
@@ -286,6 +285,11 @@ def _stream(
 
     async def events() -> AsyncIterator[str]:
         message_id, message_open = f"msg_{uuid.uuid4().hex}", False
+
+        def text_event(kind: str, **fields: Any) -> str:
+            """An event of the one message's one text part."""
+            return event(kind, item_id=message_id, output_index=0, content_index=0, **fields)
+
         try:
             yield event(
                 "response.created", response=_body(parsed, response_id, created, "in_progress", [], None, version)
@@ -317,22 +321,11 @@ def _stream(
                             "content": [],
                         },
                     )
-                    yield event(
-                        "response.content_part.added",
-                        item_id=message_id,
-                        output_index=0,
-                        content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []},
+                    yield text_event(
+                        "response.content_part.added", part={"type": "output_text", "text": "", "annotations": []}
                     )
                 if text:
-                    yield event(
-                        "response.output_text.delta",
-                        item_id=message_id,
-                        output_index=0,
-                        content_index=0,
-                        delta=text,
-                        logprobs=[],
-                    )
+                    yield text_event("response.output_text.delta", delta=text, logprobs=[])
             generation = item
             items, call_fields = output_items(engine, the_plan, generation.completions[0], logprobs)
             if message_open or items[0]["type"] == "message":
@@ -354,38 +347,14 @@ def _stream(
                         output_index=0,
                         item={**message, "status": "in_progress", "content": []},
                     )
-                    yield event(
-                        "response.content_part.added",
-                        item_id=message_id,
-                        output_index=0,
-                        content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []},
+                    yield text_event(
+                        "response.content_part.added", part={"type": "output_text", "text": "", "annotations": []}
                     )
                 rest = text[held.sent :] if len(text) > held.sent else ""
                 if rest:
-                    yield event(
-                        "response.output_text.delta",
-                        item_id=message_id,
-                        output_index=0,
-                        content_index=0,
-                        delta=rest,
-                        logprobs=[],
-                    )
-                yield event(
-                    "response.output_text.done",
-                    item_id=message_id,
-                    output_index=0,
-                    content_index=0,
-                    text=text,
-                    logprobs=[],
-                )
-                yield event(
-                    "response.content_part.done",
-                    item_id=message_id,
-                    output_index=0,
-                    content_index=0,
-                    part=message["content"][0],
-                )
+                    yield text_event("response.output_text.delta", delta=rest, logprobs=[])
+                yield text_event("response.output_text.done", text=text, logprobs=[])
+                yield text_event("response.content_part.done", part=message["content"][0])
                 yield event("response.output_item.done", output_index=0, item=message)
             for index, call in enumerate(items):
                 if call["type"] != "function_call":

@@ -36,6 +36,16 @@ def adapter_for(engine: Engine, request: Request, model: str) -> str | None:
     return engine.adapters.resolve(unquote(agent) if agent else None)
 
 
+def admitted_adapter(engine: Engine, request: Request, model: str, params: SamplingParams) -> str | None:
+    """Sampling parameters this engine cannot serve refused with a 400 before anything is queued; then the adapter
+    serving the request (`adapter_for`)."""
+    try:
+        params.check(engine.max_batch_size, engine.vocab_size)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    return adapter_for(engine, request, model)
+
+
 def model_names(engine: Engine, names: list[str]) -> list[str]:
     """The `model` values a request may name: the served names of the base, then each adapter's name."""
     return names + (list(engine.adapters.patterns) if engine.adapters is not None else [])

@@ -196,23 +196,10 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = origin = authorization = content_type = length = fetch_site = None
-        chunked = False
-        for name, value in scope["headers"]:
-            if name == b"host":
-                host = value
-            elif name == b"authorization":
-                authorization = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"content-length":
-                length = value
-            elif name == b"origin":
-                origin = value
-            elif name == b"sec-fetch-site":
-                fetch_site = value
-            elif name == b"transfer-encoding":
-                chunked = True
+        headers = dict(scope["headers"])  # ASGI spells names in lower case; a repeated header counts by its last value
+        host, origin, authorization = headers.get(b"host"), headers.get(b"origin"), headers.get(b"authorization")
+        content_type, length = headers.get(b"content-type"), headers.get(b"content-length")
+        fetch_site, chunked = headers.get(b"sec-fetch-site"), b"transfer-encoding" in headers
         method = scope["method"]
         refusal = None
         if self.expected is None and host is not None and not self._host_allowed(host, scope):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,7 +41,16 @@ from agentgrad.store.postgres_pool import (
     run_in_thread,
 )
 from agentgrad.store.postgres_schema import LOCK_KEYS, WAITING_SQL, migrate
-from agentgrad.store.sqlite_schema import ATTEMPT_COLUMNS, ROLLOUT_COLUMNS, UNATTACHED, attempt_of, rollout_of
+from agentgrad.store.sqlite_schema import (
+    ATTEMPT_COLUMNS,
+    ROLLOUT_COLUMNS,
+    UNATTACHED,
+    attempt_of,
+    rollout_changes,
+    rollout_of,
+    rollout_row,
+    running_attempt_row,
+)
 from agentgrad.store.transitions import Clock
 from agentgrad.types import (
     Attempt,
@@ -232,7 +240,7 @@ class PostgresStore(LocalStore):
 
     async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
         async def insert(db: asyncpg.Connection) -> None:  # one statement, the rows in order (their `seq`)
-            await db.execute(INSERT_ROLLOUTS, *map(list, zip(*map(_rollout_row, rollouts))))
+            await db.execute(INSERT_ROLLOUTS, *map(list, zip(*map(rollout_row, rollouts))))
 
         await self._write(insert)
 
@@ -244,14 +252,7 @@ class PostgresStore(LocalStore):
             "start_time = $9 WHERE rollout_id = $1) "
             "INSERT INTO attempts (rollout_id, attempt_id, sequence, worker_id, status, start_time, "
             "last_heartbeat_time, timeout_seconds, unresponsive_seconds) VALUES ($1, $2, $3, $4, 'running', $5, $6, $7, $8)",
-            rollout.rollout_id,
-            attempt.attempt_id,
-            attempt.sequence,
-            worker_id,
-            attempt.start_time,
-            attempt.last_heartbeat_time,
-            rollout.config.timeout_seconds,
-            rollout.config.unresponsive_seconds,
+            *running_attempt_row(rollout, attempt, worker_id),
             rollout.start_time,
         )
         return claimed
@@ -274,7 +275,7 @@ class PostgresStore(LocalStore):
 
     async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         async def start(db: asyncpg.Connection) -> AttemptedRollout:
-            await db.execute(INSERT_ROLLOUT, *_rollout_row(rollout))
+            await db.execute(INSERT_ROLLOUT, *rollout_row(rollout))
             return await self._open_attempt(db, rollout, worker_id)
 
         return await self._write(start)
@@ -337,13 +338,7 @@ class PostgresStore(LocalStore):
         rollout joins the back of the queue. True when the rollout has just finished."""
         requeued = rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING
         values = [
-            rollout.status.value,
-            json.dumps(rollout.metadata),
-            rollout.reward,
-            rollout.num_attempts,
-            rollout.latest_attempt_id,
-            rollout.start_time,
-            rollout.end_time,
+            *rollout_changes(rollout),
             requeued,
             self.clock(),
             rollout.rollout_id,
@@ -770,16 +765,3 @@ ROLLOUT_WIDTH = len(ROLLOUT_COLUMNS.split(","))
 def _prefixed(table: str, columns: str) -> str:
     """`a, b` as `t.a, t.b`: columns of one table of a join."""
     return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
-
-
-def _rollout_row(rollout: Rollout) -> tuple[Any, ...]:
-    return (
-        rollout.rollout_id,
-        json.dumps(rollout.input),
-        rollout.mode,
-        rollout.resources_id,
-        rollout.status.value,
-        rollout.config.model_dump_json(),
-        json.dumps(rollout.metadata),
-        rollout.enqueue_time,
-    )

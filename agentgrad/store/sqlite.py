@@ -35,7 +35,10 @@ from agentgrad.store.sqlite_schema import (
     UNATTACHED,
     attempt_of,
     checkpoint_until,
+    rollout_changes,
     rollout_of,
+    rollout_row,
+    running_attempt_row,
 )
 from agentgrad.store.transitions import Clock
 from agentgrad.types import (
@@ -203,17 +206,7 @@ class SqliteStore(LocalStore):
         db.execute(
             "INSERT INTO rollouts (rollout_id, input, mode, resources_id, status, config, metadata, "
             "enqueue_time, queue_position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                rollout.rollout_id,
-                json.dumps(rollout.input),
-                rollout.mode,
-                rollout.resources_id,
-                rollout.status.value,
-                rollout.config.model_dump_json(),
-                json.dumps(rollout.metadata),
-                rollout.enqueue_time,
-                rollout.enqueue_time,
-            ),
+            (*rollout_row(rollout), rollout.enqueue_time),
         )
 
     def _save_rollout(self, db: sqlite3.Connection, rollout: Rollout, before: RolloutStatus) -> bool:
@@ -224,13 +217,7 @@ class SqliteStore(LocalStore):
             "start_time = ?, end_time = ?, queue_position = CASE WHEN ? THEN ? ELSE queue_position END "
             "WHERE rollout_id = ?",
             (
-                rollout.status.value,
-                json.dumps(rollout.metadata),
-                rollout.reward,
-                rollout.num_attempts,
-                rollout.latest_attempt_id,
-                rollout.start_time,
-                rollout.end_time,
+                *rollout_changes(rollout),
                 rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING,
                 self.clock(),
                 rollout.rollout_id,
@@ -260,16 +247,7 @@ class SqliteStore(LocalStore):
         db.execute(
             "INSERT INTO attempts (rollout_id, attempt_id, sequence, worker_id, status, start_time, "
             "last_heartbeat_time, timeout_seconds, unresponsive_seconds) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-            (
-                rollout.rollout_id,
-                attempt.attempt_id,
-                attempt.sequence,
-                worker_id,
-                attempt.start_time,
-                attempt.last_heartbeat_time,
-                rollout.config.timeout_seconds,
-                rollout.config.unresponsive_seconds,
-            ),
+            running_attempt_row(rollout, attempt, worker_id),
         )
         return claimed
 

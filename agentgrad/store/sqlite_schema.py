@@ -142,6 +142,51 @@ def attempt_of(row: Sequence[Any]) -> Attempt:
     )
 
 
+def rollout_row(rollout: Rollout) -> tuple[Any, ...]:
+    """A new rollout's values, in the order both SQL stores insert them: rollout_id, input, mode, resources_id,
+    status, config, metadata, enqueue_time."""
+    return (
+        rollout.rollout_id,
+        json.dumps(rollout.input),
+        rollout.mode,
+        rollout.resources_id,
+        rollout.status.value,
+        rollout.config.model_dump_json(),
+        json.dumps(rollout.metadata),
+        rollout.enqueue_time,
+    )
+
+
+def rollout_changes(rollout: Rollout) -> tuple[Any, ...]:
+    """What a transition may change in a rollout, in the order both SQL stores update it: status, metadata,
+    reward, num_attempts, latest_attempt_id, start_time, end_time."""
+    return (
+        rollout.status.value,
+        json.dumps(rollout.metadata),
+        rollout.reward,
+        rollout.num_attempts,
+        rollout.latest_attempt_id,
+        rollout.start_time,
+        rollout.end_time,
+    )
+
+
+def running_attempt_row(rollout: Rollout, attempt: Attempt, worker_id: str | None) -> tuple[Any, ...]:
+    """A just-opened attempt's values, in the order both SQL stores insert them (status 'running' is spelt in the
+    statement): rollout_id, attempt_id, sequence, worker_id, start_time, last_heartbeat_time, timeout_seconds,
+    unresponsive_seconds."""
+    return (
+        rollout.rollout_id,
+        attempt.attempt_id,
+        attempt.sequence,
+        worker_id,
+        attempt.start_time,
+        attempt.last_heartbeat_time,
+        rollout.config.timeout_seconds,
+        rollout.config.unresponsive_seconds,
+    )
+
+
 def checkpoint_until(conn: sqlite3.Connection, stop: threading.Event) -> None:
     """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers.
 
