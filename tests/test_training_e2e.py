@@ -68,6 +68,7 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     resumed = ag.Trainer(GRPO(GRPOConfig(steps=4, **config), local_engine=own_engine), n_runners=2, runner_concurrency=8,
                          store=store).fit(close_enough, train, val)
     assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
+    assert resumed.initial == result.initial  # the run's evaluation before step 1, not the one at the resume point
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == first_run_rollouts + 2 * 4
     # pruning keeps the latest and spares the best validated: step-3 (a tie stays earlier) unless step 4 beat it
     best = resumed.best_checkpoint

@@ -21,7 +21,7 @@ from agentgrad.engine.model import resolve_model
 from agentgrad.policy.vllm import VLLMPolicy
 from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
 from agentgrad.store import MemoryStore
-from agentgrad.types import AttemptedRollout
+from agentgrad.types import AttemptedRollout, Span
 from examples.calc_agent import build_messages
 from tests.helpers import ManualClock, wait_until
 
@@ -77,10 +77,14 @@ def finish(policy: VLLMPolicy, attempt: AttemptedRollout) -> None:
     )
 
 
+def attempt_spans(policy: VLLMPolicy, attempt: AttemptedRollout) -> list[Span]:
+    return asyncio.run(policy.store.query_spans(attempt.rollout_id, attempt.attempt.attempt_id))
+
+
 def recorded_versions(policy: VLLMPolicy, attempt: AttemptedRollout, calls: int) -> list[int]:
     """The versions on the attempt's model-call spans, once all `calls` are recorded."""
     return wait_until(
-        lambda: len(v := asyncio.run(call_versions(policy.store, attempt))) == calls and v, "the call spans"
+        lambda: len(v := call_versions(attempt_spans(policy, attempt))) == calls and v, "the call spans"
     )
 
 

@@ -182,14 +182,13 @@ def test_one_lora_grpo_step_of_the_function_calling_agent_on_qwen_on_vllm_fails_
     A forced call's logprobs from vLLM are those of the grammar-masked distribution, which spells `<tool_call>` in
     text tokens the free model finds unlikely (3-13 nats each): `train/logprob_diff` is ~1.3 here, not the ~0.002 of
     unforced replies, so this pins the plumbing, not a learning signal."""
-    train, val = make_splits(n_train=20, n_val=2, seed=5, demo="function")
+    train, _ = make_splits(n_train=20, n_val=2, seed=5, demo="function")
     train = [{**t, "first_call": "required"} for t in train]
     config = dict(
         prompts_per_step=2,
         group_size=2,
         max_tokens=48,
         val_every=0,
-        val_size=0,
         learning_rate=1e-5,
         engine="vllm",
         vllm_urls=[qwen_server.url],
@@ -201,7 +200,7 @@ def test_one_lora_grpo_step_of_the_function_calling_agent_on_qwen_on_vllm_fails_
     )
     store = MemoryStore()
     result = ag.Trainer(GRPO(steps=1, model=QWEN_MODEL, **config), n_runners=1, runner_concurrency=4, store=store).fit(
-        calc_agent, train, val
+        calc_agent, train, []  # no held-out tasks: no validation
     )
     (step,) = result.history
     print(step)

@@ -1,7 +1,8 @@
 """Decoding over the static KV cache (`agentgrad.engine.slots`, what CUDA graphs replay on a GPU) generates what the
-dynamic cache does: the same greedy tokens, logprobs within 1e-5 in fp32, with rows joining and leaving mid-decode,
-under grammars, and with the prefix cache; run here on the CPU, eagerly, on a tiny Qwen2 model with the real
-tokenizer. And the decoder's LoRA product is peft's."""
+dynamic cache does: the same tokens, logprobs within 1e-3 in fp32 (the two caches sum attention in different orders:
+1-2e-5 of the tiny model's ~0.2-nat logits on an AVX-512 CPU, 4e-4 once they are scaled to ~5), with rows joining and
+leaving mid-decode, under grammars, and with the prefix cache; run here on the CPU, eagerly, on a tiny Qwen2 model
+with the real tokenizer. And the decoder's LoRA product is peft's."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from agentgrad.engine.kv_cache import new_cache
 from agentgrad.engine.rows import Completion
 from tests.engine.test_decode import _tiny
 
+LOGIT_SCALE = 30.0
+"""How much the tiny model's output layer is scaled: next-token logits spread over ~5 nats instead of ~0.2."""
+
 QUESTIONS = ["Hi", "What is 2+3? Think.", "Name a colour please.", "x", "Count to ten, slowly, in words.", "Why?"]
 
 
@@ -33,7 +37,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("tiny-qwen2")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model())
-    _tiny("qwen2", vocab_size=len(tokenizer), max_position_embeddings=512).float().save_pretrained(path)
+    model = _tiny("qwen2", vocab_size=len(tokenizer), max_position_embeddings=512).float()
+    with torch.no_grad():  # a random network's next token is a near-tie among 49k (logprobs ~-10.8), which rounding
+        model.lm_head.weight.mul_(LOGIT_SCALE)  # 1e-5 apart flips; scaled, its top tokens stand apart as trained ones do
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
@@ -55,7 +62,7 @@ def _prompts(engine: Engine, system: bool = False) -> list[list[int]]:
     return [engine.chat_prompt_ids([*turn, {"role": "user", "content": q}]) for q in QUESTIONS]
 
 
-def _same(static: list[Completion], dynamic: list[Completion], tolerance: float = 1e-5) -> None:
+def _same(static: list[Completion], dynamic: list[Completion], tolerance: float = 1e-3) -> None:
     assert [c.token_ids for c in static] == [c.token_ids for c in dynamic]
     for a, b in zip(static, dynamic):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < tolerance
