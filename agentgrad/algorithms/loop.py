@@ -154,7 +154,8 @@ async def train(
     pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"))
     validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
     guard = RollbackGuard.of(cfg, checkpoints.directory)
-    initial = await validation.run(start, guard, update, announce=True)
+    validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
+    initial = Evaluation(**state["initial"]) if state.get("initial") else validated  # the run's, not the resume's
     stop, failed_steps = False, 0
     with progress_bar(name, algorithm.console, cfg.steps, start) as progress:
         for step in range(start + 1, cfg.steps + 1):
@@ -187,7 +188,13 @@ async def train(
                 line += f" | val acc {score:.3f}" if score is not None else ""
             progress.step(step, line)
             if checkpoints.due(step):
-                state = {"step": step, "history": history, "config": asdict(cfg), "queued": pipeline.state()}
+                state = {
+                    "step": step,
+                    "history": history,
+                    "config": asdict(cfg),
+                    "queued": pipeline.state(),
+                    "initial": asdict(initial) if initial is not None else None,
+                }
                 await checkpoints.save(algorithm, update, step, score, state)
             if stop:
                 break
