@@ -13,8 +13,9 @@ from typing import Any
 import psutil
 import pytest
 
-EXPECTED = ("multiprocessing.resource_tracker",)
-"""Descendants that live as long as pytest by design: the resource tracker multiprocessing starts once per process."""
+EXPECTED = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+"""Descendants that live as long as pytest by design: the resource tracker and the fork server (process isolation's
+runners fork from it) that multiprocessing starts once per process; each ends when pytest closes its end."""
 
 
 @dataclass(eq=False)  # a pytest plugin: pluggy keeps plugins in sets, so it hashes by identity
