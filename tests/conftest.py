@@ -22,7 +22,7 @@ from tests.fake_upstream import FakeUpstream
 from tests.helpers import VLLM_LORA_RANK
 from tests.leftovers import ProcessWatch, restore_weights, same_weights, weights_fingerprint
 from tests.tiny_models import save_tiny_model, tiny_engine_of
-
+from tests.xdist_groups import GroupsPlugin
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,8 +30,14 @@ def pytest_configure(config: pytest.Config) -> None:
     ignored, and so would every process its tests start, which the Ctrl+C tests then wait on in vain. And the run
     fails if it leaves a process running (`leftovers.ProcessWatch`)."""
     config.pluginmanager.register(ProcessWatch(), "agentgrad-process-watch")
+    config.pluginmanager.register(GroupsPlugin(config), "agentgrad-xdist-groups")
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2`: a thread each, and for the processes tests start
+        import torch  # (two workers computing on 2 threads each on 2 cores wait at every barrier: engine/threads.py)
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 SHARED_SERVERS: dict[str, Any] = {}
@@ -125,8 +131,13 @@ def smollm2_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         return
     with pytest.MonkeyPatch.context() as env:
         env.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        (server,) = start_servers(resolve_model(None), DEFAULT_MODEL, lora_rank=VLLM_LORA_RANK, max_loras=2,
-                                  log_dir=tmp_path_factory.mktemp("vllm"))
+        (server,) = start_servers(
+            resolve_model(None),
+            DEFAULT_MODEL,
+            lora_rank=VLLM_LORA_RANK,
+            max_loras=2,
+            log_dir=tmp_path_factory.mktemp("vllm"),
+        )
     SHARED_SERVERS["smollm2_vllm"] = server
     yield server
     server.stop()
@@ -151,8 +162,9 @@ def tiny_qwen_dir(tiny_cache: Path) -> Path:
 
 
 @pytest.fixture
-def tiny_default_models(tiny_cache: Path, tiny_smollm2_dir: Path, tiny_qwen_dir: Path,
-                        monkeypatch: pytest.MonkeyPatch) -> Path:
+def tiny_default_models(
+    tiny_cache: Path, tiny_smollm2_dir: Path, tiny_qwen_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """For the test (and the processes it starts), `smollm2-135m` and `qwen2.5-coder-0.5b` name the tiny models: for
     wiring that loads the default model itself (`Trainer.dev`, the CLI)."""
     monkeypatch.setenv("AGENTGRAD_CACHE", str(tiny_cache))
@@ -201,8 +213,10 @@ def shared_engines_kept(request: pytest.FixtureRequest) -> Iterator[None]:
     for name, engine in shared.items():
         if same_weights(before[name], weights_fingerprint(engine)):
             continue
-        problem = (f"{request.node.nodeid} changed the weights of the session's `{name}`, which later tests share: "
-                   "give it an engine of its own (`fresh_tiny_engine`, or `Engine(...)` closed at the end)")
+        problem = (
+            f"{request.node.nodeid} changed the weights of the session's `{name}`, which later tests share: "
+            "give it an engine of its own (`fresh_tiny_engine`, or `Engine(...)` closed at the end)"
+        )
         try:
             restore_weights(engine)
         except Exception as exc:  # wrapped in adapters, say: later tests will see it
