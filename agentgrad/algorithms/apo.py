@@ -50,6 +50,9 @@ EDIT_STYLES = (
 """How the editor is asked to edit, one per candidate of a parent in turn: distinct rewrites even
 from an editor that answers deterministically."""
 
+CALLERS = {"critique": "apo-critic", "new_prompt": "apo-editor"}
+"""The agent name each of APO's own model calls carries (by the tag its reply is read from)."""
+
 TRANSCRIPT_CHARS = 1500
 """How much of one failed run's task, and of its trace, the critic reads."""
 
@@ -79,6 +82,7 @@ class APOConfig(RunConfig):
     editor_model: str | None = None  # model rewriting the prompt; None: the critic's model
     critic_temperature: float = 0.7  # sampling temperature of the critic
     editor_temperature: float = 1.0  # of the editor: higher gives more varied rewrites
+    max_tokens: int | None = None  # tokens per critic or editor reply (None: the endpoint's limit)
     base_url: str | None = None  # OpenAI-compatible endpoint of critic and editor; None: the agent's LLM resource
     api_key: str | None = None  # its key; None: the LLM resource's when its endpoint is used, else OPENAI_API_KEY
     prompt_name: str | None = None  # the resource to optimize; None: the only PromptTemplate among the resources
@@ -87,6 +91,10 @@ class APOConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(
+                f"APO max_tokens must be at least 1 (or None: the endpoint's limit), got {self.max_tokens}"
+            )
         for name in ("steps", "beam_width", "branch_factor", "prompts_per_step", "critic_examples", "max_tries"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "steps" else 1):
@@ -431,9 +439,15 @@ class APO(Algorithm["APOResult"]):
         """
         import openai
 
+        # through a gateway (the policy's own, say) the call is recorded under the critic's or editor's name, and
+        # marked as no training data, so GRPO never trains on it
+        headers = {sc.NOT_TRAINED_HEADER: "apo", sc.AGENT_HEADER: CALLERS[tag]}
+        limit = {"max_tokens": self.config.max_tokens} if self.config.max_tokens else {}
         for attempt in range(1, self.config.max_tries + 1):
             try:
-                reply = await client.chat.completions.create(model=model, messages=messages, temperature=temperature)
+                reply = await client.chat.completions.create(
+                    model=model, messages=messages, temperature=temperature, extra_headers=headers, **limit
+                )
                 choice = reply.choices[0] if reply.choices else None
                 if choice is not None and choice.finish_reason == "length":
                     raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
