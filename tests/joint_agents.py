@@ -75,12 +75,14 @@ class CriticEditor:
         return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])])
 
 
-def joint(engine: Any, critic_url: str | None, **settings: Any) -> ag.Joint:
-    """A joint run on `engine`: prompt rounds every 2 steps (critic and editor at `critic_url`, else the policy)."""
-    apo = ag.APO(branch_factor=1, critic_examples=2, max_tries=1, max_tokens=16,
+def joint(engine: Any, critic_url: str | None, success_threshold: float = 1.0, **settings: Any) -> ag.Joint:
+    """A joint run on `engine`: prompt rounds every 2 steps (critic and editor at `critic_url`, else the policy);
+    a rollout below `success_threshold` is a failure for validation and for the critic alike."""
+    apo = ag.APO(branch_factor=1, critic_examples=2, max_tries=1, max_tokens=16, success_threshold=success_threshold,
                  **({"base_url": critic_url, "critic_model": "critic", "editor_model": "editor"} if critic_url else {}))
     grpo = ag.GRPO(local_engine=engine, **{"steps": 4, "prompts_per_step": 2, "group_size": 2, "max_tokens": 6,
-                                          "val_every": 1, "learning_rate": 1e-3, "success_threshold": 1.0, **settings})
+                                          "val_every": 1, "learning_rate": 1e-3, "success_threshold": success_threshold,
+                                          **settings})
     return ag.Joint(apo=apo, grpo=grpo, prompt_every=2)
 
 

@@ -1,0 +1,159 @@
+"""Joint runs (APO's prompt rounds between GRPO's weight steps) on a tiny model, a real SQLite store and real HTTP.
+
+The agent's reward is decided by its prompt (`tests/joint_agents.py`): the critic and editor there write a better
+prompt at the first round and a worse one at the second, so a run must keep the first and refuse the second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.joint_agents import CriticEditor, fit, joint
+
+import agentgrad as ag
+from agentgrad import semconv as sc
+from agentgrad.adapters import to_trajectories
+from agentgrad.policy.checkpoints import TRAINER_STATE
+from agentgrad.serving import ServerThread
+from agentgrad.store import SqliteStore
+from agentgrad.types import ResourcesSnapshot, Rollout
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def critic() -> Iterator[tuple[CriticEditor, str]]:
+    fake = CriticEditor()
+    with ServerThread(fake.app()) as server:
+        yield fake, server.url + "/v1"
+
+
+def metric(store: ag.Store, name: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in asyncio.run(store.query_metrics(name=name))]
+
+
+def snapshots(store: ag.Store) -> dict[str, ResourcesSnapshot]:
+    return {s.resources_id: s for s in asyncio.run(store.query_resources())}
+
+
+def rollouts(store: ag.Store, mode: str) -> list[Rollout]:
+    return asyncio.run(store.query_rollouts(mode=mode))
+
+
+def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_versions_on_every_call(
+    tmp_path: Path, fresh_tiny_engine: Any, critic: tuple[CriticEditor, str]
+) -> None:
+    fake, url = critic
+    store = SqliteStore(tmp_path / "joint.db")
+    fit(joint(fresh_tiny_engine, url, success_threshold=1.5), store)  # no rollout succeeds: every round criticizes
+
+    # weights every step, a prompt round every second step: the first rewrite kept, the second (worse) refused
+    assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    assert metric(store, "prompt/version") == [(1, 0.0), (2, 1.0), (3, 1.0), (4, 1.0)]
+    assert metric(store, "prompt/kept") == [(2, 1.0), (4, 0.0)]
+    (_, first_best), (_, second_best) = metric(store, "prompt/candidate_best")
+    (_, first_current), (_, second_current) = metric(store, "prompt/score")
+    assert first_best > first_current and second_best < second_current  # better kept, worse refused
+    by_id = snapshots(store)
+    candidates = [s for s in by_id.values() if s.metadata.get("purpose") == "prompt_candidate"]
+    assert [(s.metadata["step"], s.metadata["status"]) for s in candidates] == [(2, "kept"), (4, "refused")]
+    assert candidates[0].resources["prompt"].template.startswith("BETTER ")
+    assert candidates[1].resources["prompt"].template.startswith("WORSE BETTER ")
+
+    # the critic read the rollouts GRPO had just trained on: each round's, of the step it followed
+    train = rollouts(store, "train")
+    for round_, request in zip((2, 4), fake.asked("critic"), strict=True):
+        questions = {r.input["question"] for r in train if r.metadata["step"] == round_}
+        assert any(q in request for q in questions), (round_, request[:300])
+
+    # every rollout names the prompt version it ran with, every model call the weights version that sampled it;
+    # the training steps after the first round run under the rewrite APO kept
+    val = [r for r in rollouts(store, "val") if "apo_round" not in r.metadata]  # the loop's validation
+    spans = asyncio.run(store.query_spans_of([r.rollout_id for r in train + val]))
+    for rollout in train + val:
+        snapshot = by_id[rollout.resources_id or ""]
+        version, step = snapshot.metadata["prompt_version"], rollout.metadata["step"]
+        assert version == (0 if step < (3 if rollout.mode == "train" else 2) else 1), (rollout.mode, step)
+        assert ("BETTER" in snapshot.resources["prompt"].template) == (version == 1)
+        calls = [s for s in spans[rollout.rollout_id] if sc.is_llm_call(s)]
+        assert calls and all(c.attributes[sc.WEIGHTS_VERSION] == step - (rollout.mode == "train") for c in calls)
+        prompt_sent = str(calls[0].attributes[sc.GEN_AI_INPUT_MESSAGES])
+        assert ("BETTER" in prompt_sent) == (version == 1)
+
+    # the run record holds both histories
+    (run,) = asyncio.run(store.query_runs())
+    assert run.algorithm == "Joint" and run.final["prompt/version"] == 1 and run.final["train/model_version"] == 4
+
+
+def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway_but_never_trained_on(
+    tmp_path: Path, fresh_tiny_engine: Any
+) -> None:
+    store = SqliteStore(tmp_path / "joint.db")
+    fit(joint(fresh_tiny_engine, None, steps=2, success_threshold=1.5), store)  # no base_url, no API key
+
+    critic_calls = [s for s in asyncio.run(store.query_spans(None)) if sc.is_llm_call(s)]
+    assert critic_calls, "the critic's calls reached the policy's gateway and were recorded"
+    assert {c.attributes[sc.NOT_TRAINED] for c in critic_calls} == {"apo"}
+    assert {c.attributes[sc.AGENT_NAME] for c in critic_calls} <= {"apo-critic", "apo-editor"}
+    assert all(c.attributes[sc.WEIGHTS_VERSION] == 2 for c in critic_calls)  # after step 2's update
+    assert to_trajectories(critic_calls, reward=1.0) == [], "adapters leave marked calls out of any batch"
+    assert metric(store, "prompt/version") == [(1, 0.0), (2, 0.0)]  # a tiny model's critique is unusable: no change
+    assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0)]
+
+
+def test_joint_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="prompt_every"):
+        ag.Joint(prompt_every=0)
+    with pytest.raises(ValueError, match="synchronously"):
+        ag.Joint(grpo=ag.GRPO(max_staleness=1))
+
+
+def test_a_sigkilled_joint_run_resumes_with_the_prompt_and_the_weights_of_its_checkpoint(
+    tmp_path: Path, tiny_smollm2_dir: Path
+) -> None:
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "tests.joint_agents", str(tiny_smollm2_dir), str(run)]
+    env = {**os.environ, "COLUMNS": "200"}
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    began = time.monotonic()
+    try:  # killed once step 2's checkpoint (after the first prompt round) is whole
+        while not (run / "checkpoints" / "step-2" / TRAINER_STATE).exists():
+            assert first.poll() is None, first.stdout.read() if first.stdout else ""
+            assert time.monotonic() - began < 120, "no checkpoint of step 2 within 2 minutes"
+            time.sleep(0.05)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    saved = max(int(p.name.removeprefix("step-")) for p in (run / "checkpoints").glob("step-*")
+                if (p / TRAINER_STATE).exists())
+
+    resumed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False, cwd=ROOT)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out
+    assert re.search(rf"resumed from \S+step-{saved} \(step {saved}\)", out)
+    assert saved < 4 and f"step {saved + 1}/4" in out  # killed mid-run: the resumed run trained on
+    store = SqliteStore(run / "store.db")
+    by_id = snapshots(store)
+    (restart,) = [s for s in by_id.values() if s.metadata.get("status") == "resumed"]
+    kept = [s for s in by_id.values() if s.metadata.get("purpose") == "prompt_candidate" and s.metadata["step"] <= saved
+            and s.metadata["status"] == "kept"]
+    assert [s.metadata["step"] for s in kept] == [2]
+    assert restart.metadata["prompt_version"] == 1  # the prompt of the checkpoint, not the seed the store began with
+    assert restart.resources["prompt"] == kept[0].resources["prompt"]
+    # the resumed run's first validation ran under that prompt and the checkpoint's weights
+    first_val = [r for r in rollouts(store, "val") if r.metadata.get("step") == saved and "apo_round" not in r.metadata
+                 and by_id[r.resources_id or ""].metadata.get("prompt_version") == 1]
+    spans = asyncio.run(store.query_spans_of([r.rollout_id for r in first_val]))
+    versions = {s.attributes[sc.WEIGHTS_VERSION] for r in first_val for s in spans[r.rollout_id] if sc.is_llm_call(s)}
+    assert versions == {saved}
+    assert [step for step, _ in metric(store, "prompt/version")][-1] == 4
