@@ -19,23 +19,34 @@ from typing import Any
 
 import pytest
 from tests.joint_agents import CriticEditor, fit, joint
+from tests.test_dashboard import rendered, screenshot
+from tests.tiny_models import tiny_engine_of
 
 import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.adapters import to_trajectories
+from agentgrad.algorithms.apo import lenient
+from agentgrad.cli.run_views import TIMELINE_FIGURES
+from agentgrad.dashboard import STATIC
 from agentgrad.policy.checkpoints import TRAINER_STATE
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
+from agentgrad.store.server import create_app
 from agentgrad.types import ResourcesSnapshot, Rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def critic() -> Iterator[tuple[CriticEditor, str]]:
-    fake = CriticEditor()
+@pytest.fixture(scope="module")
+def joint_run(tmp_path_factory: pytest.TempPathFactory, tiny_smollm2_dir: Path) -> Iterator[tuple[Path, CriticEditor]]:
+    """A 4-step joint run on a tiny model of its own, rounds after steps 2 and 4 (no rollout succeeds: every round
+    has failures to criticize); its SQLite store and the critic and editor it asked."""
+    fake, path = CriticEditor(), tmp_path_factory.mktemp("joint") / "joint.db"
     with ServerThread(fake.app()) as server:
-        yield fake, server.url + "/v1"
+        engine = tiny_engine_of(tiny_smollm2_dir)
+        fit(joint(engine, server.url + "/v1", success_threshold=1.5), SqliteStore(path))
+        engine.close()
+    yield path, fake
 
 
 def metric(store: ag.Store, name: str) -> list[tuple[int, float]]:
@@ -51,11 +62,10 @@ def rollouts(store: ag.Store, mode: str) -> list[Rollout]:
 
 
 def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_versions_on_every_call(
-    tmp_path: Path, fresh_tiny_engine: Any, critic: tuple[CriticEditor, str]
+    joint_run: tuple[Path, CriticEditor],
 ) -> None:
-    fake, url = critic
-    store = SqliteStore(tmp_path / "joint.db")
-    fit(joint(fresh_tiny_engine, url, success_threshold=1.5), store)  # no rollout succeeds: every round criticizes
+    path, fake = joint_run
+    store = SqliteStore(path)
 
     # weights every step, a prompt round every second step: the first rewrite kept, the second (worse) refused
     assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
@@ -93,6 +103,51 @@ def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_
     # the run record holds both histories
     (run,) = asyncio.run(store.query_runs())
     assert run.algorithm == "Joint" and run.final["prompt/version"] == 1 and run.final["train/model_version"] == 4
+
+
+def test_runs_show_and_the_dashboard_lay_weight_and_prompt_versions_on_one_timeline(
+    joint_run: tuple[Path, CriticEditor], tmp_path: Path
+) -> None:
+    path, _ = joint_run
+    store = SqliteStore(path)
+    (run,) = asyncio.run(store.query_runs())
+    shown = subprocess.run([sys.executable, "-m", "agentgrad.cli", "runs", "show", run.run_id, "--store", str(path)],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    rows = re.findall(r"│\s+(\d+) │\s+(v\d+) │\s+(v\d+) │[^│]*│ ([^│]*?)\s*│", shown.stdout)
+    assert [(step, weights, prompt) for step, weights, prompt, _ in rows] == [
+        ("0", "v0", "v0"), ("1", "v1", "v0"), ("2", "v2", "v1"), ("3", "v3", "v1"), ("4", "v4", "v1")]
+    assert rows[2][3].startswith("prompt rewrite kept") and rows[4][3].startswith("prompt rewrite refused")
+
+    # the dashboard's runs page: the same timeline, from the same figures
+    script_figures = re.search(r"const TIMELINE_FIGURES = \[([^\]]*)\]", (STATIC / "dashboard.js").read_text())
+    assert script_figures and re.findall(r'"([^"]+)"', script_figures.group(1)) == list(TIMELINE_FIGURES)
+    with ServerThread(create_app(store)) as server:
+        page = rendered(server.url + "/#runs", tmp_path)
+        shot = screenshot(server.url + "/#runs", tmp_path, Path(os.environ.get("AGENTGRAD_TIMELINE_SHOT", tmp_path / "t.png")))
+    timeline = page[page.index('class="grid timeline"'):]
+    cells = re.findall(r"<tr><td>(\d+)</td><td class=\"mono\">(v\d+)</td><td class=\"mono\">(v\d+)</td>", timeline)
+    assert cells == [("0", "v0", "v0"), ("1", "v1", "v0"), ("2", "v2", "v1"), ("3", "v3", "v1"), ("4", "v4", "v1")]
+    assert "prompt rewrite kept" in timeline and "prompt rewrite refused" in timeline
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_joint_run_stops_after_the_step_that_ends_past_its_time_budget_validated(
+    tmp_path: Path, fresh_tiny_engine: Any
+) -> None:
+    store = SqliteStore(tmp_path / "joint.db")
+    result = fit(joint(fresh_tiny_engine, None, time_budget_s=1e-6), store)
+    assert [h["step"] for h in result.history] == [1]
+    assert [step for step, _ in metric(store, "val/accuracy")] == [0, 1]  # the last step validated all the same
+
+
+def test_lenient_replies_take_a_small_models_unmarked_critique_and_its_fenced_rewrite() -> None:
+    assert lenient("The prompt never says how to answer.", "critique") == "The prompt never says how to answer."
+    assert lenient("Here it is:\n```\nSolve it.\nAnswer: N\n```\nDone.", "new_prompt") == "Solve it.\nAnswer: N"
+    assert lenient("Say it in one line.", "new_prompt") == "Say it in one line."
+    assert lenient("<critique>marked</critique> after", "critique") == "marked"
+    with pytest.raises(ValueError, match="empty"):
+        lenient("  ", "critique")
 
 
 def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway_but_never_trained_on(

@@ -168,7 +168,9 @@ class PromptRounds:
         }
         if not rewrites:
             return RoundOutcome(metrics=metrics, summary=f"prompt v{self.version}: no usable rewrite")
-        # ---- guard: the current prompt and each rewrite on the validation tasks, under the current weights
+        # ---- guard: the current prompt and each rewrite on the validation tasks (APO's `val_size` of them), under
+        # the current weights
+        tasks = validation.tasks[: cfg.val_size]
         ids = [
             await apo.publish(
                 {**current.resources, self.prompt_name: rewrite},
@@ -184,7 +186,7 @@ class PromptRounds:
             for rewrite in rewrites.values()
         ]
         runs = await asyncio.gather(
-            *(apo.validate(resources_id, validation.tasks, step) for resources_id in [current.resources_id, *ids])
+            *(apo.validate(resources_id, tasks, step) for resources_id in [current.resources_id, *ids])
         )
         score, *scores = [Evaluation.of(r, cfg.success_threshold).reward_mean for r in runs]
         best = max(range(len(ids)), key=lambda i: scores[i])

@@ -204,7 +204,7 @@ async def train(
     guard = RollbackGuard.of(cfg, checkpoints.directory)
     validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
     initial = Evaluation(**state["initial"]) if state.get("initial") else validated  # the run's, not the resume's
-    stop, failed_steps = False, 0
+    stop, failed_steps, run_began = False, 0, time.perf_counter()
     with progress_bar(name, algorithm.console, cfg.steps, start) as progress:
         for step in range(start + 1, cfg.steps + 1):
             began = time.perf_counter()
@@ -233,15 +233,17 @@ async def train(
             await algorithm.log_metrics(step, metrics)
             history.append({"step": step, **metrics})
             line = " | ".join(part for part in (describe(metrics, batch), outcome.summary) if part)
-            # ---- validate, roll back, checkpoint
+            # ---- validate, roll back, checkpoint (and stop past the time budget, validated and saved)
+            budget = cfg.time_budget_s
+            out_of_time = budget is not None and time.perf_counter() - run_began >= budget
             score = None
-            if validation.due(step):
+            if validation.due(step) or out_of_time:
                 validated = await validation.run(step, guard, update)
                 stop = validation.stop
                 score = validated.success_rate if validated is not None else None
                 line += f" | val acc {score:.3f}" if score is not None else ""
             progress.step(step, line)
-            if checkpoints.due(step):
+            if checkpoints.due(step) or (out_of_time and checkpoints.directory is not None):
                 state = {
                     "step": step,
                     "history": history,
@@ -251,7 +253,7 @@ async def train(
                     "rounds": rounds.state(),
                 }
                 await checkpoints.save(algorithm, update, step, score, state)
-            if stop:
+            if stop or out_of_time:
                 break
     return checkpoints.result(cfg.steps, initial, validation, guard, history)
 
