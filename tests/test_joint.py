@@ -25,7 +25,7 @@ from tests.tiny_models import tiny_engine_of
 import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.adapters import to_trajectories
-from agentgrad.algorithms.apo import lenient
+from agentgrad.algorithms.apo import check_rewrite, lenient
 from agentgrad.cli.run_views import TIMELINE_FIGURES
 from agentgrad.dashboard import STATIC
 from agentgrad.policy.checkpoints import TRAINER_STATE
@@ -148,6 +148,9 @@ def test_lenient_replies_take_a_small_models_unmarked_critique_and_its_fenced_re
     assert lenient("<critique>marked</critique> after", "critique") == "marked"
     with pytest.raises(ValueError, match="empty"):
         lenient("  ", "critique")
+    with pytest.raises(ValueError, match="fenced block is empty"):
+        lenient("Here:\n```\n```", "new_prompt")
+    assert check_rewrite(ag.PromptTemplate(template="Solve it."), ag.PromptTemplate(template=" \n")) == "empty"
 
 
 def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway_but_never_trained_on(

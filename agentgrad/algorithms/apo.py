@@ -84,8 +84,8 @@ class APOConfig(RunConfig):
     critic_temperature: float = 0.7  # sampling temperature of the critic
     editor_temperature: float = 1.0  # of the editor: higher gives more varied rewrites
     max_tokens: int | None = None  # tokens per critic or editor reply (None: the endpoint's limit)
-    lenient_replies: bool = False  # a reply without its markers: the critique is the whole text, the rewrite the
-    # first ``` block (else the whole text); for small local critics, whose rewrites a guard then scores (Joint)
+    lenient_replies: bool = False  # a reply without its markers (or cut off): the critique is the whole text, the
+    # rewrite the first ``` block (else the whole text); for small local critics, whose rewrites a guard scores (Joint)
     base_url: str | None = None  # OpenAI-compatible endpoint of critic and editor; None: the agent's LLM resource
     api_key: str | None = None  # its key; None: the LLM resource's when its endpoint is used, else OPENAI_API_KEY
     prompt_name: str | None = None  # the resource to optimize; None: the only PromptTemplate among the resources
@@ -457,7 +457,7 @@ class APO(Algorithm["APOResult"]):
                     model=model, messages=messages, temperature=temperature, extra_headers=headers, **limit
                 )
                 choice = reply.choices[0] if reply.choices else None
-                if choice is not None and choice.finish_reason == "length":
+                if choice is not None and choice.finish_reason == "length" and not self.config.lenient_replies:
                     raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
                 content = redact_known(choice.message.content or "") if choice else None
                 text = lenient(content, tag) if self.config.lenient_replies else between_markers(content, tag)
@@ -629,7 +629,10 @@ def lenient(text: str | None, tag: str) -> str:
         if not text or not text.strip():
             raise
     fenced = re.search(r"```[^\n]*\n(.*?)\n?```", text, re.S)
-    return (fenced.group(1) if fenced and tag != "critique" else text).strip()
+    found = (fenced.group(1) if fenced and tag != "critique" else text).strip()
+    if not found:
+        raise ValueError(f"the reply's fenced block is empty: {text[:200]!r}")
+    return found
 
 
 class _StandIn(str):
@@ -659,6 +662,8 @@ def check_rewrite(original: PromptTemplate, rewrite: PromptTemplate) -> str | No
     It must parse, fill exactly the original's placeholders, render wherever the original renders,
     and differ from it.
     """
+    if not rewrite.template.strip():
+        return "empty"
     if rewrite.template.strip() == original.template.strip():
         return "unchanged"
     try:
