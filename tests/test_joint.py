@@ -124,7 +124,7 @@ def test_runs_show_and_the_dashboard_lay_weight_and_prompt_versions_on_one_timel
     assert script_figures and re.findall(r'"([^"]+)"', script_figures.group(1)) == list(TIMELINE_FIGURES)
     with ServerThread(create_app(store)) as server:
         page = rendered(server.url + "/#runs", tmp_path)
-        shot = screenshot(server.url + "/#runs", tmp_path, Path(os.environ.get("AGENTGRAD_TIMELINE_SHOT", tmp_path / "t.png")))
+        shot = screenshot(server.url + "/#runs", tmp_path)
     timeline = page[page.index('class="grid timeline"'):]
     cells = re.findall(r"<tr><td>(\d+)</td><td class=\"mono\">(v\d+)</td><td class=\"mono\">(v\d+)</td>", timeline)
     assert cells == [("0", "v0", "v0"), ("1", "v1", "v0"), ("2", "v2", "v1"), ("3", "v3", "v1"), ("4", "v4", "v1")]
