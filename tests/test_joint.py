@@ -187,7 +187,7 @@ def test_a_sigkilled_joint_run_resumes_with_the_prompt_and_the_weights_of_its_ch
     try:  # killed once step 2's checkpoint (after the first prompt round) is whole
         while not (run / "checkpoints" / "step-2" / TRAINER_STATE).exists():
             assert first.poll() is None, first.stdout.read() if first.stdout else ""
-            assert time.monotonic() - began < 120, "no checkpoint of step 2 within 2 minutes"
+            assert time.monotonic() - began < 300, "no checkpoint of step 2 within 5 minutes"
             time.sleep(0.05)
     finally:
         first.send_signal(signal.SIGKILL)
