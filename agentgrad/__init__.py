@@ -60,6 +60,7 @@ _EXPORTS = {
     "APO": "agentgrad.algorithms.apo",
     "APOConfig": "agentgrad.algorithms.apo",
     "APOResult": "agentgrad.algorithms.apo",
+    "Joint": "agentgrad.algorithms.joint",
     # stores
     "Store": "agentgrad.store",
     "MemoryStore": "agentgrad.store",
@@ -72,7 +73,7 @@ _EXPORTS = {
     "InvalidTransitionError": "agentgrad.store",
 }
 
-_TRAIN_EXTRA = {"GRPO", "GRPOConfig", "GRPOResult", "SFT", "SFTConfig", "SFTResult"}
+_TRAIN_EXTRA = {"GRPO", "GRPOConfig", "GRPOResult", "SFT", "SFTConfig", "SFTResult", "Joint"}
 """Names that need the `train` extra (torch, transformers, ...)."""
 _TRAIN_MODULES = {"torch", "transformers", "gguf", "accelerate", "peft", "safetensors"}
 
@@ -111,6 +112,7 @@ if TYPE_CHECKING:
     from agentgrad.algorithms.baseline import Baseline, BaselineConfig
     from agentgrad.algorithms.config import RunConfig
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig, GRPOResult
+    from agentgrad.algorithms.joint import Joint
     from agentgrad.algorithms.sft import SFT, SFTConfig, SFTResult
     from agentgrad.gateway import Backend, Gateway
     from agentgrad.policy.config import PolicyConfig

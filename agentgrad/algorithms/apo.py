@@ -18,6 +18,7 @@ import difflib
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
@@ -28,7 +29,7 @@ from rich.text import Text
 
 from agentgrad import semconv as sc
 from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext
-from agentgrad.algorithms.config import RunConfig, configured
+from agentgrad.algorithms.config import RunConfig, check_time_budget, configured
 from agentgrad.redact import redact, redact_known
 from agentgrad.types import (
     LLM,
@@ -49,6 +50,9 @@ EDIT_STYLES = (
 )
 """How the editor is asked to edit, one per candidate of a parent in turn: distinct rewrites even
 from an editor that answers deterministically."""
+
+CALLERS = {"critique": "apo-critic", "new_prompt": "apo-editor"}
+"""The agent name each of APO's own model calls carries (by the tag its reply is read from)."""
 
 TRANSCRIPT_CHARS = 1500
 """How much of one failed run's task, and of its trace, the critic reads."""
@@ -79,14 +83,23 @@ class APOConfig(RunConfig):
     editor_model: str | None = None  # model rewriting the prompt; None: the critic's model
     critic_temperature: float = 0.7  # sampling temperature of the critic
     editor_temperature: float = 1.0  # of the editor: higher gives more varied rewrites
+    max_tokens: int | None = None  # tokens per critic or editor reply (None: the endpoint's limit)
+    lenient_replies: bool = False  # a reply without its markers (or cut off): the critique is the whole text, the
+    # rewrite the first ``` block (else the whole text); for small local critics, whose rewrites a guard scores (Joint)
     base_url: str | None = None  # OpenAI-compatible endpoint of critic and editor; None: the agent's LLM resource
     api_key: str | None = None  # its key; None: the LLM resource's when its endpoint is used, else OPENAI_API_KEY
     prompt_name: str | None = None  # the resource to optimize; None: the only PromptTemplate among the resources
     max_tries: int = 3  # tries for a critic or editor reply (malformed, or an API error) before giving it up
     batch_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
+    time_budget_s: float | None = None  # no round starts past this many seconds of the search (None: no limit)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_time_budget(self.time_budget_s)
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(
+                f"APO max_tokens must be at least 1 (or None: the endpoint's limit), got {self.max_tokens}"
+            )
         for name in ("steps", "beam_width", "branch_factor", "prompts_per_step", "critic_examples", "max_tries"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "steps" else 1):
@@ -146,7 +159,10 @@ class APO(Algorithm["APOResult"]):
             seed = best = await self.score_seed(search, seed_prompt)
             beam, round_best = [seed], [seed.score]
             tried = {seed_prompt.template: seed.resources_id}  # template -> the snapshot that first held it
+            began = time.monotonic()
             for round_ in range(1, cfg.steps + 1):
+                if cfg.time_budget_s is not None and time.monotonic() - began >= cfg.time_budget_s:
+                    break
                 started = time.monotonic()
                 outcome = await self.search_round(search, round_, beam, tried)
                 beam = outcome.beam
@@ -431,13 +447,20 @@ class APO(Algorithm["APOResult"]):
         """
         import openai
 
+        # through a gateway (the policy's own, say) the call is recorded under the critic's or editor's name, and
+        # marked as no training data, so GRPO never trains on it
+        headers = {sc.NOT_TRAINED_HEADER: "apo", sc.AGENT_HEADER: CALLERS[tag]}
+        limit = {"max_tokens": self.config.max_tokens} if self.config.max_tokens else {}
         for attempt in range(1, self.config.max_tries + 1):
             try:
-                reply = await client.chat.completions.create(model=model, messages=messages, temperature=temperature)
+                reply = await client.chat.completions.create(
+                    model=model, messages=messages, temperature=temperature, extra_headers=headers, **limit
+                )
                 choice = reply.choices[0] if reply.choices else None
-                if choice is not None and choice.finish_reason == "length":
+                if choice is not None and choice.finish_reason == "length" and not self.config.lenient_replies:
                     raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
-                text = between_markers(redact_known(choice.message.content or "") if choice else None, tag)
+                content = redact_known(choice.message.content or "") if choice else None
+                text = lenient(content, tag) if self.config.lenient_replies else between_markers(content, tag)
                 return Reply(text, Tally(unusable=attempt - 1))  # the tries before this one were unusable
             except openai.APIStatusError as exc:
                 if exc.status_code in (401, 403, 404):  # wrong key, URL or model name: no retry will help
@@ -598,6 +621,20 @@ def between_markers(text: str | None, tag: str) -> str:
     return inner
 
 
+def lenient(text: str | None, tag: str) -> str:
+    """`between_markers`, and for a reply without them: a rewrite's first fenced block, else the whole text."""
+    try:
+        return between_markers(text, tag)
+    except ValueError:
+        if not text or not text.strip():
+            raise
+    fenced = re.search(r"```[^\n]*\n(.*?)\n?```", text, re.S)
+    found = (fenced.group(1) if fenced and tag != "critique" else text).strip()
+    if not found:
+        raise ValueError(f"the reply's fenced block is empty: {text[:200]!r}")
+    return found
+
+
 class _StandIn(str):
     """A value that survives attribute access and indexing, to test-render a template without real values."""
 
@@ -625,6 +662,8 @@ def check_rewrite(original: PromptTemplate, rewrite: PromptTemplate) -> str | No
     It must parse, fill exactly the original's placeholders, render wherever the original renders,
     and differ from it.
     """
+    if not rewrite.template.strip():
+        return "empty"
     if rewrite.template.strip() == original.template.strip():
         return "unchanged"
     try:

@@ -73,6 +73,7 @@ class LoopConfig(RunConfig):
     prompts_per_step: int = 8  # tasks sampled per step
     group_size: int = 8  # rollouts of each task per step
     max_failed_steps: int = 1  # stop after this many steps in a row in which every rollout failed (0: never)
+    time_budget_s: float | None = None  # stop after the step that ends past this many seconds of this process's run
     # ---- sampling the rollouts
     temperature: float = 1.0  # sampling temperature of training rollouts; validation is greedy
     top_p: float = 1.0  # nucleus sampling of training rollouts
@@ -141,6 +142,7 @@ class LoopConfig(RunConfig):
             raise ValueError(f"keep_checkpoints must be >= 0 (0 keeps all), got {self.keep_checkpoints}")
         if self.val_every < 0:
             raise ValueError("val_every must be >= 0 (0: before the first step and after the last only)")
+        check_time_budget(self.time_budget_s)
         if self.train_processes < 1:
             raise ValueError(f"train_processes must be at least 1, got {self.train_processes}")
         if self.train_processes > 1 and self.policy.lora_rank > 0:
@@ -148,6 +150,12 @@ class LoopConfig(RunConfig):
                 "train_processes > 1 shards full weights; LoRA (lora_rank > 0) trains in one process: "
                 "set train_processes=1 or lora_rank=0"
             )
+
+
+def check_time_budget(seconds: float | None) -> None:
+    """A run's `time_budget_s`: None (no limit) or a positive number of seconds."""
+    if seconds is not None and (isinstance(seconds, bool) or not seconds > 0):
+        raise ValueError(f"time_budget_s is a number of seconds (> 0), or None for no limit; got {seconds!r}")
 
 
 C = TypeVar("C")

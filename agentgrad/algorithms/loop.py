@@ -65,6 +65,45 @@ class BatchBuilder(Protocol):
     async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch: ...
 
 
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What happened to the agent's other resources after a step: whether new ones were published (the loop then
+    publishes the policy again over them), the step's figures of it, and a few words for the progress line."""
+
+    published: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    summary: str = ""
+
+
+class Rounds(Protocol):
+    """What changes the agent's other resources between weight steps (Joint: APO's prompt rounds), on the run's
+    store; `NoRounds` for GRPO and SFT alone. Its `state()` goes into each checkpoint and `start` gets it back."""
+
+    async def start(self, algorithm: Algorithm[Any], state: Mapping[str, Any] | None) -> None: ...
+
+    def labels(self) -> dict[str, Any]: ...
+
+    async def after_step(self, step: int, collected: StepRollouts, validation: Validation) -> RoundOutcome: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+
+class NoRounds:
+    """The agent's other resources stay as the run found them (GRPO, SFT)."""
+
+    async def start(self, algorithm: Algorithm[Any], state: Mapping[str, Any] | None) -> None:
+        return None
+
+    def labels(self) -> dict[str, Any]:
+        return {}
+
+    async def after_step(self, step: int, collected: StepRollouts, validation: Validation) -> RoundOutcome:
+        return RoundOutcome()
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+
 class TrainsWeights(Algorithm[Result]):
     """An algorithm that trains a local model's weights through the loop (GRPO, SFT): it supplies its config type,
     its batch builder and its loss (`Train`, and the same on one rank of a sharded update); the policy, the update
@@ -108,6 +147,10 @@ class TrainsWeights(Algorithm[Result]):
         """Whether the update keeps a frozen reference of the starting weights (a KL term)."""
         return False
 
+    def rounds(self) -> Rounds:
+        """What changes the agent's other resources between weight steps (Joint: its prompt); none by default."""
+        return NoRounds()
+
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> Result:
         self.bind(ctx)
         cfg = self.config
@@ -126,7 +169,8 @@ class TrainsWeights(Algorithm[Result]):
         ) as policy:
             update = open_update(policy, cfg, ctx.launcher, *self.losses(), reference=self.reference())
             try:
-                return await train(self, cfg, policy, self.batches(), update, list(train_data), list(val_data or []))
+                data, val = list(train_data), list(val_data or [])
+                return await train(self, cfg, policy, self.batches(), update, data, val, self.rounds())
             finally:
                 update.close()
 
@@ -145,18 +189,22 @@ async def train(
     update: Update,
     train_data: Sequence[Any],
     val_data: Sequence[Any],
+    rounds: Rounds | None = None,
 ) -> Result:
-    """Run `cfg.steps` steps of `algorithm` (its context bound) on the policy; the run's `Result`."""
+    """Run `cfg.steps` steps of `algorithm` (its context bound) on the policy, `rounds` changing the agent's other
+    resources between them (none by default); the run's `Result`."""
     name = type(algorithm).__name__
-    train_id, val_id = await publish_policy(algorithm, cfg, policy)
+    rounds = rounds or NoRounds()
     checkpoints = Checkpoints(cfg)
     start, history, state = checkpoints.resume(update, algorithm)
+    await rounds.start(algorithm, state.get("rounds"))  # resumed: the resources it had at the checkpoint
+    train_id, val_id = await publish_policy(algorithm, cfg, policy, rounds.labels())
     pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"))
     validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
     guard = RollbackGuard.of(cfg, checkpoints.directory)
     validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
     initial = Evaluation(**state["initial"]) if state.get("initial") else validated  # the run's, not the resume's
-    stop, failed_steps = False, 0
+    stop, failed_steps, run_began = False, 0, time.perf_counter()
     with progress_bar(name, algorithm.console, cfg.steps, start) as progress:
         for step in range(start + 1, cfg.steps + 1):
             began = time.perf_counter()
@@ -173,30 +221,39 @@ async def train(
             stats = await asyncio.to_thread(in_own_thread, update.step, batch.data) if batch.size else {}
             update_seconds = time.perf_counter() - update_began
             await pipeline.published(step)  # asynchronous: the runners go on through validation and checkpoints
+            # ---- the other resources (Joint: a prompt round on the rollouts just trained on, under the new weights)
+            outcome = await rounds.after_step(step, collected, validation)
+            if outcome.published:
+                train_id, val_id = await publish_policy(algorithm, cfg, policy, rounds.labels())
+                pipeline.resources_id, validation.resources_id = train_id, val_id
             # ---- log
             metrics = step_metrics(cfg, collected, batch, stats, policy.version, began, rollout_seconds, update_seconds)
             metrics["perf/peak_memory_gib"] = policy.engine.peak_memory_bytes() / 2**30
+            metrics.update(outcome.metrics)
             await algorithm.log_metrics(step, metrics)
             history.append({"step": step, **metrics})
-            line = describe(metrics, batch)
-            # ---- validate, roll back, checkpoint
+            line = " | ".join(part for part in (describe(metrics, batch), outcome.summary) if part)
+            # ---- validate, roll back, checkpoint (and stop past the time budget, validated and saved)
+            budget = cfg.time_budget_s
+            out_of_time = budget is not None and time.perf_counter() - run_began >= budget
             score = None
-            if validation.due(step):
+            if validation.due(step) or out_of_time:
                 validated = await validation.run(step, guard, update)
                 stop = validation.stop
                 score = validated.success_rate if validated is not None else None
                 line += f" | val acc {score:.3f}" if score is not None else ""
             progress.step(step, line)
-            if checkpoints.due(step):
+            if checkpoints.due(step) or (out_of_time and checkpoints.directory is not None):
                 state = {
                     "step": step,
                     "history": history,
                     "config": asdict(cfg),
                     "queued": pipeline.state(),
                     "initial": asdict(initial) if initial is not None else None,
+                    "rounds": rounds.state(),
                 }
                 await checkpoints.save(algorithm, update, step, score, state)
-            if stop:
+            if stop or out_of_time:
                 break
     return checkpoints.result(cfg.steps, initial, validation, guard, history)
 
@@ -204,17 +261,22 @@ async def train(
 # ----------------------------------------------------------------------------- the phases
 
 
-async def publish_policy(algorithm: Algorithm[Any], cfg: LoopConfig, policy: Policy) -> tuple[str, str]:
+async def publish_policy(
+    algorithm: Algorithm[Any], cfg: LoopConfig, policy: Policy, labels: Mapping[str, Any] | None = None
+) -> tuple[str, str]:
     """Publish the policy behind the gateway (the agent's other resources kept) for training and for validation
-    (greedy), and have the gateway apply the trainer's sampling to every call; the two resources ids."""
+    (greedy), `labels` in both snapshots' metadata, and have the gateway apply the trainer's sampling to every
+    call; the two resources ids."""
     name = type(algorithm).__name__.lower()
     train_id = await algorithm.publish_with(
         cfg.resource_name,
         policy.llm(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
-        {"algorithm": name, "purpose": "train"},
+        {"algorithm": name, "purpose": "train", **(labels or {})},
     )
     val_id = await algorithm.publish_with(
-        cfg.resource_name, policy.llm(temperature=0.0, max_tokens=cfg.max_tokens), {"algorithm": name, "purpose": "val"}
+        cfg.resource_name,
+        policy.llm(temperature=0.0, max_tokens=cfg.max_tokens),
+        {"algorithm": name, "purpose": "val", **(labels or {})},
     )
     policy.set_sampling(SamplingPlan.for_training(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.sampling))
     return train_id, val_id

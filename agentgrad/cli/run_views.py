@@ -18,6 +18,19 @@ COMPARED_FIGURES = ("val/accuracy", "val/reward_mean", "train/reward_mean", "tra
 """The final figures `runs ls` shows, those a run has."""
 
 
+TIMELINE_FIGURES = (
+    "train/model_version",
+    "prompt/version",
+    "val/accuracy",
+    "prompt/kept",
+    "prompt/score",
+    "prompt/candidate_best",
+    "train/rollback",
+    "train/rollback_to_step",
+)
+"""The per-step figures `runs show` lays on its timeline: the weights version and the prompt version (Joint) side by
+side, validation, and what changed either (a prompt rewrite kept or refused, a rollback)."""
+
 ROLE_FIGURES = ("reward_mean", "accuracy", "loss", "grad_norm", "groups_used", "calls")
 """Per role (`train/<role>/<figure>`, GRPO's `roles`), the figures `runs show` puts in its roles table."""
 
@@ -121,6 +134,9 @@ async def print_run(console: Console, store: Store, key: str) -> None:
         for role, figures in roles.items():
             by_role.add_row(escape(role), *(figure(figures, name) for name in shown))
         console.print(by_role)
+    steps = timeline_table(await timeline(store, run.run_id))
+    if steps is not None:
+        console.print(steps)
     if "step" in run.best:
         console.print(f"best at step {run.best['step']:.0f}", highlight=False)
     for checkpoint in run.checkpoints:
@@ -134,6 +150,47 @@ async def print_run(console: Console, store: Store, key: str) -> None:
     for name, value in flatten(run.config).items():
         config.add_row(name, escape(str(value)))
     console.print(config)
+
+
+async def timeline(store: Store, run_id: str) -> dict[int, dict[str, float]]:
+    """The run's `TIMELINE_FIGURES` by step, steps in order."""
+    steps: dict[int, dict[str, float]] = {}
+    for name in TIMELINE_FIGURES:
+        for point in await store.query_metrics(name=name, run_id=run_id):
+            steps.setdefault(point.step, {})[name] = point.value
+    return dict(sorted(steps.items()))
+
+
+def timeline_event(figures: dict[str, float]) -> str:
+    """What changed the prompt or the weights at a step, in a few words."""
+    events = []
+    if "prompt/kept" in figures:
+        kept = figures["prompt/kept"] >= 1
+        best, current = figures.get("prompt/candidate_best", 0.0), figures.get("prompt/score", 0.0)
+        events.append(
+            f"prompt rewrite kept ({best:.3f} >= {current:.3f})"
+            if kept
+            else f"prompt rewrite refused ({best:.3f} < {current:.3f})"
+        )
+    if figures.get("train/rollback"):
+        events.append(f"weights rolled back to step {figures.get('train/rollback_to_step', 0):.0f}")
+    return "; ".join(events)
+
+
+def timeline_table(steps: dict[int, dict[str, float]]) -> Table | None:
+    """Weights versions beside prompt versions, step by step, with validation and what changed; None for a run that
+    trained neither."""
+    if not any("train/model_version" in f or "prompt/version" in f for f in steps.values()):
+        return None
+    table = Table(title="Timeline: weights and prompt versions")
+    for column in ("step", "weights", "prompt", "val acc", "event"):
+        table.add_column(column, justify="left" if column == "event" else "right", no_wrap=column != "event")
+    weights = prompt = 0.0
+    for step, figures in steps.items():
+        weights, prompt = figures.get("train/model_version", weights), figures.get("prompt/version", prompt)
+        shown = f"v{prompt:.0f}" if any("prompt/version" in f for f in steps.values()) else "-"
+        table.add_row(str(step), f"v{weights:.0f}", shown, figure(figures, "val/accuracy"), timeline_event(figures))
+    return table
 
 
 async def compare_runs(console: Console, store: Store, keys: Sequence[str]) -> None:

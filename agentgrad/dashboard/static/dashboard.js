@@ -628,6 +628,9 @@ async function refreshWorkers() {
 
 const RUN_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 const runsView = { metric: null, hidden: new Set(), signature: "" };
+/** The per-step figures a run's timeline shows (as `agentgrad runs show`: `cli/run_views.py` TIMELINE_FIGURES). */
+const TIMELINE_FIGURES = ["train/model_version", "prompt/version", "val/accuracy", "prompt/kept", "prompt/score",
+  "prompt/candidate_best", "train/rollback", "train/rollback_to_step"];
 
 /** Every run the store recorded, and one chart with the chosen metric of each checked run, a line per run. */
 async function refreshRuns() {
@@ -678,7 +681,40 @@ async function refreshRuns() {
     h("h2", {}, "Compared: ", h("select", { id: "run-metric", onchange(event) { runsView.metric = event.target.value; refresh(); } },
       names.map((n) => h("option", { value: n, selected: n === runsView.metric }, n)))),
     compareChart(runsView.metric, series),
+    runs.filter((run) => !runsView.hidden.has(run.run_id)).map((run) => timelineTable(run, curves.get(run.run_id))),
   ] : h("p", { class: "empty" }, "No runs yet. Every Trainer.fit records one here."));
+}
+
+/** A run's weights versions beside its prompt versions (Joint), step by step, with validation and what changed:
+ * the same table as `agentgrad runs show`; nothing for a run that trained neither. */
+function timelineTable(run, points) {
+  const steps = new Map();
+  for (const p of points) {
+    if (!TIMELINE_FIGURES.includes(p.name)) continue;
+    if (!steps.has(p.step)) steps.set(p.step, {});
+    steps.get(p.step)[p.name] = p.value;
+  }
+  const all = [...steps.values()];
+  if (!all.some((f) => "train/model_version" in f || "prompt/version" in f)) return [];
+  const prompts = all.some((f) => "prompt/version" in f);
+  let weights = 0, prompt = 0;
+  const rows = [...steps.entries()].sort((a, b) => a[0] - b[0]).map(([step, f]) => {
+    weights = f["train/model_version"] ?? weights;
+    prompt = f["prompt/version"] ?? prompt;
+    const events = [];
+    if ("prompt/kept" in f) {
+      const best = fmtNumber(f["prompt/candidate_best"] ?? 0), current = fmtNumber(f["prompt/score"] ?? 0);
+      events.push(f["prompt/kept"] >= 1 ? `prompt rewrite kept (${best} ≥ ${current})` : `prompt rewrite refused (${best} < ${current})`);
+    }
+    if (f["train/rollback"]) events.push(`weights rolled back to step ${fmtNumber(f["train/rollback_to_step"] ?? 0)}`);
+    return h("tr", {}, h("td", {}, String(step)), h("td", { class: "mono" }, `v${weights}`),
+      h("td", { class: "mono" }, prompts ? `v${prompt}` : "–"),
+      h("td", {}, "val/accuracy" in f ? fmtNumber(f["val/accuracy"]) : "–"), h("td", {}, events.join("; ")));
+  });
+  return [h("h2", {}, `Timeline of ${run.name}: weights and prompt versions`),
+    h("table", { class: "grid timeline", "data-run": run.run_id },
+      h("thead", {}, h("tr", {}, ["step", "weights", "prompt", "val acc", "event"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, rows))];
 }
 
 /** One SVG chart of a metric for several runs (or roles: `noun`): a coloured line each, a legend below. */
