@@ -3,8 +3,11 @@ and a clock the test moves (the store fixtures build every backend with it: test
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +23,26 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -
             return value
         time.sleep(0.05)
     raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+
+
+def sigkill_at_checkpoint(command: list[str], run: Path, step: int, env: dict[str, str], timeout: float) -> int:
+    """Run `command` from the repository root until the checkpoint of `step` under `run` is whole, SIGKILL it, and
+    return the step of the last whole checkpoint it left (a later one may have finished meanwhile)."""
+    from agentgrad.policy.checkpoints import TRAINER_STATE
+
+    checkpoints = run / "checkpoints"
+    began = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               cwd=Path(__file__).resolve().parents[1])
+    try:
+        while not (checkpoints / f"step-{step}" / TRAINER_STATE).exists():
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            assert time.monotonic() - began < timeout, f"no checkpoint of step {step} within {timeout:.0f} s"
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    return max(int(p.name.removeprefix("step-")) for p in checkpoints.glob("step-*") if (p / TRAINER_STATE).exists())
 
 
 def healthy(url: str) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from agentgrad.cli.demo import run_folder
 from agentgrad.cli.main import build_parser
 from agentgrad.policy.checkpoints import TRAINER_STATE
 from agentgrad.store import SqliteStore
+from tests.helpers import sigkill_at_checkpoint
 
 
 def demo_args(*extra: str) -> object:
@@ -79,19 +79,8 @@ def test_a_demo_sigkilled_after_a_checkpoint_resumes_at_that_step_in_the_same_st
                "--algorithm", algorithm]
     env = {**os.environ, "COLUMNS": "200"}
     began = time.monotonic()
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                             cwd=Path(__file__).resolve().parents[1])
-    try:
-        while not (run / "checkpoints" / "step-1" / TRAINER_STATE).exists():  # the checkpoint of step 1 is whole
-            assert first.poll() is None, first.stdout.read() if first.stdout else ""
-            assert time.monotonic() - began < 600, "no checkpoint within 10 minutes"
-            time.sleep(0.2)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+    saved = sigkill_at_checkpoint(command, run, step=1, env=env, timeout=600)
     killed_after = time.monotonic() - began
-    saved = max(int(p.name.removeprefix("step-")) for p in (run / "checkpoints").glob("step-*")
-                if (p / TRAINER_STATE).exists())
 
     again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, check=False,
                            cwd=Path(__file__).resolve().parents[1])

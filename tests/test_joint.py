@@ -9,18 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.joint_agents import CriticEditor, fit, joint
-from tests.test_dashboard import rendered, screenshot
-from tests.tiny_models import tiny_engine_of
 
 import agentgrad as ag
 from agentgrad import semconv as sc
@@ -28,11 +23,14 @@ from agentgrad.adapters import to_trajectories
 from agentgrad.algorithms.apo import check_rewrite, lenient
 from agentgrad.cli.run_views import TIMELINE_FIGURES
 from agentgrad.dashboard import STATIC
-from agentgrad.policy.checkpoints import TRAINER_STATE
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.store.server import create_app
 from agentgrad.types import ResourcesSnapshot, Rollout
+from tests.helpers import sigkill_at_checkpoint
+from tests.joint_agents import CriticEditor, fit, joint
+from tests.test_dashboard import rendered, screenshot
+from tests.tiny_models import tiny_engine_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,18 +180,7 @@ def test_a_sigkilled_joint_run_resumes_with_the_prompt_and_the_weights_of_its_ch
     run = tmp_path / "run"
     command = [sys.executable, "-m", "tests.joint_agents", str(tiny_smollm2_dir), str(run)]
     env = {**os.environ, "COLUMNS": "200"}
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    began = time.monotonic()
-    try:  # killed once step 2's checkpoint (after the first prompt round) is whole
-        while not (run / "checkpoints" / "step-2" / TRAINER_STATE).exists():
-            assert first.poll() is None, first.stdout.read() if first.stdout else ""
-            assert time.monotonic() - began < 300, "no checkpoint of step 2 within 5 minutes"
-            time.sleep(0.05)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-    saved = max(int(p.name.removeprefix("step-")) for p in (run / "checkpoints").glob("step-*")
-                if (p / TRAINER_STATE).exists())
+    saved = sigkill_at_checkpoint(command, run, step=2, env=env, timeout=300)  # step 2: after the first prompt round
 
     resumed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False, cwd=ROOT)
     out = resumed.stdout + resumed.stderr
