@@ -132,10 +132,12 @@ test:
 	$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_NEEDS) lint
 	$(PY) -m pytest -q --durations=25 $(PYTEST_PARALLEL)
 
-# the inner loop: no real model, no vLLM (the tiny models take their tokenizers from the converted real ones)
+# the inner loop: no real model, no vLLM, no process group, no other framework environment, no test over ~2 s
+# (pyproject.toml's markers; the tiny models take their tokenizers from the converted real ones); `make test` runs all
+FAST_TESTS := not model and not vllm and not qwen and not distributed and not envs and not slow
 test-fast:
-	$(MAKE) --no-print-directory -j4 --output-sync=target $(MODEL) $(QWEN) $(SQL_DATA) $(SYSTEM_PACKAGES) $(FRAMEWORK_INSTALLED)
-	$(PY) -m pytest -q --durations=10 $(PYTEST_PARALLEL) -m "not model and not vllm and not qwen"
+	$(MAKE) --no-print-directory -j4 --output-sync=target $(MODEL) $(QWEN) $(SQL_DATA) $(SYSTEM_PACKAGES)
+	$(PY) -m pytest -q --durations=10 $(PYTEST_PARALLEL) -m "$(FAST_TESTS)"
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(FRAMEWORK_ENVS:%=.venv-%) $(DOCS_VENV) site .agentgrad .pytest_cache .ruff_cache .mypy_cache

@@ -6,13 +6,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agentgrad.serving import free_port  # noqa: F401  (tests take it from here)
+from examples.frameworks.run import AGENTS
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -23,6 +25,12 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -
             return value
         time.sleep(0.05)
     raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+
+
+def agent_params(names: Iterable[str]) -> list[Any]:
+    """Agent names of examples/frameworks/run.py as test parameters, those run in their framework's own environment
+    (`.venv-crewai`, `.venv-autogen`) marked `envs`: `make test-fast` leaves them out."""
+    return [pytest.param(name, marks=pytest.mark.envs) if AGENTS[name][0] != "core" else name for name in names]
 
 
 def sigkill_at_checkpoint(command: list[str], run: Path, step: int, env: dict[str, str], timeout: float) -> int:

@@ -59,6 +59,7 @@ def two_call_agent(task: dict, llm: ag.LLM) -> float:
     return 1.0 if second.strip() == "42" else 0.0
 
 
+@pytest.mark.slow
 def test_each_rollout_sticks_to_one_arm_and_the_report_finds_the_better_version(tmp_path: Path) -> None:
     store = ag.SqliteStore(tmp_path / "ab.db")
     with ServerThread(version("41")) as old, ServerThread(version("42")) as new:
@@ -145,6 +146,7 @@ def asks_twice(task: dict, llm: ag.LLM) -> float:
     return 1.0 if answers == [task["better"]] * 2 else 0.0
 
 
+@pytest.mark.slow
 def test_one_engine_serves_both_arms_as_adapters_and_the_report_finds_the_better_one(
     two_versions: Any, tmp_path: Path
 ) -> None:
@@ -236,6 +238,7 @@ seed = 7
 """
 
 
+@pytest.mark.slow
 def test_the_gateway_command_serves_a_split_from_the_routing_file(tmp_path: Path) -> None:
     store_path = tmp_path / "ab.db"
     store = ag.SqliteStore(store_path)

@@ -298,6 +298,7 @@ def agentgrad_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProces
                           env={**os.environ, "COLUMNS": "200", **env}, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_apo_optimizes_the_example_against_an_openai_compatible_endpoint(tmp_path: Path, fake: FakeLLM) -> None:
     path = tmp_path / "apo.db"
     done = agentgrad_cli(
@@ -346,6 +347,7 @@ def test_cli_apo_says_what_is_missing(tmp_path: Path, fake: FakeLLM, monkeypatch
     assert "cannot call model 'gpt-nope'" in run("--critic-model", "gpt-nope", "--val-batch-size", "4")
 
 
+@pytest.mark.slow
 def test_cli_apo_never_prints_or_stores_a_key_the_endpoint_echoes_in_an_unusable_reply(
     tmp_path: Path, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,

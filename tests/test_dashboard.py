@@ -263,6 +263,7 @@ def rendered(url: str, tmp_path: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_a_browser_renders_the_stores_data(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url, ids = served
     curves = rendered(url + "/#curves", tmp_path)
@@ -289,6 +290,7 @@ def test_a_browser_renders_the_stores_data(served, tmp_path: Path) -> None:  # t
     assert "worker-1" in workers and "s ago" in workers and "pid=4242" in workers
 
 
+@pytest.mark.slow
 def test_a_browser_compares_the_runs_curves_on_one_chart(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url, _ = served
     runs = rendered(url + "/#runs", tmp_path)
@@ -333,6 +335,7 @@ def with_page_public(protected: Any, token: str) -> Any:
     return app
 
 
+@pytest.mark.slow
 def test_a_browser_asks_for_the_token_and_sends_it_on_every_call(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")
     queued = asyncio.run(store.enqueue_rollout("a task"))

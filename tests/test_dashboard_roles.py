@@ -7,11 +7,15 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.store.server import create_app
 from agentgrad.types import Metric, Span
 from tests.test_dashboard import QUESTION, rendered, screenshot
+
+pytestmark = pytest.mark.slow  # a browser: `make test-fast` leaves it out
 
 
 async def fill_roles(store: SqliteStore) -> str:

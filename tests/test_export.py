@@ -106,6 +106,7 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused_naming_what_was_looked_for
         export(tmp_path, tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_engine_serve_checkpoint_answers_with_the_trained_weights(base: Path, tmp_path: Path) -> None:
     trained = trained_checkpoint(base, tmp_path / "step-3")
     expected, before = greedy(trained, base), greedy(base_model(base), base)

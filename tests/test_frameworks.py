@@ -27,6 +27,7 @@ from agentgrad.rollout.venvs import ROOT
 from examples.frameworks.run import FRAMEWORKS, run
 from examples.frameworks.tasks import EXAMPLE_QUESTION, EXAMPLE_RESULT, TASKS, calculate, make_tasks
 from tests.conftest import Served
+from tests.helpers import agent_params
 
 AGENT_FILES = {"openai": "openai_agent.py", "langchain": "langchain_agent.py", "langgraph": "langgraph_agent.py",
                "openai-agents": "openai_agents_sdk_agent.py", "autogen": "autogen_agent.py", "crewai": "crewai_agent.py",
@@ -72,7 +73,8 @@ def check_tool_span(spans: list[Any], answer: str) -> None:
     assert model_calls and all("agentgrad.llm.api" in s.attributes for s in model_calls)
 
 
-@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", agent_params(FRAMEWORKS))
 async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
     framework: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,7 +97,8 @@ async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
             check_tool_span(await served.store.query_spans(rollout.rollout_id), answer)
 
 
-@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", agent_params(FRAMEWORKS))
 async def test_a_task_marked_without_the_worked_example_reaches_the_model_without_it(
     framework: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,7 +189,8 @@ async def test_each_framework_calls_its_tool_through_the_engine_and_trains_on_th
         assert counts["masked_results"] >= 1  # the call and the answer are one trajectory, the result masked
 
 
-@pytest.mark.parametrize("framework", GRPO_STEP)
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", agent_params(GRPO_STEP))
 async def test_one_grpo_step_on_the_framework_agent_writes_a_checkpoint(
     framework: str, fresh_tiny_engine: Any, tmp_path: Path
 ) -> None:

@@ -173,6 +173,7 @@ def test_an_empty_token_from_the_command_line_or_the_environment_is_refused_at_s
     assert "token is empty" in " ".join(result.stdout.split())
 
 
+@pytest.mark.slow
 def test_a_half_sent_or_silent_connection_is_closed_after_the_read_timeout(store_server, upstream) -> None:  # type: ignore[no-untyped-def]
     store = MemoryStore()
     for app in (create_app(store), Gateway(store, {"policy": Backend(upstream.url)})):

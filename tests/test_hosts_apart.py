@@ -40,6 +40,7 @@ def second_host() -> Iterator[SecondHost]:
         yield host
 
 
+@pytest.mark.slow
 def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_address(second_host: SecondHost) -> None:
     fake = FakeUpstream()
     with ServerThread(fake.app) as upstream:  # on this host's loopback: only the gateway reaches it

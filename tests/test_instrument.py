@@ -135,6 +135,7 @@ print(type(get_trace_provider().create_trace("rollout")).__name__)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before", ["", "from agents.tracing import get_trace_provider; get_trace_provider().create_trace('x')"],
                          ids=["sdk-imported-after", "sdk-already-tracing"])
 def test_instrumenting_openai_turns_off_the_agents_sdks_trace_upload(before: str) -> None:

@@ -59,6 +59,7 @@ def rollouts(store: ag.Store, mode: str) -> list[Rollout]:
     return asyncio.run(store.query_rollouts(mode=mode))
 
 
+@pytest.mark.slow
 def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_versions_on_every_call(
     joint_run: tuple[Path, CriticEditor],
 ) -> None:
@@ -103,6 +104,7 @@ def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_
     assert run.algorithm == "Joint" and run.final["prompt/version"] == 1 and run.final["train/model_version"] == 4
 
 
+@pytest.mark.slow
 def test_runs_show_and_the_dashboard_lay_weight_and_prompt_versions_on_one_timeline(
     joint_run: tuple[Path, CriticEditor], tmp_path: Path
 ) -> None:
@@ -151,6 +153,7 @@ def test_lenient_replies_take_a_small_models_unmarked_critique_and_its_fenced_re
     assert check_rewrite(ag.PromptTemplate(template="Solve it."), ag.PromptTemplate(template=" \n")) == "empty"
 
 
+@pytest.mark.slow
 def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway_but_never_trained_on(
     tmp_path: Path, fresh_tiny_engine: Any
 ) -> None:
@@ -174,6 +177,7 @@ def test_joint_settings_are_checked() -> None:
         ag.Joint(grpo=ag.GRPO(max_staleness=1))
 
 
+@pytest.mark.slow
 def test_a_sigkilled_joint_run_resumes_with_the_prompt_and_the_weights_of_its_checkpoint(
     tmp_path: Path, tiny_smollm2_dir: Path
 ) -> None:

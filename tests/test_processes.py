@@ -95,6 +95,7 @@ ag.Trainer(n_runners=2, store=sys.argv[1], strategy="processes").fit(process_age
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_algorithm_and_every_runner_process_within_seconds(tmp_path: Path) -> None:
     path = tmp_path / "run.db"
     run = subprocess.Popen([sys.executable, "-c", CTRL_C_RUN, str(path)], env=ENV, start_new_session=True)
@@ -135,6 +136,7 @@ def runner_attempts(store: Store, pid: int, status: AttemptStatus = AttemptStatu
     return asyncio.run(find())
 
 
+@pytest.mark.slow
 def test_a_sigkilled_runner_loses_its_attempts_to_the_other_runners(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")
     config = {"unresponsive_seconds": 2, "max_attempts": 3}
@@ -163,6 +165,7 @@ def test_a_sigkilled_runner_loses_its_attempts_to_the_other_runners(tmp_path: Pa
                     process.kill()
 
 
+@pytest.mark.slow
 def test_a_sigkilled_server_restarted_on_its_file_loses_nothing_and_the_run_finishes(tmp_path: Path) -> None:
     path, port = tmp_path / "store.db", free_port()
     url = f"http://127.0.0.1:{port}"
@@ -242,6 +245,7 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path)
     assert not (tmp_path / "s.db").exists()  # refused before touching anything
 
 
+@pytest.mark.slow
 def test_a_runner_with_gateway_routes_agents_that_build_openai_without_arguments(tmp_path: Path, upstream: Any) -> None:
     """`agentgrad serve --backend` hosts the gateway; `agentgrad runner --gateway` sets OPENAI_BASE_URL per attempt."""
     path, port = tmp_path / "store.db", free_port()

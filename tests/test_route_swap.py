@@ -74,6 +74,7 @@ def upstream() -> Iterator[tuple[FakeUpstream, str]]:
         yield fake, server.url + "/v1"
 
 
+@pytest.mark.slow
 def test_a_split_moved_from_50_50_to_90_10_under_64_agents_loses_no_call_and_serves_the_new_shares(
     upstream: tuple[FakeUpstream, str],
 ) -> None:

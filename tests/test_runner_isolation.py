@@ -150,6 +150,7 @@ async def test_an_agent_calling_os_exit_in_process_isolation_fails_its_attempt_w
     assert len(messages) == 1  # what the agent wrote before it went reached the store
 
 
+@pytest.mark.slow
 async def test_attempts_ending_at_once_in_process_isolation_each_report_their_own_exit_code() -> None:
     # a worker starting its next process reads the exit codes of finished ones while other workers read theirs:
     # unserialized, multiprocessing hands one of the two readers 255 (CI saw it as 'code 255' for 'code 5')

@@ -86,6 +86,7 @@ def test_git_state_names_the_commit_and_whether_the_checkout_has_changes(tmp_pat
     assert git_state(tmp_path)["dirty"] is True  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_runs_ls_show_and_compare_print_the_records(tmp_path: Path) -> None:
     store = two_runs(tmp_path / "store.db")
     baseline, climb = asyncio.run(store.query_runs())

@@ -15,6 +15,8 @@ import pytest
 from agentgrad.cli.sql_demo import task_lists
 from examples.sql import db, real_world
 
+pytestmark = pytest.mark.slow  # the module builds three databases from CSV (~10 s): `make test-fast` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 REAL = db.load_questions("real_world")
 

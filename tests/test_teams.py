@@ -19,6 +19,7 @@ from agentgrad.store import SqliteStore, Store
 from examples.frameworks.run import TEAMS, roles_of, run
 from examples.frameworks.tasks import TASKS
 from tests.conftest import Served
+from tests.helpers import agent_params
 
 
 async def calls_by_agent(store: Store) -> dict[str, list[Any]]:
@@ -31,7 +32,7 @@ async def calls_by_agent(store: Store) -> dict[str, list[Any]]:
     return found
 
 
-@pytest.mark.parametrize("team", list(TEAMS))
+@pytest.mark.parametrize("team", agent_params(TEAMS))
 async def test_each_agent_of_the_team_calls_on_its_own_route_and_its_tool_run_is_traced(
     team: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -48,7 +49,7 @@ async def test_each_agent_of_the_team_calls_on_its_own_route_and_its_tool_run_is
     assert [s.attributes[sc.GEN_AI_TOOL_NAME] for s in spans if s.attributes.get(sc.GEN_AI_OPERATION) == "execute_tool"] == ["calculate"]
 
 
-@pytest.mark.parametrize("team", list(TEAMS))
+@pytest.mark.parametrize("team", agent_params(TEAMS))
 async def test_one_grpo_step_trains_an_adapter_per_agent_and_each_agents_calls_reach_its_own(
     team: str, fresh_tiny_engine: Any, tmp_path: Path
 ) -> None:

@@ -48,7 +48,7 @@ def test_the_trainer_s_gateway_address_is_known_when_it_is_built() -> None:
     assert chosen.gateway_url.startswith("http://127.0.0.1:") and chosen.gateway_port > 0
 
 
-@pytest.mark.parametrize("strategy", ["threads", "processes"])
+@pytest.mark.parametrize("strategy", ["threads", pytest.param("processes", marks=pytest.mark.slow)])
 def test_an_agent_building_openai_with_no_arguments_is_routed_to_each_attempt(fake_url: str, strategy: str) -> None:
     store = ag.MemoryStore() if strategy == "threads" else ag.SqliteStore(":memory:")
     trainer = ag.Trainer(ServesAGateway(fake_url), store=store, strategy=strategy,  # type: ignore[arg-type]
@@ -80,9 +80,10 @@ def test_a_missing_llm_says_how_to_give_one() -> None:
 # ----------------------------------------------------------------------------- the engine (the tiny model)
 
 
-@pytest.mark.parametrize(("strategy", "agent"), [("threads", unchanged_calc), ("processes", unchanged_calc),
+@pytest.mark.parametrize(("strategy", "agent"), [("threads", unchanged_calc),
+                                                 pytest.param("processes", unchanged_calc, marks=pytest.mark.slow),
                                                  ("threads", unchanged_anthropic_calc),
-                                                 ("processes", unchanged_anthropic_calc)])
+                                                 pytest.param("processes", unchanged_anthropic_calc, marks=pytest.mark.slow)])
 def test_an_unchanged_agent_trains_for_a_grpo_step_with_no_failed_rollouts(
     strategy: str, agent: Any, fresh_tiny_engine: Any
 ) -> None:

@@ -26,6 +26,8 @@ from agentgrad.store import MemoryStore
 from tests.helpers import wait_until
 from tests.test_async_training import chat
 
+pytestmark = pytest.mark.distributed  # a process group of its own: `make test-fast` leaves it out
+
 CONFIG = LlamaConfig(
     vocab_size=64,
     hidden_size=32,

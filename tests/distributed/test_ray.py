@@ -20,6 +20,8 @@ from agentgrad.engine import Engine
 from agentgrad.types import AttemptStatus, RolloutStatus
 from tests import ray_agents
 
+pytestmark = pytest.mark.distributed  # a process group of its own: `make test-fast` leaves it out
+
 REPO = Path(__file__).resolve().parents[2]
 
 

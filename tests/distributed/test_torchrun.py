@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentgrad.distributed.group import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.distributed  # a process group of its own: `make test-fast` leaves it out
 
 
 def test_under_torchrun_rank_0_runs_grpo_and_the_other_rank_joins_every_update(tiny_model_dir: Path, tmp_path: Path) -> None:

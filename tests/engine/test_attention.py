@@ -140,6 +140,7 @@ def test_smollm2_logits_match_transformers_sdpa_on_a_padded_batch(tiny_smollm2_d
     assert found["bf16_new_to_fp32"] <= 1.25 * found["bf16_old_to_fp32"], found
 
 
+@pytest.mark.slow
 def test_qwen_logits_match_transformers_sdpa_on_a_padded_batch(tiny_qwen_dir: Path) -> None:
     found = _compare_paths(str(tiny_qwen_dir))  # Qwen2: biased query, key and value projections
     assert found["fp32"] < 5e-4, found  # fp32 rounding
@@ -170,6 +171,7 @@ def test_greedy_tokens_and_logprobs_are_the_same_with_either_attention(engine: E
         assert a.completions[0].logprobs == pytest.approx(b.completions[0].logprobs, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_a_model_config_naming_the_engine_attention_builds_in_a_fresh_process() -> None:
     """A training rank is built from the engine model's config (`distributed.group.FromConfig`), which names
     the engine's attention when the engine samples with its training weights (fp32, LoRA)."""
@@ -192,6 +194,7 @@ def test_a_model_config_naming_the_engine_attention_builds_in_a_fresh_process() 
     assert built.stdout.decode().split() == [ENGINE_ATTENTION]
 
 
+@pytest.mark.slow
 def test_a_pickled_config_naming_the_engine_attention_builds_with_transformers_alone_in_a_fresh_process() -> None:
     """Unpickling the name registers the attention (`attention._RegisteringName`): a process that only calls
     transformers on the config (no agentgrad builder, no `register()` call) builds the model."""

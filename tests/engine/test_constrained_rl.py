@@ -81,6 +81,7 @@ def one_call(task: dict[str, Any], llm: ag.LLM) -> float:
     return float(task["seed"] % 2)
 
 
+@pytest.mark.slow
 def test_a_first_grpo_step_under_a_schema_or_a_forced_tool_call_has_the_kl_of_a_free_one(engine: Engine) -> None:
     """Through the gateway, the adapter and GRPO's update (at learning rate 0, so the weights stay): train/kl and the
     mean |logprob difference| with constraints within 2x of the unconstrained case (they were 2927 and 0.217 vs 0.038)."""

@@ -86,6 +86,7 @@ def _generations(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[in
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tiny_qwen_dir: Path, dtype: str) -> None:
     engine = tiny_engine_of(tiny_qwen_dir, sampling_dtype=dtype, prefix_cache_bytes=0)  # each run prefills alike

@@ -124,6 +124,7 @@ def test_rows_join_and_leave_the_static_batch_mid_decode(engines: dict[str, Engi
     _same(results["static"][0][1:], solo)
 
 
+@pytest.mark.slow
 def test_constrained_rows_decode_under_the_static_cache_beside_free_ones(engines: dict[str, Engine]) -> None:
     schema = {
         "type": "object",

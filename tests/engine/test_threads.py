@@ -90,6 +90,7 @@ print(len(workers()))
 """
 
 
+@pytest.mark.slow
 def test_loading_and_publishing_leave_the_generation_loop_the_only_openmp_workers(tiny_smollm2_dir: Path) -> None:
     """Every thread that computes in parallel keeps a pool of OpenMP workers for as long as it lives, and once
     the workers outnumber the cores they sleep between the hundreds of small regions of a decode step

@@ -10,10 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from agentgrad.store import SqliteStore
 from agentgrad.store.client import StoreClient
 from agentgrad.types import AttemptStatus, RolloutStatus
 from tests.helpers import free_port, healthy, wait_until
+
+pytestmark = pytest.mark.slow  # processes SIGKILLed in turn: `make test-fast` leaves it out
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
 ROLLOUTS = 150

@@ -151,6 +151,7 @@ async def _waiting_on_locks(url: str) -> int:
         await conn.close()
 
 
+@pytest.mark.slow
 def test_clients_ride_out_a_postgresql_restart_mid_run_and_nothing_is_lost_or_doubled() -> None:
     pg = shared_server()
     store = PostgresStore(fresh_schema_url(), retry_seconds=60)

@@ -23,6 +23,8 @@ from agentgrad.types import AttemptStatus, RolloutStatus, Span
 from tests.helpers import free_port, healthy, wait_until
 from tests.postgres_server import fresh_schema_url
 
+pytestmark = pytest.mark.slow  # PostgreSQL and store servers as processes: `make test-fast` leaves it out
+
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
 SERVERS = 4
 

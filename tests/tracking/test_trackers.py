@@ -57,6 +57,7 @@ def store_steps(store: ag.Store, name: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in asyncio.run(store.query_metrics(name))]
 
 
+@pytest.mark.slow
 def test_an_mlflow_run_on_sqlite_holds_the_baselines_metrics_params_tags_and_artifacts(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -90,6 +91,7 @@ def test_an_mlflow_run_on_sqlite_holds_the_baselines_metrics_params_tags_and_art
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_a_run_that_raises_is_failed_in_mlflow_and_its_error_reaches_the_caller(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -137,6 +139,7 @@ def test_tensorboard_event_files_hold_every_step_the_store_has_the_config_and_th
     assert image.encoded_image_string[:4] == b"\x89PNG" and image.width == 720
 
 
+@pytest.mark.slow
 def test_wandb_offline_writes_a_run_file_with_the_metrics_by_step_config_and_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,6 +167,7 @@ def test_wandb_offline_writes_a_run_file_with_the_metrics_by_step_config_and_sum
     assert run_record.run.display_name == "climb-wb" and "algorithm:Climb" in run_record.run.tags
 
 
+@pytest.mark.slow
 def test_wandb_leaves_a_run_the_user_opened_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import wandb
 
