@@ -26,11 +26,12 @@ console = Console()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=6, help="GRPO steps (6)")
+    parser.add_argument("--steps", type=int, default=20, help="GRPO steps (20)")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="questions per step (8)")
-    parser.add_argument("--group-size", type=int, default=4, help="rollouts per question (4)")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per question (8)")
     parser.add_argument("--val-size", type=int, default=64, help="held-out questions (64)")
-    parser.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW (2e-5)")
+    parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW, for the adapter (5e-4)")
+    parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank; 0 trains every weight (8)")
     parser.add_argument("--max-tokens", type=int, default=24, help="per model call (24)")
     parser.add_argument("--credit", choices=("final", "per_turn"), default="final", help="credit assignment (final)")
     parser.add_argument("--concurrency", type=int, default=24, help="episodes at once (24)")
@@ -42,6 +43,7 @@ def train_one(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One seed: validate, train, validate; returns its figures."""
     from agentgrad.algorithms.grpo import GRPO, GRPOConfig
     from agentgrad.engine import Engine
+    from agentgrad.policy.config import PolicyConfig
 
     train, val = make_splits(seed=0)  # the split is fixed; the seed moves sampling and task order
     val = val[: args.val_size]
@@ -53,6 +55,7 @@ def train_one(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     config = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                         max_tokens=args.max_tokens, learning_rate=args.learning_rate, micro_batch_size=8,
                         val_every=args.steps, seed=seed, credit=args.credit,
+                        policy=PolicyConfig(lora_rank=args.lora_rank),
                         rollout_timeout=1800.0)  # a shared, loaded machine: an episode may wait long for its turns
     trainer: ag.Trainer[Any] = ag.Trainer(GRPO(config, local_engine=engine), n_runners=1,
                                           runner_concurrency=args.concurrency, store=str(store))
