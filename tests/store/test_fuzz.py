@@ -12,6 +12,8 @@ spelled out") and fails the run; its malformed bodies are tested by hand below.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,7 +33,9 @@ def as_bytes(ctx: object, value: object) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
-STORE = SqliteStore(Path(tempfile.mkdtemp(prefix="agentgrad-fuzz-")) / "store.db")
+FOLDER = Path(tempfile.mkdtemp(prefix="agentgrad-fuzz-"))  # built at import, for schemathesis; gone at exit
+atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
+STORE = SqliteStore(FOLDER / "store.db")
 asyncio.run(STORE.start_rollout({"seed": True}))
 APP = create_app(STORE)
 schema = schemathesis.openapi.from_asgi("/api/openapi.json", APP).exclude(path="/api/resources", method="POST")
