@@ -191,6 +191,27 @@ GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+TOOL_RUN_SOURCE = "agentgrad.tool.source"
+"""On a tool run the gateway read from the conversation (`gateway.tool_runs`): `conversation`. Its span runs from
+the reply that asked for the call to the request that carried its result, so its duration includes the agent's
+own time between the two."""
+TOOL_RUN_FROM_CONVERSATION = "conversation"
+
+
+def tool_attributes(name: str, arguments: Any = None, result: Any = None, call_id: str | None = None) -> dict[str, Any]:
+    """A tool run's attributes in the GenAI shape (arguments and result as JSON text unless already text)."""
+    attributes: dict[str, Any] = {GEN_AI_OPERATION: EXECUTE_TOOL, GEN_AI_TOOL_NAME: name}
+    if call_id:
+        attributes[GEN_AI_TOOL_CALL_ID] = str(call_id)
+    if arguments is not None:
+        attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = (
+            arguments if isinstance(arguments, str) else json.dumps(arguments, default=repr)
+        )
+    if result is not None:
+        attributes[GEN_AI_TOOL_CALL_RESULT] = result if isinstance(result, str) else json.dumps(result, default=repr)
+    return attributes
+
+
 FRAMEWORK_OPERATION = "agentgrad.framework.operation"
 """On a framework's own span of a model call (Agent Framework's `chat`, AgentScope's): its `gen_ai.operation.name`,
 moved here, so the span stays in the tree but is not read as a model call (the gateway's span of the same call
@@ -213,6 +234,9 @@ AGENT_HEADER = "x-agentgrad-agent"
 NOT_TRAINED_HEADER = "x-agentgrad-not-trained"
 """Sent with a call that must never be trained on (a judge's, a critic's): its value says why; the span gets
 `NOT_TRAINED` and the adapters leave it out."""
+TOOL_RUNS_TRACED_HEADER = "x-agentgrad-tool-runs-traced"
+"""Sent by `instrument_openai` once the attempt has recorded a tool run itself (a framework's hook, `emit_tool_call`,
+an `execute_tool` OpenTelemetry span): the gateway then reads no tool runs from that attempt's conversation."""
 ADAPTER_HEADER = "x-agentgrad-adapter"
 """Sent by an engine serving several adapters with every answer: the adapter that produced it (`ADAPTER_NAME`)."""
 VERSION_HEADER = "x-agentgrad-model-version"

@@ -95,6 +95,7 @@ _ROLLOUT_KEY, _ATTEMPT_KEY, _AGENT_KEY = (
     sc.AGENT_HEADER.encode(),
 )
 _NOT_TRAINED_KEY = sc.NOT_TRAINED_HEADER.encode()
+_TOOL_RUNS_TRACED_KEY = sc.TOOL_RUNS_TRACED_HEADER.encode()
 
 
 class Gateway:
@@ -420,6 +421,7 @@ class Gateway:
             api, request, None, rollout_id, attempt_id, agent or None, headers.get(b"traceparent"), started, start_time
         )
         call.route_table = self.table.id
+        call.tool_runs_traced = _TOOL_RUNS_TRACED_KEY in headers
         if api == MESSAGES_API:
             call.relayed_headers = messages.relayed_headers(headers)
         plan = self.sampling

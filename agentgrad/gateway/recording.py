@@ -271,6 +271,8 @@ class Call:
     adapter: str | None = None
     """The LoRA adapter that served it: as an engine holding several says (`agentgrad.engine.adapters`), or as the
     replica pool chose it for the agent (vLLM, which names none)."""
+    tool_runs_traced: bool = False
+    """Whether the agent's process records its tool runs itself (`semconv.TOOL_RUNS_TRACED_HEADER`)."""
 
     @property
     def operation(self) -> str:

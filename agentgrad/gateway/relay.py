@@ -23,6 +23,7 @@ from agentgrad.gateway.recording import Call, GatewaySink, StreamAssembler, call
 from agentgrad.gateway.responses import ResponsesStream
 from agentgrad.gateway.secrets import StreamRedactor
 from agentgrad.gateway.sse import Event
+from agentgrad.gateway.tool_runs import ToolRuns
 from agentgrad.gateway.upstreams import RAW_TURN_FIELDS, Added, Deadline, GatewayError
 from agentgrad.redact import redact_known_bytes
 from agentgrad.semconv import MESSAGES_API, RESPONSES_API
@@ -42,6 +43,7 @@ class Recorder:
     def __init__(self, sink: GatewaySink, metrics: Any = None) -> None:
         self.sink = sink
         self.metrics = metrics
+        self.tool_runs = ToolRuns()
         self.pending = 0
         self._idle = asyncio.Event()
 
@@ -50,11 +52,14 @@ class Recorder:
         self.pending += 1
 
     def record(self, call: Call, answered: dict[str, Any], error: GatewayError | None, retries: int) -> None:
-        """Build the call's span and queue it for the store (after the client got its answer)."""
+        """Build the call's span and queue it for the store (after the client got its answer), with the spans of the
+        tool runs whose results its request carries (`tool_runs`)."""
         call.recorded = True
         try:
             span = call_span(call, answered, error, retries)
             self.sink.put(span)
+            for run in self.tool_runs.observe(call, span):
+                self.sink.put(run)
             if self.metrics is not None:
                 self.metrics.record(call, answered, error, retries, span.attributes[sc.LATENCY_MS] / 1000)
         except Exception:

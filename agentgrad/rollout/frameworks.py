@@ -34,23 +34,11 @@ from typing import Any
 from agentgrad import semconv as sc
 from agentgrad.rollout import instrument
 from agentgrad.rollout.emit import emit_span, to_json
-from agentgrad.rollout.tracer import _processor, current_attempt, get_tracer, tracer_provider
+from agentgrad.rollout.tracer import _processor, current_attempt, get_tracer, tool_run_listeners, tracer_provider
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _done: set[str] = set()
-
-
-def tool_attributes(name: str, arguments: Any = None, result: Any = None, call_id: str | None = None) -> dict[str, Any]:
-    """A tool run's attributes in the GenAI shape (arguments and result as JSON text unless already text)."""
-    attributes: dict[str, Any] = {sc.GEN_AI_OPERATION: sc.EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: name}
-    if call_id:
-        attributes[sc.GEN_AI_TOOL_CALL_ID] = str(call_id)
-    if arguments is not None:
-        attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = arguments if isinstance(arguments, str) else to_json(arguments)
-    if result is not None:
-        attributes[sc.GEN_AI_TOOL_CALL_RESULT] = result if isinstance(result, str) else to_json(result)
-    return attributes
 
 
 def emit_tool_call(
@@ -66,7 +54,7 @@ def emit_tool_call(
     """Record one finished tool run in the current attempt (nothing outside one)."""
     if current_attempt() is None:
         return
-    attributes = tool_attributes(name, arguments, result, call_id)
+    attributes = sc.tool_attributes(name, arguments, result, call_id)
     message = None
     if error is not None:
         attributes[sc.ERROR_TYPE] = type(error).__qualname__ if isinstance(error, BaseException) else "ToolError"
@@ -80,7 +68,9 @@ def tool_span(name: str, arguments: Any = None, call_id: str | None = None) -> I
     from opentelemetry.trace import Status, StatusCode
 
     with get_tracer().start_as_current_span(
-        f"{sc.EXECUTE_TOOL} {name}", attributes=tool_attributes(name, arguments, None, call_id), record_exception=False
+        f"{sc.EXECUTE_TOOL} {name}",
+        attributes=sc.tool_attributes(name, arguments, None, call_id),
+        record_exception=False,
     ) as span:
 
         def set_result(result: Any) -> None:
@@ -298,6 +288,7 @@ def instrument_frameworks() -> None:
     with _lock:
         if "opentelemetry" not in _done:
             route_opentelemetry()
+            tool_run_listeners.append(instrument.instrument_openai)  # tells the gateway (gateway/tool_runs.py)
             _done.add("opentelemetry")
         for module, turn_on in FRAMEWORKS.items():
             if module in _done or module not in sys.modules:

@@ -16,7 +16,7 @@ from typing import Any
 
 from agentgrad.rollout.naming import current_agent
 from agentgrad.rollout.tracer import current_attempt
-from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER
+from agentgrad.semconv import AGENT_HEADER, ATTEMPT_HEADER, ROLLOUT_HEADER, TOOL_RUNS_TRACED_HEADER
 
 _original_build_headers: Any = None
 _original_anthropic_headers: Any = None
@@ -48,8 +48,9 @@ def instrument_openai() -> None:
 
     Adds `x-agentgrad-rollout-id` / `x-agentgrad-attempt-id` (and a W3C `traceparent`, so the
     gateway's span nests under the agent's current span) to each request made inside a rollout,
-    and `x-agentgrad-agent` inside `with ag.agent(name)`; headers the caller set itself are left
-    alone. Idempotent. Threads an agent starts by hand inherit no context: run them with
+    and `x-agentgrad-agent` inside `with ag.agent(name)`, and `x-agentgrad-tool-runs-traced` once the attempt
+    recorded a tool run itself (the gateway then reads none from its conversation); headers the caller set itself
+    are left alone. Idempotent. Threads an agent starts by hand inherit no context: run them with
     `contextvars.copy_context().run` (or use `asyncio.to_thread`). It also turns off the OpenAI Agents
     SDK's trace upload (`disable_agents_sdk_tracing`).
     """
@@ -84,6 +85,8 @@ def _routed(original: Any) -> Any:
                 traceparent = _traceparent()
                 if traceparent:
                     headers["traceparent"] = traceparent
+            if attempt.traces_tool_runs:
+                headers[TOOL_RUNS_TRACED_HEADER] = "1"
         agent = current_agent()
         if agent is not None and AGENT_HEADER not in headers:
             headers[AGENT_HEADER] = agent

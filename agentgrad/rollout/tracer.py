@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgrad.rollout.naming import current_agent
-from agentgrad.semconv import AGENT_NAME, FRAMEWORK_OPERATION, GEN_AI_OPERATION, is_llm_call
+from agentgrad.semconv import AGENT_NAME, EXECUTE_TOOL, FRAMEWORK_OPERATION, GEN_AI_OPERATION, is_llm_call
 from agentgrad.store.sink import SpanSink
 from agentgrad.types import Span, SpanEvent, SpanStatus
 
@@ -29,11 +29,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass
 class AttemptContext:
     rollout_id: str
     attempt_id: str
     sink: SpanSink
+    traces_tool_runs: bool = False
+    """Set once a tool-run span of this attempt ended in this process: its calls then tell the gateway not to read
+    tool runs from the conversation (`semconv.TOOL_RUNS_TRACED_HEADER`)."""
 
 
 _current: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar("agentgrad_attempt", default=None)
@@ -96,6 +99,11 @@ def _plain(attributes: dict[str, Any]) -> dict[str, Any]:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
 
 
+tool_run_listeners: list[Callable[[], None]] = []
+"""Called when an attempt's first tool-run span ends (`frameworks.instrument_frameworks` adds `instrument_openai`, so
+that the attempt's next calls say it even where the attempt is routed by its URL alone)."""
+
+
 class _StoreSpanProcessor:
     """Sends every ended span that started inside a bound attempt to that attempt's sink."""
 
@@ -116,6 +124,10 @@ class _StoreSpanProcessor:
         with self._lock:
             context = self._started.pop(span.context.span_id, None) if span.context else None
         if context is not None:
+            if not context.traces_tool_runs and (span.attributes or {}).get(GEN_AI_OPERATION) == EXECUTE_TOOL:
+                context.traces_tool_runs = True
+                for listener in tool_run_listeners:
+                    listener()
             context.sink.put(_as_framework_step(span, to_span(span, context.rollout_id, context.attempt_id)))
 
     def _on_ending(self, span: Any) -> None:
