@@ -21,7 +21,8 @@ from tests.fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, a
 
 import agentgrad as ag
 from agentgrad.cli import main as cli
-from agentgrad.algorithms.apo import APOError, between_markers, check_rewrite
+from agentgrad.algorithms.apo import APOError
+from agentgrad.algorithms.apo_text import between_markers, check_rewrite
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.types import ResourcesSnapshot

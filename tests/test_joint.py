@@ -20,7 +20,7 @@ import pytest
 import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.adapters import to_trajectories
-from agentgrad.algorithms.apo import check_rewrite, lenient
+from agentgrad.algorithms.apo_text import check_rewrite, lenient
 from agentgrad.cli.run_views import TIMELINE_FIGURES
 from agentgrad.dashboard import STATIC
 from agentgrad.serving import ServerThread
@@ -102,6 +102,9 @@ def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_
     # the run record holds both histories
     (run,) = asyncio.run(store.query_runs())
     assert run.algorithm == "Joint" and run.final["prompt/version"] == 1 and run.final["train/model_version"] == 4
+    # and its configuration both algorithms' settings: GRPO's fields, APO's under "apo", the schedule
+    assert run.config["steps"] == 4 and run.config["prompt_every"] == 2
+    assert run.config["apo"]["branch_factor"] == 1 and run.config["apo"]["critic_model"] == "critic"
 
 
 @pytest.mark.slow

@@ -180,6 +180,11 @@ class Algorithm(Generic[R]):
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> R:
         raise NotImplementedError
 
+    def settings(self) -> dict[str, Any]:
+        """What a run records as its configuration: `config`, and what an algorithm made of others adds (Joint: its
+        APO's settings and `prompt_every`)."""
+        return {"config": self.config}
+
     def bind(self, ctx: RunContext) -> RunContext:
         """Take `ctx` as this run's context (the first thing `run` does); returns it."""
         if not isinstance(ctx, RunContext):

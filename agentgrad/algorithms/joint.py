@@ -6,7 +6,7 @@ round (`PromptRounds`) runs on the same store:
 - criticize: APO's critic reads the failures among the rollouts the step just trained on (sampled under the
   current prompt);
 - edit: APO's editor rewrites the prompt along the critique, `branch_factor` times (one edit style each); a rewrite
-  that breaks the template (`apo.check_rewrite`) is dropped;
+  that breaks the template (`apo_text.check_rewrite`) is dropped;
 - guard: the current prompt and each rewrite run the validation tasks under the weights just updated; the best
   rewrite replaces the prompt only if it scores at least as well as the current one (mean reward), else the
   prompt stays;
@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgrad.algorithms.apo import APO, EDIT_STYLES, agent_llm, changes, check_rewrite, prompt_resource
+from agentgrad.algorithms.apo import APO, agent_llm, prompt_resource
+from agentgrad.algorithms.apo_text import EDIT_STYLES, changes, check_rewrite
 from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
 from agentgrad.algorithms.grpo import GRPO, GroupBatches
@@ -60,6 +61,9 @@ class Joint(TrainsWeights):
             )
         self.prompt_every = prompt_every
         self.config, self.local_engine, self.model_name = self.grpo.config, self.grpo.local_engine, self.grpo.model_name
+
+    def settings(self) -> dict[str, Any]:
+        return {"config": self.config, "prompt_every": self.prompt_every, "apo": self.apo.config}
 
     def bind(self, ctx: RunContext) -> RunContext:
         self.apo.bind(ctx)

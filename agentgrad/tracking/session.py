@@ -49,8 +49,10 @@ def _field(name: str, value: Any) -> Any:
 
 
 def algorithm_config(algorithm: Algorithm[Any]) -> dict[str, Any]:
-    """The algorithm's full configuration (its config dataclass), secrets redacted."""
-    return dict(plain(algorithm.config))
+    """The algorithm's full configuration (its config dataclass's fields, and what `Algorithm.settings` adds beside
+    them), secrets redacted."""
+    settings = algorithm.settings()
+    return {**plain(settings.pop("config")), **plain(settings)}
 
 
 def default_run_name(algorithm: Algorithm[Any]) -> str:
