@@ -26,11 +26,13 @@ console = Console()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=20, help="GRPO steps (20)")
+    parser.add_argument("--steps", type=int, default=24, help="GRPO steps (24)")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="questions per step (8)")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per question (8)")
     parser.add_argument("--val-size", type=int, default=64, help="held-out questions (64)")
-    parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW, for the adapter (5e-4)")
+    parser.add_argument("--learning-rate", type=float, default=3e-4, help="AdamW, for the adapter (3e-4)")
+    parser.add_argument("--kl-coef", type=float, default=0.05,
+                        help="k3 KL penalty to the base model (0.05): keeps the sampled episodes varied")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank; 0 trains every weight (8)")
     parser.add_argument("--max-tokens", type=int, default=24, help="per model call (24)")
     parser.add_argument("--credit", choices=("final", "per_turn"), default="final", help="credit assignment (final)")
@@ -54,7 +56,7 @@ def train_one(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     engine = Engine()
     config = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                         max_tokens=args.max_tokens, learning_rate=args.learning_rate, micro_batch_size=8,
-                        val_every=args.steps, seed=seed, credit=args.credit,
+                        kl_coef=args.kl_coef, val_every=args.steps, seed=seed, credit=args.credit,
                         policy=PolicyConfig(lora_rank=args.lora_rank),
                         rollout_timeout=1800.0)  # a shared, loaded machine: an episode may wait long for its turns
     trainer: ag.Trainer[Any] = ag.Trainer(GRPO(config, local_engine=engine), n_runners=1,
