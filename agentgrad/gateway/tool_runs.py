@@ -3,11 +3,12 @@
 A plain `openai` agent has no framework to hook: the gateway sees only the reply that asked for a tool call and,
 in a later request of the same attempt, the `tool` message that carries the call's result. `ToolRuns` remembers
 the calls each reply asked for (their id, name, arguments and when the reply ended) and, when a request answers
-one, records an `execute_tool <name>` span from the end of that reply to the arrival of the request, its
-arguments and result, beside that request's span (its trace and parent). Only calls this gateway handed out count, so a worked
-example's made-up calls in a prompt never become runs; and only the results after the request's last assistant
-message, so each run is recorded once, though later requests repeat it. An attempt that traces its tool runs itself (`semconv.TOOL_RUNS_TRACED_HEADER`) gets none from here.
-Chat Completions only: the other APIs' agents (the Agents SDK, Anthropic's) come with frameworks that trace.
+one, records an `execute_tool <name>` span from the end of that reply to the arrival of the request, with its
+arguments and result, beside that request's span (its trace and parent). Only calls this gateway handed out
+count, so a worked example's made-up calls in a prompt never become runs; and only the results after the
+request's last assistant message, so each run is recorded once, though later requests repeat it. An attempt that
+traces its tool runs itself (`semconv.TOOL_RUNS_TRACED_HEADER`) gets none from here. Chat Completions only: the
+other APIs' agents (the Agents SDK, Anthropic's) come with frameworks that trace, or use `ag.emit_span`.
 """
 
 from __future__ import annotations
