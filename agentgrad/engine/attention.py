@@ -5,9 +5,11 @@ transformers' SDPA path hands grouped-query attention (fewer key/value heads tha
 batch the engine runs, it copies each layer's keys and values once per query head (`repeat_kv`), or, for one
 query token, folds the query heads of a group into a query length (`pack_gqa`). On CPU the kernel takes the
 mask and the grouped heads together (`enable_gqa=True`): bit-identical to the copy, and 27-30 % less time a
-layer than the folded query at 64 rows (measured with caches too large to stay in the processor's cache, as
-in a step: `docs/benchmarks.md`, issue 22). Anything else (a GPU, a model without grouped heads, no mask,
-autograd) goes to transformers' own function, so training computes exactly what it did.
+layer than the folded query at 64 rows in fp32 (measured with caches too large to stay in the processor's cache,
+as in a step: `docs/benchmarks.md`, issue 22). In bf16 and fp16 the same kernel call is five times slower for one
+query token than the folded query (`decode_attention`; a SmolLM2 step's attention at 64 rows of 300 columns: 320
+against 63 ms, AVX-512 BF16), so a decode step folds there. Anything else (a GPU, a model without grouped heads,
+no mask, autograd) goes to transformers' own function, so training computes exactly what it did.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 ENGINE_ATTENTION = "agentgrad_sdpa"
 """The name the engine's attention is registered under (`config._attn_implementation`)."""
@@ -36,16 +39,17 @@ def engine_attention(
     kv_heads, kv, dim]`, output `[batch, q, heads, dim]`); grouped heads under a mask on CPU without a copy."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    grouped = getattr(module, "num_key_value_groups", 1) > 1
-    if (
-        not grouped
-        or attention_mask is None
-        or query.device.type != "cpu"
-        or dropout
-        or (torch.is_grad_enabled() and query.requires_grad)
-        or any(kwargs.get(name) is not None for name in ("softcap", "position_bias", "sinks"))
-        or kwargs.get("output_attentions")
-    ):
+    ours = (
+        getattr(module, "num_key_value_groups", 1) > 1
+        and query.device.type == "cpu"
+        and not dropout
+        and not (torch.is_grad_enabled() and query.requires_grad)
+        and all(kwargs.get(name) is None for name in ("softcap", "position_bias", "sinks"))
+        and not kwargs.get("output_attentions")
+    )
+    if ours and query.shape[2] == 1:  # a decode step, masked or not: as the engine's own step computes it
+        return decode_attention(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None
+    if not ours or attention_mask is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
@@ -53,6 +57,21 @@ def engine_attention(
         query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
     )
     return output.transpose(1, 2).contiguous(), None
+
+
+def decode_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float | None
+) -> torch.Tensor:
+    """One query token a row (`[rows, heads, 1, dim]`) over grouped key/value heads (`[rows, kv_heads, cols, dim]`)
+    under a padding `mask` (`[rows, 1, 1, cols]`), on a CPU: the kernel's own grouped heads in fp32, the query heads
+    of a group folded into the query length in bf16 and fp16, where the kernel's grouped path is five times slower.
+    The engine's decode step and transformers' forward through `engine_attention` both call this: the same bits."""
+    if query.dtype == torch.float32:
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+    rows, heads, _, dim = query.shape
+    grouped = query.reshape(rows, keys.shape[1], heads // keys.shape[1], dim)  # head h reads key/value head h // group
+    out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scale)
+    return out.reshape(rows, heads, 1, dim)
 
 
 def shared_prefix_attention(

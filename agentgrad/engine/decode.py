@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentgrad.engine.attention import shared_prefix_attention
+from agentgrad.engine.attention import decode_attention, shared_prefix_attention
 from agentgrad.engine.kv_cache import SharedPrefix
 from agentgrad.engine.prepack import PackedLinear, pack_weight, packed_linear, packing_available
 
@@ -248,9 +248,7 @@ class LeanDecoder:
             scaling = self.layers[index].scaling
             keys, values = cache.layers[index].update(keys[:, :, None], values[:, :, None])
             if prefix is None or additive is None:
-                out = F.scaled_dot_product_attention(
-                    queries[:, :, None], keys, values, attn_mask=visible, scale=scaling, enable_gqa=True
-                )
+                out = decode_attention(queries[:, :, None], keys, values, visible, scaling)
             else:
                 out = shared_prefix_attention(queries[:, :, None], *prefix.kv[index], keys, values, additive, scaling)
             return out.view(rows, self.heads * dim)
