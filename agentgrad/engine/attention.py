@@ -63,8 +63,8 @@ def decode_attention(
     query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float | None
 ) -> torch.Tensor:
     """One query token a row (`[rows, heads, 1, dim]`) over grouped key/value heads (`[rows, kv_heads, cols, dim]`)
-    under a padding `mask` (`[rows, 1, 1, cols]`), on a CPU: the kernel's own grouped heads in fp32, the query heads
-    of a group folded into the query length in bf16 and fp16, where the kernel's grouped path is five times slower.
+    under a padding `mask` (`[rows, 1, 1, cols]`): the kernel's own grouped heads in fp32, the query heads of a group
+    folded into the query length in bf16 and fp16, where the CPU kernel's grouped path is five times slower.
     The engine's decode step and transformers' forward through `engine_attention` both call this: the same bits."""
     if query.dtype == torch.float32:
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
