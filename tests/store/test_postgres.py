@@ -78,6 +78,29 @@ async def _answer(store: PostgresStore) -> tuple[int, bytes]:
     return 200, rollout.rollout_id.encode()
 
 
+async def test_twin_writes_with_one_key_on_two_stores_apply_once_and_both_get_the_first_answer() -> None:
+    url = fresh_schema_url()
+    stores = [PostgresStore(url, sweep_seconds=None) for _ in range(2)]
+    key = "k'; DROP TABLE rollouts; --\\ é"  # quotes, a backslash and a non-ASCII letter: stored as given
+    done: list[int] = []
+    both_done = asyncio.Event()
+
+    async def gated(store: PostgresStore) -> tuple[int, bytes]:  # both twins run their write before either commits
+        answer = await _answer(store)
+        done.append(1)
+        if len(done) == 2:
+            both_done.set()
+        await both_done.wait()
+        return answer
+
+    answers = await asyncio.gather(*(store.run_once(key, lambda store=store: gated(store)) for store in stores))
+    assert answers[0] == answers[1]  # the twin that lost the commit rolled back and answers with the first's answer
+    assert (await stores[0].stats()).rollouts == {"queuing": 1}
+    assert await stores[1].get_rollout(answers[0][1].decode())  # the stored answer names the rollout that exists
+    for store in stores:
+        await store.close()
+
+
 async def test_an_older_schema_is_refused_with_the_command_that_migrates_it_when_migration_is_off(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
