@@ -37,12 +37,10 @@ import torch.nn.functional as F
 
 from agentgrad.engine.attention import decode_attention, shared_prefix_attention
 from agentgrad.engine.kv_cache import SharedPrefix
-from agentgrad.engine.prepack import PackedLinear, pack_weight, packed_linear, packing_available
+from agentgrad.engine.prepack import Lora, PackedLinear, one_lora, pack_weight, packed_linear, packing_available
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
 """Model classes whose decoder layer is exactly what `LeanDecoder.__call__` computes."""
-LINEARS = (torch.nn.Linear, PackedLinear)
-"""The layer types the decoder multiplies as transformers would (not quantized ones; peft's LoRA layers on a GPU)."""
 DTYPES = (torch.bfloat16, torch.float32, torch.float16)
 
 
@@ -52,30 +50,7 @@ class Product:
 
     weight: torch.Tensor
     bias: torch.Tensor | None
-    lora: tuple[torch.Tensor, torch.Tensor, float] | None = None
-
-
-def _lora(layer: Any) -> tuple[torch.nn.Linear, tuple[torch.Tensor, torch.Tensor, float] | None] | None:
-    """A layer's plain linear and its one active LoRA adapter (None: no adapter), or None where peft would compute
-    something else (several adapters, DoRA, dropout, a merged or disabled adapter, a LoRA bias)."""
-    if type(layer) in LINEARS:
-        return layer, None
-    base = getattr(layer, "base_layer", None)
-    active = getattr(layer, "active_adapters", None)
-    if type(base) is not torch.nn.Linear or not isinstance(active, list) or len(active) != 1:
-        return None
-    name = active[0]
-    if (
-        getattr(layer, "merged", True)
-        or getattr(layer, "disable_adapters", True)
-        or layer.use_dora.get(name)
-        or type(layer.lora_dropout[name]) is not torch.nn.Identity
-        or layer.lora_A[name].bias is not None
-        or layer.lora_B[name].bias is not None
-        or getattr(layer, "lora_variant", {}).get(name) is not None
-    ):
-        return None
-    return base, (layer.lora_A[name].weight, layer.lora_B[name].weight, float(layer.scaling[name]))
+    lora: Lora | None = None
 
 
 def _products(layers: list[Any], fuse: bool, pack: bool) -> list[Product]:
@@ -83,7 +58,7 @@ def _products(layers: list[Any], fuse: bool, pack: bool) -> list[Product]:
     weight as its forward multiplies it (packed where `prepack.pack_linears` packed it), with its LoRA adapter."""
     found = []
     for layer in layers:
-        pair = _lora(layer)
+        pair = one_lora(layer)
         assert pair is not None, "LeanDecoder.build checks every layer"
         found.append(pair)
     linears = [linear for linear, _ in found]
@@ -175,7 +150,7 @@ class LeanDecoder:
         would not compute exactly what transformers does: another architecture or configuration, weights not bf16 or
         fp32 on CPU, not packed where this machine packs them, or LoRA adapters other than one plain one on a GPU."""
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        if type(inner).__name__ not in ARCHITECTURES or _lora(inner.lm_head) is None:
+        if type(inner).__name__ not in ARCHITECTURES or one_lora(inner.lm_head) is None:
             return None
         config = inner.config
         weight = inner.lm_head.weight
@@ -194,7 +169,7 @@ class LeanDecoder:
             attention, mlp = layer.self_attn, layer.mlp
             layers = [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
             layers += [mlp.gate_proj, mlp.up_proj, mlp.down_proj, inner.lm_head]
-            for found in map(_lora, layers):
+            for found in map(one_lora, layers):
                 if (
                     found is None
                     or (on_cpu and found[1] is not None)  # a CPU serves LoRA through transformers' forward

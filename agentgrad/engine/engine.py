@@ -48,7 +48,7 @@ from agentgrad.engine.kv_cache import (
 from agentgrad.engine.model import load_model, resolve_model
 from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache, group_hits
-from agentgrad.engine.prepack import bf16_supported, pack_linears, packed_twin, packing_available
+from agentgrad.engine.prepack import bf16_supported, merges, pack_linears, packed_twin, packing_available
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.slots import SlotBatch, StaticDecoding
@@ -216,17 +216,23 @@ class Engine:
             self._frozen_base = True
         torch.cuda.empty_cache()
 
-    def replace_model(self, model: torch.nn.Module) -> None:
-        """Serve and train `model` instead (a peft-wrapped copy, say); sampling then uses it directly."""
+    def replace_model(self, model: torch.nn.Module, *, merge: bool = False) -> None:
+        """Serve and train `model` instead (a peft-wrapped copy, say); sampling then uses it directly, except with
+        `merge` on a CPU that packs fp32: a packed twin with the one LoRA adapter merged in (`prepack.packed_twin`),
+        made again at each `publish`. Not for adapters chosen per request (`adapters.py`): their rows need peft."""
         with self.weights_lock:
             self.model = model
             self.model.eval()
-            self._sampler, self._twin = model, False
-            # on a CPU it would hold copies of weights that training now changes in place (`build` says None); on a
-            # GPU it reads them where they are, one LoRA adapter included
-            self._decoder = LeanDecoder.build(model)
-            self._static = None  # its cache and graphs were the old model's
             use_engine_attention(model)
+            fp32 = next(model.parameters()).dtype == torch.float32
+            self._twin = merge and self.device == "cpu" and fp32 and packing_available(torch.float32) and merges(model)
+            self._sampler, self._decoder = model, None  # the old sampler's weights go before a twin is made
+            if self._twin:
+                self._sampler = in_own_thread(packed_twin, model)
+            # on a CPU, over peft's layers it would hold copies of weights that training changes in place (`build`
+            # says None), over the twin its packed copies; on a GPU it reads them where they are, one adapter included
+            self._decoder = LeanDecoder.build(self._sampler)
+            self._static = None  # its cache and graphs were the old model's
             self.sampling_dtype = next(model.parameters()).dtype
             self._prefixes.clear()
             self.version += 1
@@ -249,7 +255,8 @@ class Engine:
     def publish(self) -> int:
         """Serve the current trainable weights from the next request on; returns the new version."""
         with self.weights_lock:
-            if self._twin:  # the weights may have changed in place: pack them again
+            if self._twin:  # the weights may have changed in place: pack them again, the old packed copies gone first
+                self._sampler, self._decoder = self.model, None
                 self._sampler = in_own_thread(packed_twin, self.model)
                 self._decoder = in_own_thread(LeanDecoder.build, self._sampler)
             elif self._sampler is not self.model:

@@ -118,7 +118,7 @@ class Policy(ABC):
                 self.engine.model,
                 LoraConfig(r=lora_rank, lora_alpha=lora_alpha, target_modules=lora_targets, lora_dropout=0.0),
             )
-            self.engine.replace_model(adapted)
+            self.engine.replace_model(adapted, merge=True)  # a CPU samples from a packed twin, the adapter merged
         self._servers: list[ServerThread] = []
         self.gateway_url: str | None = None
         self.gateway: Any = None
