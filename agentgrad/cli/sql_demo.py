@@ -273,7 +273,8 @@ def main(args: argparse.Namespace) -> None:
         return
     began = time.perf_counter()
     model = args.model or MODEL
-    engine = Engine(model, sampling_dtype="float32", name=Path(model).name)  # LoRA samples from the adapted fp32 model
+    # fp32 weights under the adapters; sampling merges the adapter into a packed twin (`Engine.replace_model`)
+    engine = Engine(model, sampling_dtype="float32", name=Path(model).name)
     steps = demo_steps(args)
     algorithm = GRPO(
         GRPOConfig(

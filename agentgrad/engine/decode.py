@@ -10,7 +10,7 @@ writes them. A SmolLM2 decode step went from 28.8 to 23.5 ms at 1 row, 37.9 to 3
 64 (bf16, `benchmarks/engine_profile.py --warm 64`, 2 threads). The logits are bit-identical to transformers'
 forward with the engine's attention on the same cache (`tests/engine/test_decode.py`). It serves only what it
 covers exactly: on a CPU the bf16 sampling copy or the fp32 weights' packed twin, their layers packed where oneDNN
-packs their dtype (`prepack.py`; bf16 stays plain on AVX2 alone), without LoRA; on a GPU the plain layers themselves
+packs their dtype (`prepack.py`; bf16 stays plain on AVX2 alone), a LoRA adapter only merged into that twin; on a GPU the plain layers themselves
 (no fused copy: the step reads the very parameters an update or a publish changes in place, so a captured CUDA graph
 of it stays valid), and one LoRA adapter over them as peft computes it; anything else decodes through transformers'
 forward.
@@ -172,7 +172,7 @@ class LeanDecoder:
             for found in map(one_lora, layers):
                 if (
                     found is None
-                    or (on_cpu and found[1] is not None)  # a CPU serves LoRA through transformers' forward
+                    or (on_cpu and found[1] is not None)  # a CPU serves LoRA merged into a twin, or through peft
                     or isinstance(found[0], PackedLinear) != layers_packed
                     or found[0].weight.dtype != dtype
                     or found[0].weight.device != device

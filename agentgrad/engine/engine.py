@@ -202,8 +202,8 @@ class Engine:
     def freeze_base(self) -> None:
         """Hold the weights once, in the sampling dtype, for sampling and for training adapters over them (they are
         no longer trained in full): on a GPU, where a 7B model's fp32 weights beside their bf16 copy took 57.9 GiB
-        (issue 41). On a CPU nothing changes (LoRA samples from the fp32 weights there). `frozen_base=True` loads
-        them so from the start, without the fp32 copy's peak."""
+        (issue 41). On a CPU nothing changes (adapters train over the fp32 weights, and sampling merges them into a
+        packed twin: `replace_model`). `frozen_base=True` loads them so from the start, without the fp32 copy's peak."""
         if self.device.startswith("cpu") or self._sampler is self.model:
             return
         with self.weights_lock:
