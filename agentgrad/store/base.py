@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from agentgrad.store.errors import InvalidTransitionError, NotFoundError, StoreError
@@ -53,7 +53,7 @@ class Store(ABC):
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or now
         self._replays = Replays()
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event, frozenset[str]]] = set()
         self._waiters_lock = threading.Lock()
 
     # ------------------------------------------------------------------ rollouts and attempts
@@ -155,7 +155,7 @@ class Store(ABC):
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else self.clock() + timeout
         event = asyncio.Event()
-        waiter = (loop, event)
+        waiter = (loop, event, frozenset(rollout_ids))
         with self._waiters_lock:
             self._waiters.add(waiter)
         try:
@@ -168,7 +168,8 @@ class Store(ABC):
                 remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:
                     break
-                pause = WAIT_POLL_SECONDS if remaining is None else min(WAIT_POLL_SECONDS, remaining)
+                poll = await self._poll_seconds()
+                pause = poll if remaining is None else min(poll, remaining)
                 try:
                     await asyncio.wait_for(event.wait(), pause)
                 except TimeoutError:
@@ -183,11 +184,17 @@ class Store(ABC):
         rollouts = await self.query_rollouts(rollout_ids=rollout_ids)
         return [rollout for rollout in rollouts if rollout.status.finished]
 
-    def _notify_finished(self) -> None:
-        """Wake every `wait_for_rollouts` in this process (called when a rollout finishes)."""
+    async def _poll_seconds(self) -> float:
+        """How long a `wait_for_rollouts` sleeps between looks when nothing wakes it."""
+        return WAIT_POLL_SECONDS
+
+    def _notify_finished(self, rollout_ids: Iterable[str] | None = None) -> None:
+        """Wake each `wait_for_rollouts` in this process that waits on one of `rollout_ids` (None: every one), called
+        when rollouts finish."""
+        finished = None if rollout_ids is None else set(rollout_ids)
         with self._waiters_lock:
-            waiters = list(self._waiters)
-        for loop, event in waiters:
+            waiters = [w for w in self._waiters if finished is None or not finished.isdisjoint(w[2])]
+        for loop, event, _ in waiters:
             try:
                 loop.call_soon_threadsafe(event.set)
             except RuntimeError:  # that loop is closed

@@ -2,13 +2,15 @@
 
 Each operation is one transaction, and the state machine is `transitions`, as for SQLite: this module finds
 rows, locks them, hands them to it as models and writes back what it changed. Servers sharing a database
-agree through its locks alone:
+agree through its locks and announcements alone:
 - a dequeue takes the oldest waiting rollout `FOR UPDATE SKIP LOCKED`: each is claimed once, and claimers
   never wait on each other;
 - a change to a rollout, its attempts or its spans first locks the rollout's row (several: in id order, so
   two transactions never wait on each other in a cycle); the row counts the rollout's span sequence ids;
 - the timeout sweep runs under an advisory lock: one server at a time;
-- a write with an idempotency key (`run_once`) locks the key, and commits its answer with its change.
+- a write with an idempotency key (`run_once`) locks the key, and commits its answer with its change;
+- a rollout that finishes is announced by the database on commit (`FINISHED_CHANNEL`): waits on every server
+  listen for it, and look again on their own only once a second.
 A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with
 `StoreUnavailable` (HTTP 503); connections come from `postgres_pool`.
 """
@@ -27,6 +29,7 @@ import asyncpg
 
 import agentgrad.store.transitions as t
 from agentgrad.redact import remember_secret
+from agentgrad.store.base import WAIT_POLL_SECONDS
 from agentgrad.store.errors import StoreError, StoreUnavailable
 from agentgrad.store.idempotency import REPLY_SECONDS, Answer
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
@@ -40,7 +43,7 @@ from agentgrad.store.postgres_pool import (
     parse_address,
     run_in_thread,
 )
-from agentgrad.store.postgres_schema import LOCK_KEYS, WAITING_SQL, migrate
+from agentgrad.store.postgres_schema import FINISHED_CHANNEL, LOCK_KEYS, WAITING_SQL, migrate
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     ROLLOUT_COLUMNS,
@@ -73,6 +76,8 @@ Work = Callable[[asyncpg.Connection], Awaitable[T]]
 
 FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 1.0
+LISTENING_POLL_SECONDS = 1.0
+"""How often a wait looks again on its own while the database's announcements wake it (a missed one costs this)."""
 
 _JOINED: ContextVar[asyncpg.Connection | None] = ContextVar("agentgrad_postgres_transaction", default=None)
 """The connection of the `run_once` transaction this task is in: an operation inside it joins it (a savepoint)."""
@@ -238,6 +243,13 @@ class PostgresStore(LocalStore):
 
     # ------------------------------------------------------------------ rollouts and attempts
 
+    async def _poll_seconds(self) -> float:
+        """Waits wake on the database's announcement of each finished rollout (from any server of the database);
+        they look again on their own only every `LISTENING_POLL_SECONDS`, or `WAIT_POLL_SECONDS` while this loop
+        cannot listen."""
+        listening = await self._pools.listen(FINISHED_CHANNEL, lambda rollout_id: self._notify_finished([rollout_id]))
+        return LISTENING_POLL_SECONDS if listening else WAIT_POLL_SECONDS
+
     async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
         async def insert(db: asyncpg.Connection) -> None:  # one statement, the rows in order (their `seq`)
             await db.execute(INSERT_ROLLOUTS, *map(list, zip(*map(rollout_row, rollouts))))
@@ -333,9 +345,9 @@ class PostgresStore(LocalStore):
 
     async def _save_rollout(
         self, db: asyncpg.Connection, rollout: Rollout, before: RolloutStatus, attempt: Attempt | None = None
-    ) -> bool:
+    ) -> None:
         """Write back what a transition changed to the rollout (and to `attempt`, in the same statement); a requeued
-        rollout joins the back of the queue. True when the rollout has just finished."""
+        rollout joins the back of the queue. One that finishes is announced by the database (`FINISHED_CHANNEL`)."""
         requeued = rollout.status is RolloutStatus.REQUEUING and before is not RolloutStatus.REQUEUING
         values = [
             *rollout_changes(rollout),
@@ -355,10 +367,9 @@ class PostgresStore(LocalStore):
             )
             values += [attempt.status.value, attempt.end_time, attempt.reward, attempt.error, attempt.attempt_id]
         await db.execute(sql, *values)
-        return rollout.status is not before and rollout.status.finished
 
     async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
-        async def apply(db: asyncpg.Connection) -> tuple[Attempt, bool]:
+        async def apply(db: asyncpg.Connection) -> Attempt:
             row = await db.fetchrow(  # the rollout, locked, and its attempt, in one statement
                 f"SELECT {_prefixed('r', ROLLOUT_COLUMNS)}, {_prefixed('a', ATTEMPT_COLUMNS)} FROM rollouts AS r "
                 "LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = $2 "
@@ -373,24 +384,20 @@ class PostgresStore(LocalStore):
             rollout, attempt = rollout_of(row[:ROLLOUT_WIDTH]), attempt_of(row[ROLLOUT_WIDTH:])
             before = rollout.status
             change(rollout, attempt)
-            return attempt, await self._save_rollout(db, rollout, before, attempt)
+            await self._save_rollout(db, rollout, before, attempt)
+            return attempt
 
-        attempt, finished = await self._write(apply)
-        if finished:
-            self._notify_finished()
-        return attempt
+        return await self._write(apply)
 
     async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
-        async def apply(db: asyncpg.Connection) -> tuple[Rollout, bool]:
+        async def apply(db: asyncpg.Connection) -> Rollout:
             rollout = await self._get_rollout(db, rollout_id, lock=True)
             before = rollout.status
             change(rollout)
-            return rollout, await self._save_rollout(db, rollout, before)
+            await self._save_rollout(db, rollout, before)
+            return rollout
 
-        rollout, finished = await self._write(apply)
-        if finished:
-            self._notify_finished()
-        return rollout
+        return await self._write(apply)
 
     async def _expire_attempts(self, at: float) -> None:
         candidates = await self._read(  # what may have expired, found by index; `transitions.expiry` decides
@@ -404,25 +411,22 @@ class PostgresStore(LocalStore):
         if not candidates:
             return
 
-        async def sweep(db: asyncpg.Connection) -> bool:
+        async def sweep(db: asyncpg.Connection) -> None:
             await db.execute("SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))", LOCK_KEYS["sweep"])
             rows = await db.fetch(  # read again under the locks: another server may have swept or moved them on
                 f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE rollout_id = ANY($1::text[]) AND status = 'running' "
                 "ORDER BY rollout_id FOR UPDATE",
                 sorted(row[0] for row in candidates),
             )
-            finished = False
             for rollout in map(rollout_of, rows):
                 assert rollout.latest_attempt_id is not None  # a running rollout has an attempt
                 attempt = await self._get_attempt(db, rollout.rollout_id, rollout.latest_attempt_id)
                 expired = t.expiry(rollout.config, attempt, at)
                 if expired is not None:
                     t.end_attempt(rollout, attempt, expired, at)
-                    finished |= await self._save_rollout(db, rollout, RolloutStatus.RUNNING, attempt)
-            return finished
+                    await self._save_rollout(db, rollout, RolloutStatus.RUNNING, attempt)
 
-        if await self._write(sweep):
-            self._notify_finished()
+        await self._write(sweep)
 
     # ------------------------------------------------------------------ spans
 

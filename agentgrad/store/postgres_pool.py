@@ -11,6 +11,7 @@ most `pool_size` connections. A call that finds them all busy for `pool_timeout`
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -24,6 +25,7 @@ import asyncpg
 from agentgrad.store.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 POOL_SIZE = 10
 """Connections a store keeps open per event loop at most (`?pool_size=` in the store URL)."""
@@ -156,6 +158,11 @@ class Pools:
                 pool = self._pools[loop] = _Pool(self.address)
         return pool
 
+    async def listen(self, channel: str, callback: Callable[[str], None]) -> bool:
+        """Have `callback(payload)` called for each notification on `channel`, through one connection of this loop's
+        own (outside the pool); False while it cannot be opened (the caller polls instead)."""
+        return await self._pool().listen(channel, callback)
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
         """A connection of this loop's pool, for the duration of the block; 503 when all are busy too long."""
@@ -186,6 +193,25 @@ class _Pool:
         self.address = address
         self._idle: list[asyncpg.Connection] = []
         self._slots = asyncio.Semaphore(address.pool_size)
+        self._listener: asyncpg.Connection | None = None
+        self._opening: asyncio.Lock = asyncio.Lock()
+
+    async def listen(self, channel: str, callback: Callable[[str], None]) -> bool:
+        if self._listener is not None and not self._listener.is_closed():
+            return True
+        async with self._opening:  # one listener however many waiters arrive together
+            if self._listener is None or self._listener.is_closed():
+                conn = None
+                try:
+                    conn = await asyncpg.connect(self.address.dsn, timeout=CONNECT_TIMEOUT_SECONDS)
+                    await conn.add_listener(channel, lambda _conn, _pid, _channel, payload: callback(payload))
+                except (*CONNECTION_LOST, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    if conn is not None:
+                        conn.terminate()
+                    log.warning("cannot listen on %s at %s (%s); polling", channel, self.address.shown, exc)
+                    return False
+                self._listener = conn
+        return True
 
     async def acquire(self) -> asyncpg.Connection:
         try:
@@ -219,6 +245,9 @@ class _Pool:
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
+        if self._listener is not None:
+            idle.append(self._listener)
+            self._listener = None
         for conn in idle:
             try:
                 await asyncio.wait_for(conn.close(), 1.0)
@@ -228,6 +257,9 @@ class _Pool:
     def abandon(self) -> None:
         """Drop the idle connections at once (called in their loop's thread)."""
         idle, self._idle = self._idle, []
+        if self._listener is not None:
+            idle.append(self._listener)
+            self._listener = None
         for conn in idle:
             conn.terminate()
 

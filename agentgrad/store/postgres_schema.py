@@ -88,6 +88,18 @@ MIGRATIONS: tuple[str, ...] = (
         body BYTEA NOT NULL
     );
     """,
+    # 3: a rollout that finishes is announced on FINISHED_CHANNEL, its id the payload, when its transaction commits:
+    # a store server waiting on it wakes whichever server finished it, without polling
+    """
+    CREATE FUNCTION announce_finished_rollout() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('agentgrad_finished', NEW.rollout_id);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER rollout_finished AFTER UPDATE OF status ON rollouts FOR EACH ROW
+        WHEN (NEW.status IN ('succeeded', 'failed', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status)
+        EXECUTE FUNCTION announce_finished_rollout();
+    """,
 )
 """The schema, as the steps from an empty database: version `len(MIGRATIONS)` is this agentgrad's."""
 
@@ -99,6 +111,10 @@ MIGRATE_COMMAND = "agentgrad store migrate --store {url}"
 LOCK_KEYS = {"migrate": 0x61677261, "sweep": 0x61677273}
 """Advisory lock numbers (`pg_advisory_xact_lock(number, hashtext(current_schema()))`): one schema's
 migrations, one schema's timeout sweep. Held by one session of the database at a time."""
+
+FINISHED_CHANNEL = "agentgrad_finished"
+"""The channel (`LISTEN`) on which the database announces each rollout that finishes, by its id (migration 3's
+trigger, which spells it out: a migration's text never changes)."""
 
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt as the partial index `rollouts_waiting` is, so the planner uses it."""

@@ -56,7 +56,10 @@ async def _at_version_1(url: str) -> str:
     rollout = await store.enqueue_rollout({"kept": True})
     await store.close()
     conn = await connect_to_schema(url)
-    await conn.execute("DROP TABLE replies; UPDATE schema_version SET version = 1")
+    await conn.execute(
+        "DROP TABLE replies; DROP TRIGGER rollout_finished ON rollouts; DROP FUNCTION announce_finished_rollout(); "
+        "UPDATE schema_version SET version = 1"
+    )
     await conn.close()
     return rollout.rollout_id
 
@@ -98,6 +101,29 @@ async def test_twin_writes_with_one_key_on_two_stores_apply_once_and_both_get_th
     assert (await stores[0].stats()).rollouts == {"queuing": 1}
     assert await stores[1].get_rollout(answers[0][1].decode())  # the stored answer names the rollout that exists
     for store in stores:
+        await store.close()
+
+
+async def test_a_wait_on_one_store_wakes_when_another_store_of_the_database_finishes_the_rollout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import agentgrad.store.postgres as postgres
+
+    # woken by the database's announcement, or not at all
+    monkeypatch.setattr(postgres, "LISTENING_POLL_SECONDS", 600.0)
+    url = fresh_schema_url()
+    waiting, finishing = PostgresStore(url, sweep_seconds=None), PostgresStore(url, sweep_seconds=None)
+    other = await waiting.enqueue_rollout({"n": 0})
+    mine = await waiting.enqueue_rollout({"n": 1})
+    assert await waiting._poll_seconds() == 600.0  # this loop listens from now on
+    wait = asyncio.create_task(waiting.wait_for_rollouts([mine.rollout_id], timeout=300))
+    for expected in (other, mine):  # the other server claims both and finishes them, the one not waited on first
+        claimed = await finishing.dequeue_rollout()
+        assert claimed is not None and claimed.rollout_id == expected.rollout_id
+        await finishing.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
+    (done,) = await asyncio.wait_for(wait, 60)
+    assert done.rollout_id == mine.rollout_id and done.status is RolloutStatus.SUCCEEDED
+    for store in (waiting, finishing):
         await store.close()
 
 
