@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ POOL_TIMEOUT_SECONDS = 5.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 RETRY_SECONDS = 30.0
 """How long a call retries while the database cannot be reached (a restart, a failover), then fails 503."""
+LISTEN_RETRY_SECONDS = 5.0
+"""After a listening connection could not be opened, how long waits poll before one is tried again."""
 
 OPTIONS: dict[str, Callable[[str], Any]] = {
     "pool_size": int,
@@ -195,10 +198,13 @@ class _Pool:
         self._slots = asyncio.Semaphore(address.pool_size)
         self._listener: asyncpg.Connection | None = None
         self._opening: asyncio.Lock = asyncio.Lock()
+        self._listen_failed = -LISTEN_RETRY_SECONDS
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> bool:
         if self._listener is not None and not self._listener.is_closed():
             return True
+        if time.monotonic() - self._listen_failed < LISTEN_RETRY_SECONDS:
+            return False
         async with self._opening:  # one listener however many waiters arrive together
             if self._listener is None or self._listener.is_closed():
                 conn = None
@@ -209,6 +215,7 @@ class _Pool:
                     if conn is not None:
                         conn.terminate()
                     log.warning("cannot listen on %s at %s (%s); polling", channel, self.address.shown, exc)
+                    self._listen_failed = time.monotonic()
                     return False
                 self._listener = conn
         return True
