@@ -15,8 +15,8 @@ without oneDNN's bf16 path sample with the fp32 trained weights themselves, so t
 a second module tree over the very same parameters, whose linear layers multiply with packed copies.
 
 A LoRA-adapted model (one adapter) on a CPU samples from such a twin too, its adapters merged into the packed copies
-(W + scaling·B·A, in fp32): Qwen2.5-Coder-0.5B with rank-16 adapters on every projection decoded 16 rows at 42 tok/s
-through peft's layers and 100 through the merged twin (fp32, AVX-512, 2 threads; `benchmarks/lora_sampling.py`).
+(W + scaling·B·A, in fp32): Qwen2.5-Coder-0.5B with rank-16 adapters on every projection decoded 16 rows at 41.7
+tok/s through peft's layers and 96.3 through the merged twin (fp32, AVX-512, 2 threads; `benchmarks/lora_sampling.py`).
 """
 
 from __future__ import annotations
@@ -88,14 +88,17 @@ def _adapted_layers(model: Any) -> list[tuple[str, Any]]:
     return [(name, module) for name, module in model.named_modules() if hasattr(module, "lora_A")]
 
 
+def _merged_pair(layer: Any) -> tuple[torch.nn.Linear, Lora] | None:
+    """A peft LoRA layer's plain linear and its adapter, where it holds exactly one plain adapter; else None."""
+    found = one_lora(layer) if len(layer.lora_A) == 1 else None
+    return None if found is None or found[1] is None else (found[0], found[1])
+
+
 def merges(model: Any) -> bool:
     """Whether `packed_twin` can merge `model`'s adapters: each LoRA layer holds one plain adapter (not several, as
     a model serving one adapter per role does)."""
     layers = _adapted_layers(model)
-    return bool(layers) and all(
-        len(layer.lora_A) == 1 and (found := one_lora(layer)) is not None and found[1] is not None
-        for _, layer in layers
-    )
+    return bool(layers) and all(_merged_pair(layer) is not None for _, layer in layers)
 
 
 class PackedLinear(torch.nn.Linear):
@@ -145,10 +148,10 @@ def packed_twin(model: Any) -> Any:
     twin.eval()
     adapters: dict[int, Lora] = {}
     for name, layer in _adapted_layers(twin):
-        found = one_lora(layer) if len(layer.lora_A) == 1 else None
-        if found is None or found[1] is None:
+        pair = _merged_pair(layer)
+        if pair is None:
             raise ValueError(f"{name} does not hold one plain LoRA adapter: its twin cannot merge it (`merges`)")
-        linear, adapters[id(found[0])] = found[0], found[1]
+        linear, adapters[id(pair[0])] = pair
         parent, _, attribute = name.rpartition(".")
         setattr(twin.get_submodule(parent), attribute, linear)
     if not packing_available(next(twin.parameters()).dtype) and adapters:
