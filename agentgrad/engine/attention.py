@@ -8,8 +8,9 @@ mask and the grouped heads together (`enable_gqa=True`): bit-identical to the co
 layer than the folded query at 64 rows in fp32 (measured with caches too large to stay in the processor's cache,
 as in a step: `docs/benchmarks.md`, issue 22). In bf16 and fp16 the same kernel call is five times slower for one
 query token than the folded query (`decode_attention`; a SmolLM2 step's attention at 64 rows of 301 columns: 338
-against 69 ms, AVX-512 BF16, `benchmarks/held_once_attention.py --dtype bfloat16`), so a decode step folds there. Anything else (a GPU, a model without grouped heads,
-no mask, autograd) goes to transformers' own function, so training computes exactly what it did.
+against 69 ms, AVX-512 BF16, `benchmarks/held_once_attention.py --dtype bfloat16`), so a decode step folds
+there. Anything else (a GPU, a model without grouped heads, no mask, autograd) goes to transformers' own function,
+so training computes exactly what it did.
 """
 
 from __future__ import annotations
