@@ -129,6 +129,8 @@ def test_a_run_sql_call_repeated_as_json_text_gives_its_query_not_the_json_aroun
     text = '{"name": "run_sql", "arguments": {"query": "SELECT count(*) FROM airports;"}}'
     assert agent.final_query(text) == "SELECT count(*) FROM airports"
     assert agent.final_query('{"name": "run_sql", "arguments": {}}') is None
+    several = text + '\n{"name": "run_sql", "arguments": {"query": "SELECT name FROM airports"}} and so on'
+    assert agent.final_query(several) is None  # calls it meant to run: the last query that ran is the answer
 
 
 # ----------------------------------------------------------------------------- the agent against a scripted model

@@ -7,7 +7,7 @@ are on three of the project's databases; validation is on two others whose schem
 were written by hand (`examples/sql/real_world.py`; `make sql-data`). Validation is greedy, before training,
 every `--val-every` steps and after; each point of the learning curve gives, for the project's held-out
 databases and the real-world ones, the execution accuracy, the share of episodes whose first query failed
-(an error or no rows), and the share of those that ended right (self-corrected).
+(an error or nothing returned), and the share of those that ended right (self-corrected).
 The agent's first turn must call `run_sql` unless `--sql-first-call auto` (the untrained 0.5B model
 almost never calls it by itself); after a failed query its next turn must run another, `RETRIES` times at
 most; other turns are the model's choice. Credit is per turn: each query the agent runs is paid its own
@@ -101,7 +101,7 @@ class CurvePoint:
     step: int
     scope: str  # "held-out" (the project's databases), "real-world", or one database's name
     accuracy: float  # execution match with the gold query
-    failed_first: float  # episodes whose first query failed (an error or no rows)
+    failed_first: float  # episodes whose first query failed (an error or nothing returned)
     self_corrected: float  # of those, the share whose final answer matched: fixed by a later query
     n: int  # episodes
     n_failed_first: int

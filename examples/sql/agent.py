@@ -5,8 +5,10 @@ system prompt; the model may run queries with `run_sql` (read-only, time-limited
 back as the tool's text so the model can fix its query) and ends with its final query in a
 ```sql block. The endpoint comes in as `base_url`.
 
-A query *failed* when it raised an error or returned no rows (every question here has an answer,
-so an empty result says the query compared against a value or column that is not there).
+A query *failed* when it raised an error or returned nothing: no rows, or one row of zeros and NULLs (every
+question here has an answer, so an empty result says the query compared against a value or column that is
+not there). The tool's answer to an empty result says why it may be empty (`db.value_hint`), and to a query
+that failed before, that it did.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Episode:
     """What one question produced: the final query and every query run, with whether it failed."""
 
     answer: str | None
-    queries: list[tuple[str, bool]] = field(default_factory=list)  # (sql, failed: an error or no rows)
+    queries: list[tuple[str, bool]] = field(default_factory=list)  # (sql, failed: an error or nothing returned)
 
     @property
     def first_failed(self) -> bool:
@@ -71,7 +73,8 @@ def format_rows(rows: list[tuple]) -> str:
 
 def final_query(text: str) -> str | None:
     """The query in the reply's last ```sql block, else in a run_sql call written as JSON text, else a bare
-    SELECT/WITH statement."""
+    SELECT/WITH statement; None for several calls written as text (they are calls it meant to run, not an answer,
+    and a bare reading takes their JSON with them)."""
     blocks = re.findall(r"```(?:sql|sqlite)?\s*\n?(.*?)```", text, re.DOTALL | re.IGNORECASE)
     if blocks:
         return blocks[-1].strip().rstrip(";").strip() or None
@@ -82,6 +85,8 @@ def final_query(text: str) -> str | None:
         query = None
     if isinstance(query, str):
         return query.strip().rstrip(";").strip() or None
+    if re.search(r'"name"\s*:\s*"run_sql"', text):
+        return None
     bare = re.search(r"\b((?:SELECT|WITH)\b.*)", text, re.DOTALL | re.IGNORECASE)
     return bare.group(1).strip().rstrip(";").strip() if bare else None
 
@@ -106,8 +111,12 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
                 if "column" in str(exc) and (hint := db.column_hint(database, query)):
                     text += f". The columns of the tables you used: {hint}"
             else:
-                queries.append((query, not rows))
+                queries.append((query, db.returned_nothing(rows)))
                 text = format_rows(rows)
+                if queries[-1][1] and (hint := db.value_hint(connection, database, query)):
+                    text += f". {hint}"
+            if [sql for sql, _ in queries[:-1]].count(query) and queries[-1][1]:
+                text += ". You ran this same query before: change it"
             if on_query is not None:
                 on_query(*queries[-1])
             return text

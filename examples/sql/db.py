@@ -91,12 +91,13 @@ def time_limit(name: str) -> float:
     return REAL_WORLD_TIME_LIMIT_S if name in real_world.SOURCES else QUERY_TIME_LIMIT_S
 
 
-def execute(connection: sqlite3.Connection, sql: str, time_limit_s: float = QUERY_TIME_LIMIT_S) -> list[tuple]:
+def execute(connection: sqlite3.Connection, sql: str, time_limit_s: float = QUERY_TIME_LIMIT_S,
+            parameters: tuple[Any, ...] = ()) -> list[tuple]:
     """The query's rows; raises `sqlite3.Error` (a write, a syntax error, or "interrupted" past the limit)."""
     deadline = time.monotonic() + time_limit_s
     connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
     try:
-        return connection.execute(sql).fetchall()
+        return connection.execute(sql, parameters).fetchall()
     finally:
         connection.set_progress_handler(None, 0)
 
@@ -123,8 +124,58 @@ def columns(name: str) -> dict[str, list[str]]:
 def column_hint(name: str, sql: str) -> str:
     """The columns of the tables `sql` names, as the tool adds them to a "no such column" or "ambiguous column"
     error: a small model rereads a short line where it would not search the schema above."""
-    named = [t for t in columns(name) if re.search(rf'(?<![\w"]){re.escape(t)}(?![\w"])|"{re.escape(t)}"', sql, re.I)]
-    return "; ".join(f"{t}({', '.join(columns(name)[t])})" for t in named)
+    return "; ".join(f"{t}({', '.join(columns(name)[t])})" for t in tables_named(name, sql))
+
+
+def tables_named(name: str, sql: str) -> list[str]:
+    """The tables of database `name` that `sql` names."""
+    return [t for t in columns(name) if re.search(rf'(?<![\w"]){re.escape(t)}(?![\w"])|"{re.escape(t)}"', sql, re.I)]
+
+
+def returned_nothing(rows: list[tuple]) -> bool:
+    """No rows, or one row of zeros and NULLs (a count or a sum over no rows): no question here has that answer."""
+    return not rows or (len(rows) == 1 and all(value is None or value == 0 for value in rows[0]))
+
+
+VALUES_SHOWN = 8
+"""Stored values an empty result's hint shows per compared column."""
+_COMPARED = re.compile(r"""(?:\b(\w+)\s*\.\s*)?"?\b(\w+)"?\s*(==|=|\bLIKE\b|\bGLOB\b)\s*'((?:[^']|'')*)'""", re.I)
+
+
+def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
+    """Why a query may have returned nothing (`returned_nothing`), as the tool adds it to its rows: a comparison with NULL, or, for
+    each column compared with a text literal, the stored values like it (case and spacing aside), else a few of its
+    values. A small model repeats a failing literal it cannot see is wrong; told the stored value and the comparison
+    to write, the untrained Qwen2.5-Coder-0.5B wrote it in 12 of 18 samples (6 of 18 when only shown the values)."""
+    notes = []
+    if re.search(r"(?:!=|<>|=)\s*NULL\b", sql, re.I):
+        notes.append("A comparison with NULL is never true: write IS NULL or IS NOT NULL")
+    tables, named = columns(name), tables_named(name, sql)
+    seen: set[tuple[str, str]] = set()
+    for qualifier, column, operator, literal in _COMPARED.findall(sql):
+        owners = [t for t in named if column.lower() in (c.lower() for c in tables[t])]
+        owners = [t for t in owners if t.lower() == qualifier.lower()] or owners
+        if not owners or (owners[0], column.lower()) in seen:
+            continue
+        table = owners[0]
+        seen.add((table, column.lower()))
+        text = literal.replace("''", "'").strip("%").strip()
+        values = f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL'
+        same = _values(connection, name, f'{values} AND LOWER(TRIM("{column}")) = LOWER(?) LIMIT 2', (text,))
+        if len(same) == 1 and operator.startswith("=") and same[0] != text:
+            notes.append(f"No row has {column} = '{literal}'. The stored value is {same[0]!r}: write {column} = {same[0]!r}")
+        elif like := _values(connection, name, f'{values} AND "{column}" LIKE ? LIMIT {VALUES_SHOWN}', (f"%{text}%",)):
+            notes.append(f"Stored values like '{literal}' in {table}.{column}: {', '.join(map(repr, like))}")
+        elif some := _values(connection, name, f"{values} LIMIT {VALUES_SHOWN}"):
+            notes.append(f"No {table}.{column} is like '{literal}'; some of its values: {', '.join(map(repr, some))}")
+    return ". ".join(notes)
+
+
+def _values(connection: sqlite3.Connection, name: str, sql: str, parameters: tuple[str, ...] = ()) -> list[Any]:
+    try:
+        return [row[0] for row in execute(connection, sql, time_limit(name), parameters)]
+    except sqlite3.Error:  # interrupted on a huge table: no hint rather than a stalled episode
+        return []
 
 
 def load_questions(split: str | None = None) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ The reward is execution match against the gold query. Each query the agent runs 
 own execution match as an emitted reward, so under per-turn credit (`GRPOConfig(credit="per_turn",
 gamma=0.0)`) the call that wrote a query is paid for that query: a correcting query after a failed
 one is what gets reinforced, not the failure before it. Each episode is annotated with whether its
-first query failed (an error or no rows), whether a later one ran, and whether the final answer matched.
+first query failed (an error or nothing returned), whether a later one ran, and whether the final answer matched.
 
     python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
 """
