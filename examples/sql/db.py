@@ -137,6 +137,15 @@ def returned_nothing(rows: list[tuple]) -> bool:
     return not rows or (len(rows) == 1 and all(value is None or value == 0 for value in rows[0]))
 
 
+def query_fails(name: str, sql: str) -> bool:
+    """The query raises an error on database `name` or returns nothing: what the agent counts as a failed query."""
+    with closing(connect_readonly(name)) as connection:
+        try:
+            return returned_nothing(execute(connection, sql, time_limit(name)))
+        except sqlite3.Error:
+            return True
+
+
 VALUES_SHOWN = 8
 """Stored values an empty result's hint shows per compared column."""
 _COMPARED = re.compile(r"""(?:\b(\w+)\s*\.\s*)?"?\b(\w+)"?\s*(==|=|\bLIKE\b|\bGLOB\b)\s*'((?:[^']|'')*)'""", re.I)
@@ -162,8 +171,9 @@ def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
         text = literal.replace("''", "'").strip("%").strip()
         values = f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL'
         same = _values(connection, name, f'{values} AND LOWER(TRIM("{column}")) = LOWER(?) LIMIT 2', (text,))
+        written = f"{qualifier}.{column}" if qualifier else column
         if len(same) == 1 and operator.startswith("=") and same[0] != text:
-            notes.append(f"No row has {column} = '{literal}'. The stored value is {same[0]!r}: write {column} = {same[0]!r}")
+            notes.append(f"No row has {written} = '{literal}'. The stored value is {same[0]!r}: write {written} = {same[0]!r}")
         elif like := _values(connection, name, f'{values} AND "{column}" LIKE ? LIMIT {VALUES_SHOWN}', (f"%{text}%",)):
             notes.append(f"Stored values like '{literal}' in {table}.{column}: {', '.join(map(repr, like))}")
         elif some := _values(connection, name, f"{values} LIMIT {VALUES_SHOWN}"):

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import calendar
 import random
+import re
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 KINDS = ("join3", "ambiguous", "having", "date_text", "null", "synonym", "literal_case")
 VALUES_PER_TEMPLATE = 2
@@ -203,3 +205,41 @@ def candidates(name: str, connection: sqlite3.Connection, rng: random.Random,
             fields = {"x": text, "X": other_case(text), "month": month(text) if kind == "date_text" else text}
             out.append((kind, question.format(**fields), gold.format(x=text, q=literal(x))))
     return out
+
+
+# ----------------------------------------------------------------------------- episodes that start from a mistake
+
+_LITERAL = re.compile(r"(=\s*)'((?:[^']|'')*)'")
+_MONTH_PATTERN = re.compile(r"LIKE '(\d{4}-\d{2})-%'")
+_HAVING = re.compile(r"\s+GROUP BY (\S+) HAVING (.+)$", re.S)
+_QUALIFIED = re.compile(r"\b\w+\.(\w+)(\s*=)")
+
+
+def mistakes(gold: str) -> list[str]:
+    """First queries a model plausibly writes for `gold`'s question, each one trap of `KINDS` sprung: a literal cased
+    as prose would case it, `= NULL`, a month asked by name in a text date, an aggregate in WHERE, and a compared
+    column left unqualified in a join. Which of them fail is the database's to say (`first_mistake`)."""
+    out = []
+    if match := _LITERAL.search(gold):
+        value = match.group(2)
+        if other_case(value) != value:
+            out.append(gold[: match.start()] + f"{match.group(1)}'{other_case(value)}'" + gold[match.end():])
+    if " IS NULL" in gold or " IS NOT NULL" in gold:
+        out.append(gold.replace(" IS NOT NULL", " != NULL").replace(" IS NULL", " = NULL"))
+    if match := _MONTH_PATTERN.search(gold):
+        out.append(gold[: match.start()] + f"LIKE '%{month(match.group(1))}%'" + gold[match.end():])
+    if (match := _HAVING.search(gold)) and " WHERE " not in gold:
+        out.append(gold[: match.start()] + f" WHERE {match.group(2)} GROUP BY {match.group(1)}")
+    if " JOIN " in gold and (match := _QUALIFIED.search(gold.split(" WHERE ", 1)[-1])):
+        where = gold.index(" WHERE ") if " WHERE " in gold else len(gold)
+        out.append(gold[:where] + _QUALIFIED.sub(r"\1\2", gold[where:], count=1))
+    return out
+
+
+def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
+    """One of `mistakes(task["gold"])` that fails on the task's database (an error or nothing returned), chosen by
+    `rng`; None when none does."""
+    from examples.sql import db
+
+    failing = [sql for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
+    return rng.choice(failing) if failing else None

@@ -5,6 +5,8 @@ own execution match as an emitted reward, so under per-turn credit (`GRPOConfig(
 gamma=0.0)`) the call that wrote a query is paid for that query: a correcting query after a failed
 one is what gets reinforced, not the failure before it. Each episode is annotated with whether its
 first query failed (an error or nothing returned), whether a later one ran, and whether the final answer matched.
+A training task may carry a `first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if
+the model had run it, so that what is trained is the turn that fixes it.
 
     python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
 """
@@ -17,12 +19,14 @@ from typing import Any
 import agentgrad as ag
 from examples.sql import agent, db
 
-ANNOTATIONS = ("sql.first_failed", "sql.recovered", "sql.matched", "sql.queries", "sql.answered")
+ANNOTATIONS = ("sql.first_failed", "sql.recovered", "sql.matched", "sql.queries", "sql.answered", "sql.from_mistake")
 
 
-def annotation(episode: agent.Episode, reward: float) -> dict[str, Any]:
-    """What the demo's shares are counted from: self-corrected = first query failed and final answer matched."""
+def annotation(episode: agent.Episode, reward: float, from_mistake: bool = False) -> dict[str, Any]:
+    """What the demo's shares are counted from: self-corrected = first query failed and final answer matched;
+    `from_mistake`: the episode started from a mistake it was given (its first query is not the model's)."""
     return {
+        "sql.from_mistake": from_mistake,
         "sql.first_failed": episode.first_failed,
         "sql.recovered": episode.recovered,
         "sql.matched": reward >= 1.0,
@@ -38,9 +42,9 @@ def sql_rollout(task: dict[str, Any], llm: ag.LLM) -> float:
 
     episode = agent.solve(task["question"], task["db"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
                           run_first=bool(task.get("run_first")), retries=int(task.get("retries", 0)),
-                          on_query=pay_query, **llm.sampling_parameters)
+                          first_query=task.get("first_query"), on_query=pay_query, **llm.sampling_parameters)
     reward = db.execution_match(task["db"], episode.answer, task["gold"])
-    ag.emit_annotation(annotation(episode, reward))
+    ag.emit_annotation(annotation(episode, reward, from_mistake=task.get("first_query") is not None))
     return reward
 
 
