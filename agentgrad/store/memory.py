@@ -116,7 +116,7 @@ class MemoryStore(LocalStore):
         if rollout.status is RolloutStatus.REQUEUING:
             self._queue.append(rollout.rollout_id)
         elif rollout.status.finished:
-            self._notify_finished()
+            self._notify_finished([rollout.rollout_id])
 
     async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         with self._lock:

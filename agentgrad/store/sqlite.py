@@ -324,7 +324,7 @@ class SqliteStore(LocalStore):
             self._save_attempt(db, attempt)
             finished = self._save_rollout(db, rollout, before)
         if finished:
-            self._notify_finished()
+            self._notify_finished([rollout_id])
         return attempt
 
     async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
@@ -334,7 +334,7 @@ class SqliteStore(LocalStore):
             change(rollout)
             finished = self._save_rollout(db, rollout, before)
         if finished:
-            self._notify_finished()
+            self._notify_finished([rollout_id])
         return rollout
 
     async def _expire_attempts(self, at: float) -> None:
@@ -346,7 +346,7 @@ class SqliteStore(LocalStore):
         )
         if not candidates:
             return
-        finished = False
+        finished = []
         with self._write() as db:
             for rollout_id, attempt_id in candidates:
                 rollout = self._get_rollout(db, rollout_id)
@@ -355,9 +355,10 @@ class SqliteStore(LocalStore):
                 if expired is not None:
                     t.end_attempt(rollout, attempt, expired, at)
                     self._save_attempt(db, attempt)
-                    finished |= self._save_rollout(db, rollout, RolloutStatus.RUNNING)
+                    if self._save_rollout(db, rollout, RolloutStatus.RUNNING):
+                        finished.append(rollout_id)
         if finished:
-            self._notify_finished()
+            self._notify_finished(finished)
 
     # ------------------------------------------------------------------ spans
 
