@@ -248,8 +248,11 @@ def training_share(rows: dict[int, list[Labelled]]) -> str:
         f"training episodes whose first query failed: {share(sum(bool(r[2].get('sql.first_failed')) for r in first), len(first))} "
         f"at step {min(rows)} (before any update), {share(len(failed), len(every))} over all steps, "
         f"{share(fixed, len(failed))} of those self-corrected"
-        + (f"; episodes started from a mistake: {share(sum(r >= 1.0 for _, r, _ in given), len(given))} fixed it"
-           if given else "")
+        + (
+            f"; episodes started from a mistake: {share(sum(r >= 1.0 for _, r, _ in given), len(given))} fixed it"
+            if given
+            else ""
+        )
     )
 
 

@@ -91,6 +91,26 @@ def final_query(text: str) -> str | None:
     return bare.group(1).strip().rstrip(";").strip() if bare else None
 
 
+def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: list[tuple[str, bool]]) -> str:
+    """What `run_sql` answers: the rows or the error, and why a failed query may have failed (`db.column_hint`,
+    `db.value_hint`, a rerun unchanged); `(query, failed)` is appended to `ran`, the episode's queries so far."""
+    try:
+        rows = db.execute(connection, query, db.time_limit(database))
+    except sqlite3.Error as exc:
+        ran.append((query, True))
+        text = f"Error: {exc}"
+        if "column" in str(exc) and (hint := db.column_hint(database, query)):
+            text += f". The columns of the tables you used: {hint}"
+    else:
+        ran.append((query, db.returned_nothing(rows)))
+        text = format_rows(rows)
+        if ran[-1][1] and (hint := db.value_hint(connection, database, query)):
+            text += f". {hint}"
+    if ran[-1][1] and [sql for sql, _ in ran[:-1]].count(query):
+        text += ". You ran this same query before: change it"
+    return text
+
+
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
           run_first: bool = False, retries: int = 0, first_query: str | None = None,
           on_query: Callable[[str, bool], None] | None = None, **settings: Any) -> Episode:
@@ -102,28 +122,10 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
     queries: list[tuple[str, bool]] = []
     with closing(db.connect_readonly(database)) as connection:
 
-        def answer(query: str) -> str:
-            """The tool's text for `query`, which is recorded as run."""
-            try:
-                rows = db.execute(connection, query, db.time_limit(database))
-            except sqlite3.Error as exc:
-                queries.append((query, True))
-                text = f"Error: {exc}"
-                if "column" in str(exc) and (hint := db.column_hint(database, query)):
-                    text += f". The columns of the tables you used: {hint}"
-            else:
-                queries.append((query, db.returned_nothing(rows)))
-                text = format_rows(rows)
-                if queries[-1][1] and (hint := db.value_hint(connection, database, query)):
-                    text += f". {hint}"
-            if [sql for sql, _ in queries[:-1]].count(query) and queries[-1][1]:
-                text += ". You ran this same query before: change it"
-            return text
-
         @tool
         def run_sql(query: str) -> str:
             """Run one SQLite query on the database and return its rows, or the error."""
-            text = answer(query)
+            text = tool_answer(connection, database, query, queries)
             if on_query is not None:
                 on_query(*queries[-1])
             return text
@@ -131,7 +133,8 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
         messages: list[Any] = [HumanMessage(question)]
         if first_query is not None:
             call = {"name": "run_sql", "args": {"query": first_query}, "id": "call_first", "type": "tool_call"}
-            messages += [AIMessage("", tool_calls=[call]), ToolMessage(answer(first_query), tool_call_id="call_first")]
+            answer = tool_answer(connection, database, first_query, queries)
+            messages += [AIMessage("", tool_calls=[call]), ToolMessage(answer, tool_call_id="call_first")]
         chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings)
 
         def must_run(state: dict[str, Any]) -> bool:
@@ -146,12 +149,11 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
         agent = create_react_agent(pick_model if run_first or retries else chat, [run_sql],
                                    prompt=INSTRUCTIONS.format(schema=db.schema(database)))
         try:
-            state = agent.invoke({"messages": messages},
-                                 {"recursion_limit": RECURSION_LIMIT})
+            state = agent.invoke({"messages": messages}, {"recursion_limit": RECURSION_LIMIT})
         except GraphRecursionError:  # still calling tools when the step budget ran out
             state = {"messages": []}
     last = state["messages"][-1] if state["messages"] else None
-    answer = final_query(str(last.content)) if isinstance(last, AIMessage) and not last.tool_calls else None
-    if answer is None:  # no final block: the last query that ran is the answer
-        answer = next((sql for sql, failed in reversed(queries) if not failed), None)
-    return Episode(answer, queries)
+    final = final_query(str(last.content)) if isinstance(last, AIMessage) and not last.tool_calls else None
+    if final is None:  # no final block: the last query that ran is the answer
+        final = next((sql for sql, failed in reversed(queries) if not failed), None)
+    return Episode(final, queries)
