@@ -152,10 +152,10 @@ _COMPARED = re.compile(r"""(?:\b(\w+)\s*\.\s*)?"?\b(\w+)"?\s*(==|=|\bLIKE\b|\bGL
 
 
 def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
-    """Why a query may have returned nothing (`returned_nothing`), as the tool adds it to its rows: a comparison with NULL, or, for
-    each column compared with a text literal, the stored values like it (case and spacing aside), else a few of its
-    values. A small model repeats a failing literal it cannot see is wrong; told the stored value and the comparison
-    to write, the untrained Qwen2.5-Coder-0.5B wrote it in 12 of 18 samples (6 of 18 when only shown the values)."""
+    """Why a query may have returned nothing (`returned_nothing`), as the tool adds it to its rows: a comparison with
+    NULL; for each column compared with a text literal, the one stored value equal to it but for case and spacing,
+    written out as the comparison to make, else the stored values that contain it, else a few of the column's. A
+    small model repeats a literal it cannot see is wrong (`benchmarks/sql_fix_probe.py` measures what this changes)."""
     notes = []
     if re.search(r"(?:!=|<>|=)\s*NULL\b", sql, re.I):
         notes.append("A comparison with NULL is never true: write IS NULL or IS NOT NULL")
@@ -173,7 +173,8 @@ def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
         same = _values(connection, name, f'{values} AND LOWER(TRIM("{column}")) = LOWER(?) LIMIT 2', (text,))
         written = f"{qualifier}.{column}" if qualifier else column
         if len(same) == 1 and operator.startswith("=") and same[0] != text:
-            notes.append(f"No row has {written} = '{literal}'. The stored value is {same[0]!r}: write {written} = {same[0]!r}")
+            stored = repr(same[0])
+            notes.append(f"No row has {written} = '{literal}'. The stored value is {stored}: write {written} = {stored}")
         elif like := _values(connection, name, f'{values} AND "{column}" LIKE ? LIMIT {VALUES_SHOWN}', (f"%{text}%",)):
             notes.append(f"Stored values like '{literal}' in {table}.{column}: {', '.join(map(repr, like))}")
         elif some := _values(connection, name, f"{values} LIMIT {VALUES_SHOWN}"):
