@@ -304,7 +304,7 @@ def test_an_empty_result_s_answer_gives_the_stored_value_to_compare_with() -> No
     with served([call(wrong, 1), call(trap["gold"], 2), {"content": "Done."}]) as (url, requests):
         episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k")
     answer = requests[1]["messages"][-1]["content"]
-    assert answer.startswith("(no rows)") and f"write genre = {stored}" in answer
+    assert answer.startswith("(no rows)") and f"use genre = {stored} in the query" in answer
     assert episode.recovered and db.execution_match("library", episode.answer, trap["gold"]) == 1
 
 

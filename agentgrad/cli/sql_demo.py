@@ -308,7 +308,7 @@ def main(args: argparse.Namespace) -> None:
             learning_rate=LEARNING_RATE,
             credit="per_turn",  # each call paid by the query it wrote (examples/sql/train.py): the fix, not the failure
             gamma=0.0,
-            micro_batch_size=4,
+            micro_batch_size=2,  # the update's peak is its logits (sequences x scored tokens x 151,936, fp32): 4 reached 16-19 GB
             gradient_checkpointing=True,  # without it, 4 multi-turn episodes of the 0.5B model reached 19 GB RSS
             checkpoint_dir=str(run.checkpoints),
             checkpoint_every=args.checkpoint_every,

@@ -154,11 +154,12 @@ _COMPARED = re.compile(r"""(?:\b(\w+)\s*\.\s*)?"?\b(\w+)"?\s*(==|=|\bLIKE\b|\bGL
 def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
     """Why a query may have returned nothing (`returned_nothing`), as the tool adds it to its rows: a comparison with
     NULL; for each column compared with a text literal, the one stored value equal to it but for case and spacing,
-    written out as the comparison to make, else the stored values that contain it, else a few of the column's. A
-    small model repeats a literal it cannot see is wrong (`benchmarks/sql_fix_probe.py` measures what this changes)."""
+    with the comparison to use (told to "write" it, the 0.5B model sometimes wrote an UPDATE), else the stored values
+    that contain it, else a few of the column's. A small model repeats a literal it cannot see is wrong
+    (`benchmarks/sql_fix_probe.py` measures what this changes)."""
     notes = []
     if re.search(r"(?:!=|<>|=)\s*NULL\b", sql, re.I):
-        notes.append("A comparison with NULL is never true: write IS NULL or IS NOT NULL")
+        notes.append("A comparison with NULL is never true: use IS NULL or IS NOT NULL")
     tables, named = columns(name), tables_named(name, sql)
     seen: set[tuple[str, str]] = set()
     for qualifier, column, operator, literal in _COMPARED.findall(sql):
@@ -174,7 +175,7 @@ def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
         written = f"{qualifier}.{column}" if qualifier else column
         if len(same) == 1 and operator.startswith("=") and same[0] != text:
             stored = repr(same[0])
-            notes.append(f"No row has {written} = '{literal}'. The stored value is {stored}: write {written} = {stored}")
+            notes.append(f"No row has {written} = '{literal}'. The stored value is {stored}: use {written} = {stored} in the query")
         elif like := _values(connection, name, f'{values} AND "{column}" LIKE ? LIMIT {VALUES_SHOWN}', (f"%{text}%",)):
             notes.append(f"Stored values like '{literal}' in {table}.{column}: {', '.join(map(repr, like))}")
         elif some := _values(connection, name, f"{values} LIMIT {VALUES_SHOWN}"):
