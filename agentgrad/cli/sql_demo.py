@@ -94,9 +94,9 @@ def task_lists(
     agent = {"run_first": run_first, "retries": RETRIES}
     size = val_size if val_size is not None else VAL_SIZE
     train = [{**q, **agent} for q in db.load_questions("train")]
-    rng = random.Random(0)
     if not 0.0 <= from_mistakes < 1.0:
         raise ValueError(f"the share of training episodes that start from a mistake is in [0, 1), got {from_mistakes}")
+    rng = random.Random(0)
     wanted = round(len(train) * from_mistakes / (1.0 - from_mistakes))
     seeded = [{**q, "first_query": sql} for q in train if (sql := recovery.first_mistake(q, rng)) is not None]
     train += rng.sample(seeded, min(wanted, len(seeded)))

@@ -188,12 +188,11 @@ class Store(ABC):
         """How long a `wait_for_rollouts` sleeps between looks when nothing wakes it."""
         return WAIT_POLL_SECONDS
 
-    def _notify_finished(self, rollout_ids: Iterable[str] | None = None) -> None:
-        """Wake each `wait_for_rollouts` in this process that waits on one of `rollout_ids` (None: every one), called
-        when rollouts finish."""
-        finished = None if rollout_ids is None else set(rollout_ids)
+    def _notify_finished(self, rollout_ids: Iterable[str]) -> None:
+        """Wake each `wait_for_rollouts` in this process that waits on one of `rollout_ids`, called when they finish."""
+        finished = set(rollout_ids)
         with self._waiters_lock:
-            waiters = [w for w in self._waiters if finished is None or not finished.isdisjoint(w[2])]
+            waiters = [w for w in self._waiters if not finished.isdisjoint(w[2])]
         for loop, event, _ in waiters:
             try:
                 loop.call_soon_threadsafe(event.set)

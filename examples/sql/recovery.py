@@ -24,6 +24,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from examples.sql import db
+
 KINDS = ("join3", "ambiguous", "having", "date_text", "null", "synonym", "literal_case")
 VALUES_PER_TEMPLATE = 2
 
@@ -239,7 +241,5 @@ def mistakes(gold: str) -> list[str]:
 def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
     """One of `mistakes(task["gold"])` that fails on the task's database (an error or nothing returned), chosen by
     `rng`; None when none does."""
-    from examples.sql import db
-
     failing = [sql for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
     return rng.choice(failing) if failing else None
