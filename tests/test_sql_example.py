@@ -320,6 +320,27 @@ def test_an_empty_result_s_answer_names_a_null_comparison_and_some_values_when_n
     assert len(shown) == db.VALUES_SHOWN and all(value.strip("'") in stored for value in shown)
 
 
+def test_a_literal_compared_with_the_wrong_column_is_named_where_it_is_stored_with_the_join() -> None:
+    with closing(db.connect_readonly("airline")) as connection:
+        city = connection.execute("SELECT city FROM airports ORDER BY city LIMIT 1").fetchone()[0]
+        hint = db.value_hint(connection, "airline", f"SELECT COUNT(*) FROM flights WHERE origin = '{city.upper()}'")
+        nowhere = db.value_hint(connection, "airline", "SELECT COUNT(*) FROM flights WHERE origin = 'Atlantis'")
+    assert hint.startswith(f"No flights.origin is like '{city.upper()}'")
+    # its case aside, never in flights.origin itself, and the key the two tables share found from their values
+    assert hint.endswith(f"'{city.upper()}' is stored in airports.city; to reach it, join airports ON "
+                         "flights.origin = airports.code")
+    assert "stored in" not in nowhere and "No flights.origin is like 'Atlantis'" in nowhere
+
+
+def test_a_join_written_after_where_is_told_where_a_join_goes() -> None:
+    wrong = "SELECT COUNT(*) FROM flights WHERE origin = 'x' JOIN airports ON flights.origin = airports.code"
+    with closing(db.connect_readonly("airline")) as connection:
+        answer = agent.tool_answer(connection, "airline", wrong, [])
+        fine = agent.tool_answer(connection, "airline", "SELECT COUNT(*) FROM flights WHERE", [])
+    assert answer.startswith("Error: near \"JOIN\": syntax error. JOIN goes right after FROM and its table, before WHERE")
+    assert fine.startswith("Error: ") and "JOIN goes" not in fine
+
+
 def test_a_count_of_nothing_fails_and_a_query_rerun_unchanged_is_told_so() -> None:
     trap = next(q for q in QUESTIONS if q["kind"] == "date_text" and q["db"] == "library" and "made" in q["question"])
     month_name = trap["question"].removeprefix("How many loans were made in ").removesuffix("?")

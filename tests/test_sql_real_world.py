@@ -100,6 +100,20 @@ def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size
     assert all(db.query_fails(q["db"], q["first_query"]) for q in given)
 
 
+def test_a_name_split_over_columns_or_held_in_a_longer_value_is_named_where_it_is_stored() -> None:
+    with closing(db.connect_readonly("lahman")) as connection:
+        hint = db.value_hint(connection, "lahman", "SELECT salary FROM Salaries WHERE playerID = 'Derek Jeter'")
+    assert "'Derek' is stored in People.nameFirst" in hint and "'Jeter' is stored in People.nameLast" in hint
+    assert hint.endswith("join People ON Salaries.playerID = People.playerID")
+    with closing(db.connect_readonly("nycflights13")) as connection:
+        hint = db.value_hint(connection, "nycflights13", "SELECT COUNT(*) FROM flights WHERE dest = 'Hartsfield Jackson Atlanta Intl'")
+    # a key that misses some values still joins: nycflights13's airports lack four of the flights' destinations
+    assert hint.endswith("is stored in airports.name; to reach it, join airports ON flights.dest = airports.faa")
+    with closing(db.connect_readonly("nycflights13")) as connection:
+        hint = db.value_hint(connection, "nycflights13", "SELECT COUNT(*) FROM flights WHERE carrier = 'Delta Air Lines'")
+    assert "Values containing 'Delta Air Lines' are stored in airlines.name" in hint
+
+
 def test_a_missing_package_is_named_with_the_command_that_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(real_world.SOURCES, "movies", real_world.Source("bokeh-sampledata", "2026.1", "not_installed_x"))
     with pytest.raises(FileNotFoundError, match=r"bokeh-sampledata==2026\.1.*make sql-data"):

