@@ -43,8 +43,8 @@ def main() -> None:
     args = parser.parse_args()
     engine = Engine(args.model)
     if args.attention:
-        engine._sampler.set_attn_implementation(args.attention)
-    threads = ThreadChooser(args.threads, next(engine._sampler.parameters()).dtype).apply()
+        engine._weights.sampler.set_attn_implementation(args.attention)
+    threads = ThreadChooser(args.threads, next(engine._weights.sampler.parameters()).dtype).apply()
     requests = []
     for prompt in prompts(engine, args.batch):
         params = SamplingParams(max_tokens=100_000, temperature=1.0, ignore_eos=True, seed=0)
@@ -81,7 +81,7 @@ def main() -> None:
         rest, rest_cpu = appending[0] / args.steps, appending[1] / args.steps
         print(
             f"{engine.name}, batch {args.batch}, {threads} thread(s), {engine.sampling_dtype}, "
-            f"{engine._sampler.config._attn_implementation} attention, tokens "
+            f"{engine._weights.sampler.config._attn_implementation} attention, tokens "
             f"{args.warm + 1}-{args.warm + args.steps}: {1000 * step:.1f} ms a step ({args.batch / step:.1f} tok/s), "
             f"{1000 * step_cpu:.1f} ms CPU; forward and cache {1000 * (step - sample - rest):.1f} "
             f"({1000 * (step_cpu - sample_cpu - rest_cpu):.1f} CPU), sampling {1000 * sample:.1f} "

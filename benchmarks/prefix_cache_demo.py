@@ -5,7 +5,7 @@ engine's prefix cache off and on, and whether every reply is the same.
 
 The agent runs unchanged against the engine served on loopback, greedy (as the demo's validation),
 over the same held-out problems twice: once with the prefix cache off, once on (the batch prefix
-cache, `_prefix_kv`, stays on in both, and is emptied between the passes).
+cache, `Prefiller.shared_kv`, stays on in both, and is emptied between the passes).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def run_pass(engine: Engine, calc: Any, url: str, problems: list[dict[str, Any]]
     """Each problem through the agent; the engine's prefill counts and the chat replies it wrote."""
     replies: list[str] = []
     create = engine_replies(engine, replies)
-    engine._prefixes.clear()
+    engine._prefiller.shared.clear()
     before = dict(engine.stats)
     llm = ag.LLM(base_url=url + "/v1", model=engine.name, sampling_parameters={"temperature": 0.0})
     agent = getattr(calc.calc_agent, "__wrapped__", calc.calc_agent)

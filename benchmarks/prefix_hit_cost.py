@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from engine_bench import prompts
 
-import agentgrad.engine.engine as engine_module
+import agentgrad.engine.prefill as prefill_module
 from agentgrad.engine import Engine, SamplingParams
 from agentgrad.engine.rows import Request, Row
 
@@ -38,10 +38,10 @@ def requests(batch_prompts: list[list[int]]) -> list[Any]:
 def prefill_cpu(engine: Engine, batch_prompts: list[list[int]], minimum: int, repeats: int) -> tuple[float, int]:
     """Best CPU seconds of one `_prefill` of these prompts with the hit minimum at `minimum`, and how many
     of them were prefilled alone (a short hit matches every prompt that shares the system prompt)."""
-    engine_module.PREFIX_HIT_MIN_TOKENS = minimum
+    prefill_module.PREFIX_HIT_MIN_TOKENS = minimum
     best, alone = float("inf"), 0
     for _ in range(repeats):
-        engine._prefixes.clear()  # the batch's shared prefix (system prompt) computed as on a first join
+        engine._prefiller.shared.clear()  # the batch's shared prefix (system prompt) computed as on a first join
         made = requests(batch_prompts)
         began = time.process_time()
         engine._prefill(made)
@@ -68,7 +68,8 @@ def main() -> None:
     with torch.inference_mode():
         for hit in (int(h) for h in args.hits.split(",")):
             cached = earlier[:hit]
-            engine.prefix_cache.put(engine.version, tuple(cached), engine._prefix_kv(tuple(cached)))
+            kv = engine._prefiller.shared_kv(tuple(cached), None, engine.version, engine.adapters)
+            engine.prefix_cache.put(engine.version, tuple(cached), kv)
             batch_prompts = [cached + others[0][-12:]] + others[1:]  # the next turn: the cached tokens, then new ones
             taken, alone = prefill_cpu(engine, batch_prompts, hit, args.repeats)
             ignored, _ = prefill_cpu(engine, batch_prompts, 10**9, args.repeats)

@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     for model in args.models.split(","):
         engine = Engine(model)
-        sampler = engine._sampler
+        sampler = engine._weights.sampler
         layers = pack_linears(sampler)
         engine.publish()  # warm-up
         publish = timed(engine.publish, args.repeats)

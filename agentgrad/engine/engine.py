@@ -1,22 +1,21 @@
 """The engine: one causal LM that serves generations and trains, on the same weights.
 
 Generation runs in one background thread with continuous batching: requests that arrive
-while a batch decodes join it at the next step (their prompts are prefilled and their KV
-cache rows merged in), and finished rows leave it. Each sampled token comes with its
+while a batch decodes join it at the next step (their prompts are prefilled, `prefill.py`, and
+their KV cache rows merged in), and finished rows leave it. Each sampled token comes with its
 log-probability under the distribution it was actually drawn from (after temperature and
 top-p), which is what RL needs as the old policy; under a grammar, the model's distribution
 before the grammar's mask, with how many tokens the grammar allowed (`sampling.py`).
 
 Training uses `engine.model` (fp32 master weights). Sampling may use a bf16 copy, which is
-~2.7× faster on CPUs with AVX512-bf16; `publish()` copies the trained weights into it and
-bumps `version`, so the very next request runs on them.
+~2.7× faster on CPUs with AVX512-bf16 (`weights.py`); `publish()` copies the trained weights
+into it and bumps `version`, so the very next request runs on them.
 """
 
 from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import copy
 import logging
 import threading
 import time
@@ -29,48 +28,33 @@ from typing import Any
 import torch
 
 from agentgrad.engine.adapters import Adapters, forward_arguments
-from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import (
     KV_POOL,
-    MIN_HELD_ONCE_PREFIX,
-    MIN_SHARED_PREFIX,
     Batch,
-    SharedPrefix,
-    common_prefix_length,
     drop_finished,
     held_bytes,
     hold_prefix_once,
-    new_cache,
     restack,
+    row_kv,
     unshare_prefix,
 )
-from agentgrad.engine.model import load_model, resolve_model
-from agentgrad.engine.params import SamplingParams
-from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache, group_hits
-from agentgrad.engine.prepack import bf16_supported, merges, pack_linears, packed_twin, packing_available
+from agentgrad.engine.model import resolve_model
+from agentgrad.engine.params import SamplingParams, check_prompt
+from agentgrad.engine.prefill import Prefiller, prefill_groups
+from agentgrad.engine.prefix_cache import PREFIX_CACHE_BYTES, LayerKV, PrefixCache
 from agentgrad.engine.rows import Generation, Request, Row, TokenCallback
 from agentgrad.engine.sampling import sample
 from agentgrad.engine.slots import SlotBatch, StaticDecoding
 from agentgrad.engine.threads import ThreadChooser, in_own_thread, limit_malloc_arenas, return_free_memory
 from agentgrad.engine.turns import SampledTurns
+from agentgrad.engine.weights import default_sampling_dtype, load_weights
 
 log = logging.getLogger(__name__)
 
 BATCH_WINDOW_SECONDS = 0.01
 """When idle, how long to wait after a request for more to arrive before starting a batch."""
 MAX_BATCH_WINDOW_SECONDS = 0.1
-PREFIX_CACHE_SIZE = 4
-PREFIX_HIT_MIN_TOKENS = 32
-"""A prompt that starts with at least this many tokens of a finished request's (`prefix_cache.py`) is
-prefilled alone from there; a shorter hit joins the other new prompts' forward instead, which costs less
-than a forward of its own (`benchmarks/prefix_hit_cost.py`: a hit of 8 tokens taken cost 1.16× the prefill
-that ignored it, 16: 1.07×, 32: 1.05×, 128: 0.93×, 256: 0.70×)."""
-PREFIX_HIT_ALONE_TOKENS = 128
-"""A hit that shares its prefix with no other new prompt's (`prefix_cache.group_hits`) is prefilled from its cached
-tokens only with at least this many; a shorter one joins the other new prompts' forward, where computing its
-tokens again costs less than a forward and a restack of its own. 64 chats resubmitted at once, each hitting its
-own ~40 cached tokens, had made 36 forwards: prefill 0.43 s → 1.23 s, and 1,025 → 851 tok/s over five rounds."""
 FINISHED_SHARE_TO_DROP = 0.25
 """Finished rows ride along in a batch (computed, their tokens ignored) until they are this share of
 it, or new requests join: dropping them moves later rows' KV caches into their places
@@ -79,12 +63,6 @@ of decoding."""
 
 
 DECODE_MODES = ("auto", "static", "dynamic")
-
-
-def default_sampling_dtype(device: str) -> torch.dtype:
-    if device.startswith("cuda"):
-        return torch.bfloat16
-    return torch.bfloat16 if bf16_supported() else torch.float32
 
 
 class Engine:
@@ -116,15 +94,16 @@ class Engine:
             raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._decode_mode = decode
-        self._frozen_base = frozen_base and not self.device.startswith("cpu")
         self._static: StaticDecoding | None = None
         self.name = name or (Path(str(model)).name if model else "smollm2-135m")
         if isinstance(sampling_dtype, str):
             sampling_dtype = getattr(torch, sampling_dtype)
-        self.sampling_dtype = sampling_dtype or default_sampling_dtype(self.device)
         limit_malloc_arenas()  # before the threads below take arenas of their own
         self.source = resolve_model(model)  # the folder loaded: what a vLLM server of this model starts from
-        in_own_thread(self._load, self.source)  # no OpenMP pool left in the caller's thread (`threads.in_own_thread`)
+        frozen = frozen_base and not self.device.startswith("cpu")  # one copy serves and trains (LoRA)
+        self._weights, self.tokenizer = in_own_thread(  # no OpenMP pool left in the caller's thread (`in_own_thread`)
+            load_weights, self.source, self.device, sampling_dtype or default_sampling_dtype(self.device), frozen
+        )
         self.max_batch_size = max_batch_size
         configured = getattr(self.model.config, "max_position_embeddings", 4096)
         self.max_model_len: int = max_model_len if max_model_len else configured
@@ -134,7 +113,7 @@ class Engine:
         self.version = 0
         self.weights_lock = threading.RLock()
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
-        self._threads = ThreadChooser(threads, next(self._sampler.parameters()).dtype)
+        self._threads = ThreadChooser(threads, next(self._weights.sampler.parameters()).dtype)
         self.stats: dict[str, Any] = {
             "generated_tokens": 0,
             "prompt_tokens": 0,
@@ -157,7 +136,7 @@ class Engine:
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self._constrainer: Any = None
         self._live: dict[int, Request] = {}  # id(future) -> request, for `cancel`
-        self._prefixes: dict[tuple[int, str | None, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._prefiller = Prefiller(self._weights, self.stats, self.tokenizer)
         self._turns = SampledTurns(self.tokenizer)
         self._waiting: list[Request] = []
         self._cv = threading.Condition()
@@ -171,49 +150,26 @@ class Engine:
 
     # ------------------------------------------------------------------ weights
 
-    def _load(self, model: str | Path | None) -> None:
-        dtype = self.sampling_dtype if self._frozen_base else None  # one copy serves and trains (LoRA)
-        self.model, self.tokenizer = load_model(model, device=self.device, dtype=dtype)
-        self.model.eval()
-        # fp32 samples from the trained weights themselves, through a twin with packed layers where this CPU packs
-        self._twin = self.sampling_dtype == torch.float32 and self.device == "cpu" and packing_available(torch.float32)
-        if self.sampling_dtype != next(self.model.parameters()).dtype:
-            self._sampler = self._copy_for_sampling()
-            use_engine_attention(self._sampler)
-        else:
-            use_engine_attention(self.model)
-            self._sampler = packed_twin(self.model) if self._twin else self.model
-        self._decoder = LeanDecoder.build(self._sampler)
+    @property
+    def model(self) -> Any:
+        """The weights being trained (fp32 master weights, unless the base is frozen)."""
+        return self._weights.model
 
-    def _copy_for_sampling(self) -> torch.nn.Module:
-        """The weights again in the sampling dtype, converted tensor by tensor: never a second copy in the trained
-        dtype (a whole fp32 copy first was 6 GB more at load for a 1.5B model)."""
-        dtype = self.sampling_dtype
-        memo: dict[int, Any] = {
-            id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in self.model.parameters()
-        }
-        memo.update({id(b): b.to(dtype) if b.is_floating_point() else b.clone() for b in self.model.buffers()})
-        sampler = copy.deepcopy(self.model, memo)
-        sampler.eval()
-        sampler.requires_grad_(False)
-        pack_linears(sampler)
-        return sampler
+    @property
+    def sampling_dtype(self) -> torch.dtype:
+        """The dtype sampling runs in."""
+        return self._weights.sampling_dtype
 
     def freeze_base(self) -> None:
         """Hold the weights once, in the sampling dtype, for sampling and for training adapters over them (they are
         no longer trained in full): on a GPU, where a 7B model's fp32 weights beside their bf16 copy took 57.9 GiB
         (issue 41). On a CPU nothing changes (adapters train over the fp32 weights, and sampling merges them into a
         packed twin: `replace_model`). `frozen_base=True` loads them so from the start, without the fp32 copy's peak."""
-        if self.device.startswith("cpu") or self._sampler is self.model:
+        if self.device.startswith("cpu") or self._weights.sampler is self.model:
             return
         with self.weights_lock:
-            self._sampler = self.model  # the copy goes before the weights are rounded: never both at once
-            self._decoder, self._static = None, None
-            self.model.to(self.sampling_dtype)
-            self._sampler = self.model
-            use_engine_attention(self.model)
-            self._decoder = LeanDecoder.build(self.model)
-            self._frozen_base = True
+            self._static = None  # it holds the copy, which goes before the weights are rounded
+            self._weights.freeze()
         torch.cuda.empty_cache()
 
     def replace_model(self, model: torch.nn.Module, *, merge: bool = False) -> None:
@@ -221,20 +177,9 @@ class Engine:
         `merge` on a CPU that packs fp32: a packed twin with the one LoRA adapter merged in (`prepack.packed_twin`),
         made again at each `publish`. Not for adapters chosen per request (`adapters.py`): their rows need peft."""
         with self.weights_lock:
-            self.model = model
-            self.model.eval()
-            use_engine_attention(model)
-            fp32 = next(model.parameters()).dtype == torch.float32
-            self._twin = merge and self.device == "cpu" and fp32 and packing_available(torch.float32) and merges(model)
-            self._sampler, self._decoder = model, None  # the old sampler's weights go before a twin is made
-            if self._twin:
-                self._sampler = in_own_thread(packed_twin, model)
-            # on a CPU, over peft's layers it would hold copies of weights that training changes in place (`build`
-            # says None), over the twin its packed copies; on a GPU it reads them where they are, one adapter included
-            self._decoder = LeanDecoder.build(self._sampler)
+            self._weights.replace(model, merge)
             self._static = None  # its cache and graphs were the old model's
-            self.sampling_dtype = next(model.parameters()).dtype
-            self._prefixes.clear()
+            self._prefiller.shared.clear()
             self.version += 1
 
     @contextmanager
@@ -243,36 +188,16 @@ class Engine:
         KV buffers kept for the next batch (`kv_cache.KV_POOL`) are freed for the update's memory."""
         with self.weights_lock:
             KV_POOL.clear()
-            if self._twin:  # its packed copies would go stale: the plain weights serve until `publish` packs anew
-                self._sampler, self._decoder = self.model, None
-            self.model.train()
-            try:
-                yield self.model
-            finally:
-                self.model.eval()
-                return_free_memory()  # the update's activations and temporaries
+            with self._weights.training() as model:
+                yield model
 
     def publish(self) -> int:
         """Serve the current trainable weights from the next request on; returns the new version."""
         with self.weights_lock:
-            if self._twin:  # the weights may have changed in place: pack them again, the old packed copies gone first
-                self._sampler, self._decoder = self.model, None
-                self._sampler = in_own_thread(packed_twin, self.model)
-                self._decoder = in_own_thread(LeanDecoder.build, self._sampler)
-            elif self._sampler is not self.model:
-                in_own_thread(self._copy_into_sampler)
+            self._weights.publish()
             self.version += 1
         return_free_memory()  # the old twin's packed weights
         return self.version
-
-    @torch.no_grad()
-    def _copy_into_sampler(self) -> None:
-        for serving, trained in zip(self._sampler.parameters(), self.model.parameters()):
-            serving.copy_(trained)
-        pack_linears(self._sampler)
-        self._decoder = LeanDecoder.build(self._sampler)
-
-    # ------------------------------------------------------------------ prompts
 
     def peak_memory_bytes(self) -> int:
         """The most memory this process has held so far: on the engine's GPU what torch allocated there, on a CPU
@@ -282,6 +207,8 @@ class Engine:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    # ------------------------------------------------------------------ prompts
 
     def chat_prompt_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
@@ -307,15 +234,7 @@ class Engine:
         """
         params = params or SamplingParams()
         params.check(self.max_batch_size, self.vocab_size)
-        if not prompt_ids:
-            raise ValueError("the prompt is empty")
-        if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(
-                f"the prompt has {len(prompt_ids)} tokens; this model takes at most {self.max_model_len - 1}"
-            )
-        bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {self.vocab_size - 1})")
+        check_prompt(prompt_ids, self.max_model_len, self.vocab_size)
         if self.adapters is None and adapter is not None:
             raise ValueError(f"adapter {adapter!r} asked for, but this engine serves one set of weights")
         if self.adapters is not None:
@@ -430,146 +349,27 @@ class Engine:
                 batch = None
 
     def _prefill(self, requests: list[Request]) -> list[Batch]:
-        """Run the new prompts and sample their first tokens: those that start with a finished request's
-        tokens (the prefix cache) from there, grouped by the prefix they share (`prefix_cache.group_hits`), the
-        others together (`_prefill_together`) with the short hits that would have a forward to themselves
-        (`PREFIX_HIT_ALONE_TOKENS`), one prefill per adapter (keys and values are the adapter's own)."""
-        together: dict[str | None, list[Request]] = {}
-        hits: dict[str | None, list[Request]] = {}
-        for request in requests:
-            if self.prefix_cache.max_bytes:
-                request.cached = self.prefix_cache.longest(self.version, tuple(request.prompt_ids), request.adapter)
-            if request.cached[0] >= PREFIX_HIT_MIN_TOKENS:
-                hits.setdefault(request.adapter, []).append(request)
-            else:
-                request.cached = (0, [])
-                together.setdefault(request.adapter, []).append(request)
-        groups: list[tuple[list[Request], int]] = []
-        for adapter, adapter_hits in hits.items():
-            grouped = [
-                ([adapter_hits[i] for i in members], shared)
-                for shared, members in group_hits(
-                    [(r.prompt_ids, r.cached[0]) for r in adapter_hits], PREFIX_HIT_MIN_TOKENS
-                )
-            ]
-            short = [len(members) == 1 and shared < PREFIX_HIT_ALONE_TOKENS for members, shared in grouped]
-            if sum(short) + len(together.get(adapter, [])) < 2:  # nothing to join: the hit still saves its tokens
-                short = [False] * len(grouped)
-            for (members, shared), joins in zip(grouped, short):
-                if joins:
-                    members[0].cached = (0, [])
-                    together.setdefault(adapter, []).append(members[0])
-                else:
-                    groups.append((members, shared))
-        batches = [self._prefill_together(group) for group in together.values()]
-        for group, shared in groups:
-            self.stats["prefix_cache_tokens"] += shared * len(group)
-            batches.append(self._prefill_together(group, (shared, group[0].cached[1])))
+        """Run the new prompts and sample their first tokens, one prefill per group (`prefill.prefill_groups`)."""
+        batches = []
+        for group, cached in prefill_groups(requests, self.prefix_cache, self.version):
+            self.stats["prefix_cache_tokens"] += cached[0] * len(group)
+            batches.append(self._prefill_together(group, cached))
         return batches
 
     def _prefill_together(self, requests: list[Request], cached: tuple[int, LayerKV] = (0, [])) -> Batch:
-        """Run these prompts and sample their first tokens.
-
-        Identical prompts (a GRPO group, n > 1) are computed once, and the prefix all of them
-        share (a system prompt, few-shot examples) once for the batch, reused while the weights
-        stay the same; `cached`: prefix cache hits (`_prefill`), the tokens every prompt starts with and
-        their keys and values (longer than that: sliced).
-        """
-        rows: list[Row] = []
-        for request in requests:
-            request.version = self.version
-            self.stats["requests"] += 1
-            self.stats["prompt_tokens"] += len(request.prompt_ids)
-            rows.extend(request.rows)
-        distinct: dict[tuple[int, ...], int] = {}
-        row_prompt = [distinct.setdefault(tuple(row.request.prompt_ids), len(distinct)) for row in rows]
-        prompts = list(distinct)
-        adapter = requests[0].adapter  # the same for all (`_prefill`)
-        cached_tokens, cached_kv = cached
-        shared = cached_tokens or min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
-        cache = new_cache()
-        if shared >= MIN_SHARED_PREFIX:
-            kv = [(k[:, :, :shared], v[:, :, :shared]) for k, v in cached_kv] or self._prefix_kv(
-                prompts[0][:shared], adapter
-            )
-            for layer_index, (keys, values) in enumerate(kv):
-                cache.update(
-                    keys.expand(len(prompts), -1, -1, -1), values.expand(len(prompts), -1, -1, -1), layer_index
-                )
-        else:
-            shared = 0
-        suffixes = [p[shared:] for p in prompts]
-        width = max(len(s) for s in suffixes)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in suffixes], device=self.device)
-        suffix_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in suffixes], device=self.device)
-        mask = torch.cat([suffix_mask.new_ones(len(prompts), shared), suffix_mask], dim=1)
-        positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self._sampler(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            **forward_arguments(self.adapters, [adapter] * len(prompts)),
-        )
-        self.stats["prefill_tokens"] += int(suffix_mask.sum())
-        logits = out.logits[:, -1, :]
-        if len(prompts) != len(rows):
-            index = torch.tensor(row_prompt, device=self.device)
-            cache.batch_select_indices(index)
-            mask, logits = mask[index], logits[index]
-        batch = Batch(rows, cache, mask, mask.sum(-1), ids[:1, -1].expand(len(rows)))
-        if shared >= MIN_HELD_ONCE_PREFIX and self._holds_prefixes_once():
-            hold_prefix_once(batch, SharedPrefix(tuple(prompts[0][:shared]), kv, self.version))
-        self._take_tokens(batch, logits)
-        return batch
-
-    def _prefix_kv(self, prefix: tuple[int, ...], adapter: str | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Keys and values of a shared prefix (batch of one) under `adapter`, cached while the weights are unchanged.
-
-        Batches joining at different times share prefixes of different lengths (the system prompt
-        and examples, plus a few tokens of their questions): a new one starts from the cached one it
-        has most in common with, so only the tokens after that are run. Least recently used goes first.
-        """
-        key = (self.version, adapter, prefix)
-        kv = self._prefixes.pop(key, None)
-        if kv is None:
-            reused, known = 0, None
-            for (version, owner, other), other_kv in self._prefixes.items():
-                if (
-                    version == self.version
-                    and owner == adapter
-                    and (length := common_prefix_length([prefix, other])) > reused
-                ):
-                    reused, known = length, other_kv
-            cache = new_cache()
-            for layer_index, (keys, values) in enumerate(known or []):
-                cache.update(keys[:, :, :reused], values[:, :, :reused], layer_index)
-            if reused < len(prefix):
-                ids = torch.tensor([prefix[reused:]], device=self.device)
-                positions = torch.arange(reused, len(prefix), device=self.device)[None]
-                self._sampler(
-                    input_ids=ids,
-                    position_ids=positions,
-                    cache=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **forward_arguments(self.adapters, [adapter]),
-                )
-                self.stats["prefill_tokens"] += len(prefix) - reused
-            kv = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
-        self._prefixes[key] = kv
-        while len(self._prefixes) > PREFIX_CACHE_SIZE:
-            self._prefixes.pop(next(iter(self._prefixes)))
-        return kv
+        """Run these prompts (`prefill.Prefiller.run`) and sample their first tokens; the prefix they share held once
+        where the decode step reads it so."""
+        prefilled = self._prefiller.run(requests, cached, self.version, self.adapters)
+        if prefilled.prefix is not None and self._holds_prefixes_once():
+            hold_prefix_once(prefilled.batch, prefilled.prefix)
+        self._take_tokens(prefilled.batch, prefilled.logits)
+        return prefilled.batch
 
     def _lean_decoder(self) -> LeanDecoder | None:
         """The written-out decode step, where it serves: it alone reads a prefix held once (`kv_cache.SharedPrefix`)
         and the static cache (`slots.py`). Several adapters served together decode through transformers' forward
         (peft's mixed batches), eagerly: `stats["decode"]` says so."""
-        return self._decoder if self.adapters is None else None
+        return self._weights.decoder if self.adapters is None else None
 
     def _holds_prefixes_once(self) -> bool:
         """Whether a batch's shared prefix is held once (`kv_cache.SharedPrefix`): where the written-out step reads
@@ -585,7 +385,7 @@ class Engine:
         if self._static is None:
             device = torch.device(self.device)
             self._static = StaticDecoding(
-                self._sampler, self.max_batch_size, self.max_model_len, device, graphs=device.type == "cuda"
+                self._weights.sampler, self.max_batch_size, self.max_model_len, device, graphs=device.type == "cuda"
             )
         return self._static
 
@@ -611,7 +411,7 @@ class Engine:
         """Fail the rows of a static batch whose cache is gone (the model was replaced mid-generation)."""
         error = RuntimeError("the engine's model was replaced while this request was generating: send it again")
         for row in batch.rows:
-            self._fail(row.request, error)
+            row.request.fail(error)
 
     def _decode(self, batch: Batch | SlotBatch) -> Batch | SlotBatch | None:
         self.stats["decode_steps"] += 1
@@ -632,7 +432,7 @@ class Engine:
                 adapters = [row.request.adapter for row in batch.rows]
                 self.stats["mixed_adapter_steps"] += len(set(adapters)) > 1
             self.stats["decode"] = "transformers forward" + (", several adapters" if adapters else "")
-            logits = self._sampler(
+            logits = self._weights.sampler(
                 input_ids=batch.last[:, None],
                 attention_mask=batch.mask,
                 position_ids=batch.positions[:, None],
@@ -685,13 +485,7 @@ class Engine:
                 self._append(row, token, logprob, top)
             except Exception as exc:  # this request fails alone; the batch goes on
                 log.exception("a request failed while generating")
-                self._fail(row.request, exc)
-
-    def _fail(self, request: Request, exc: BaseException) -> None:
-        for row in request.rows:
-            row.finish_reason = row.finish_reason or "error"
-        if not request.future.done():
-            request.future.set_exception(exc)
+                row.request.fail(exc)
 
     def _append(self, row: Row, token: int, logprob: float, top: list[tuple[int, float]] | None = None) -> None:
         self.stats["generated_tokens"] += 1
@@ -707,35 +501,20 @@ class Engine:
             request.future.set_result(request.generation())
 
     def _keep_prefix(self, batch: Batch | SlotBatch, index: int, row: Row) -> None:
-        """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but
-        its last token) are the batch's prefix held once, if any, and the rightmost columns of its cache row."""
+        """Put a row that just finished into the prefix cache: the ids it fed the model (prompt and all but its last
+        token) with their keys and values (`kv_cache.row_kv`; in slots, `slots.StaticDecoding.row_kv`)."""
         row.kept = True
-        if isinstance(batch, SlotBatch):
-            fed = len(row.request.prompt_ids) + len(row.token_ids) - 1
-            if self.prefix_cache.max_bytes and row.finish_reason in ("stop", "length") and batch.lengths[index] == fed:
-                kv = self._static.row_kv(batch, index, fed)  # type: ignore[union-attr]  # a SlotBatch has one
-                self.prefix_cache.put(
-                    self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv, row.request.adapter
-                )
+        if not self.prefix_cache.max_bytes or row.finish_reason not in ("stop", "length"):
             return
-        held = len(batch.prefix.tokens) if batch.prefix is not None else 0
-        own = len(row.request.prompt_ids) + len(row.token_ids) - 1 - held  # the rest is the prefix held once
-        width = batch.mask.shape[1]
-        if not self.prefix_cache.max_bytes or row.finish_reason not in ("stop", "length") or own > width:
-            return
-        if any(layer.keys.shape[2] != width for layer in batch.cache.layers):
-            return
-        if not bool(batch.mask[index, width - own :].all()):
-            return  # not laid out as expected: keep nothing rather than something wrong
-        kv = []
-        for layer_index, layer in enumerate(batch.cache.layers):
-            keys, values = (part[index : index + 1, :, width - own :] for part in (layer.keys, layer.values))
-            if batch.prefix is not None:
-                held_keys, held_values = batch.prefix.kv[layer_index]
-                kv.append((torch.cat([held_keys, keys], 2), torch.cat([held_values, values], 2)))
-            else:
-                kv.append((keys.clone(), values.clone()))  # a copy: the batch goes on
-        self.prefix_cache.put(self.version, tuple(row.request.prompt_ids + row.token_ids[:-1]), kv, row.request.adapter)
+        fed = len(row.request.prompt_ids) + len(row.token_ids) - 1
+        if isinstance(batch, SlotBatch):  # a SlotBatch has a static cache
+            whole = batch.lengths[index] == fed  # its slot holds every token it fed
+            kv = self._static.row_kv(batch, index, fed) if whole else None  # type: ignore[union-attr]
+        else:
+            kv = row_kv(batch, index, fed)
+        if kv is not None:
+            ids = tuple(row.request.prompt_ids + row.token_ids[:-1])
+            self.prefix_cache.put(self.version, ids, kv, row.request.adapter)
 
     def _drop_finished(self, batch: Batch | SlotBatch | None) -> Batch | SlotBatch | None:
         if batch is None:

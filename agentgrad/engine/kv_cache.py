@@ -286,6 +286,27 @@ def held_bytes(batch: Batch) -> int:
     return held + sum(layer.keys.nbytes + layer.values.nbytes for layer in batch.cache.layers)
 
 
+def row_kv(batch: Batch, index: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The keys and values of row `index`'s first `length` tokens, a layer each (a finished row, for the prefix
+    cache): the prefix held once, if any, and the rightmost columns of its cache row; None where they are not laid
+    out so (keep nothing rather than something wrong)."""
+    own = length - (len(batch.prefix.tokens) if batch.prefix is not None else 0)  # the rest is the prefix held once
+    width = batch.mask.shape[1]
+    if own > width or any(layer.keys.shape[2] != width for layer in batch.cache.layers):
+        return None
+    if not bool(batch.mask[index, width - own :].all()):
+        return None
+    kv = []
+    for layer_index, layer in enumerate(batch.cache.layers):
+        keys, values = (part[index : index + 1, :, width - own :] for part in (layer.keys, layer.values))
+        if batch.prefix is not None:
+            held_keys, held_values = batch.prefix.kv[layer_index]
+            kv.append((torch.cat([held_keys, keys], 2), torch.cat([held_values, values], 2)))
+        else:
+            kv.append((keys.clone(), values.clone()))  # a copy: the batch goes on
+    return kv
+
+
 def hold_prefix_once(batch: Batch, prefix: SharedPrefix) -> None:
     """Hold the prefix every row's cache starts with (its first columns) once, in `batch.prefix`: the rows keep
     the columns after it (in place, nothing copied)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 MAX_SEED = 2**63 - 1
@@ -49,3 +50,14 @@ class SamplingParams:
                 raise ValueError(f"logit_bias names token {token}; this model's token ids are 0 to {vocab_size - 1}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias values must be between -100 and 100, got {bias} for token {token}")
+
+
+def check_prompt(prompt_ids: Sequence[int], max_model_len: int, vocab_size: int) -> None:
+    """Raise ValueError for a prompt the model cannot take: empty, too long, or an id outside its vocabulary."""
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if len(prompt_ids) >= max_model_len:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model takes at most {max_model_len - 1}")
+    bad = next((t for t in prompt_ids if type(t) is not int or not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad!r} is not in this model's vocabulary (0 to {vocab_size - 1})")

@@ -73,6 +73,13 @@ class Request:
         ]
         return Generation(self.prompt_ids, completions, self.version, self.adapter)
 
+    def fail(self, exc: BaseException) -> None:
+        """End the rows still generating with "error", and the future with `exc`."""
+        for row in self.rows:
+            row.finish_reason = row.finish_reason or "error"
+        if not self.future.done():
+            self.future.set_exception(exc)
+
 
 @dataclass
 class Row:

@@ -12,42 +12,46 @@ agree through its locks and announcements alone:
 - a rollout that finishes is announced by the database on commit (`FINISHED_CHANNEL`): waits on every server
   listen for it, and look again on their own only once a second.
 A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with
-`StoreUnavailable` (HTTP 503); connections come from `postgres_pool`.
+`StoreUnavailable` (HTTP 503): `postgres_transactions`; connections come from `postgres_pool`. The statements
+that write and read spans and resources are in `postgres_spans` and `postgres_resources`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
 import agentgrad.store.transitions as t
 from agentgrad.redact import remember_secret
 from agentgrad.store.base import WAIT_POLL_SECONDS
-from agentgrad.store.errors import StoreError, StoreUnavailable
-from agentgrad.store.idempotency import REPLY_SECONDS, Answer
+from agentgrad.store.errors import StoreError
+from agentgrad.store.idempotency import Answer
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.postgres_pool import (
-    CONFLICTS,
     CONNECT_TIMEOUT_SECONDS,
-    CONNECTION_LOST,
     RETRY_SECONDS,
     Pools,
     connection_problem,
     parse_address,
     run_in_thread,
 )
-from agentgrad.store.postgres_schema import FINISHED_CHANNEL, LOCK_KEYS, WAITING_SQL, migrate
+from agentgrad.store.postgres_resources import (
+    add_snapshot,
+    all_snapshots,
+    get_snapshot,
+    latest_snapshot,
+    update_metadata,
+)
+from agentgrad.store.postgres_schema import FINISHED_CHANNEL, LOCK_KEYS, ROLLOUT_WIDTH, WAITING_SQL, migrate, prefixed
+from agentgrad.store.postgres_spans import latest_span_rows, span_rows, spans_by_rollout, write_spans
+from agentgrad.store.postgres_transactions import Transactions, in_run_once
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     ROLLOUT_COLUMNS,
-    UNATTACHED,
     attempt_of,
     rollout_changes,
     rollout_of,
@@ -71,16 +75,8 @@ from agentgrad.types import (
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-Work = Callable[[asyncpg.Connection], Awaitable[T]]
-
-FIRST_BACKOFF_SECONDS = 0.05
-MAX_BACKOFF_SECONDS = 1.0
 LISTENING_POLL_SECONDS = 1.0
 """How often a wait looks again on its own while the database's announcements wake it (a missed one costs this)."""
-
-_JOINED: ContextVar[asyncpg.Connection | None] = ContextVar("agentgrad_postgres_transaction", default=None)
-"""The connection of the `run_once` transaction this task is in: an operation inside it joins it (a savepoint)."""
 
 INSERT_ROLLOUT = (
     "INSERT INTO rollouts (rollout_id, input, mode, resources_id, status, config, metadata, enqueue_time, "
@@ -92,13 +88,6 @@ INSERT_ROLLOUTS = (
     "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[]) WITH ORDINALITY AS v(i, n, m, r, s, c, d, t, o) "
     "ORDER BY v.o"
 )
-
-
-class _Undo(Exception):
-    """Rolls the transaction of `run_once` back: its call failed, or its key was answered already."""
-
-    def __init__(self, status: int, body: bytes) -> None:
-        self.status, self.body = status, body
 
 
 class PostgresStore(LocalStore):
@@ -125,9 +114,8 @@ class PostgresStore(LocalStore):
         remember_secret(self.address.password)  # any log line or error that quotes it says [redacted]
         if migrate is not None:
             self.address = dataclasses.replace(self.address, migrate=migrate)
-        self.retry_seconds = retry_seconds
         self._pools = Pools(self.address)
-        self._last_prune = 0.0
+        self._transactions = Transactions(self._pools, retry_seconds, self.clock)
         self.schema_found, self.schema_version = run_in_thread(self._setup())
         self._start_sweeper(sweep_seconds)
 
@@ -148,98 +136,9 @@ class PostgresStore(LocalStore):
         await super().close()
         await self._pools.close()
 
-    # ------------------------------------------------------------------ transactions
-
-    async def _write(self, work: Work[T]) -> T:
-        """`work` in one transaction, run again whole if it loses a deadlock or the database is away (until
-        `retry_seconds`); inside `run_once`, part of its transaction (which an error answer rolls back whole)."""
-        joined = _JOINED.get()
-        if joined is not None:
-            return await work(joined)
-        return await self._retrying(work, transaction=True)
-
-    async def _read(self, work: Work[T]) -> T:
-        joined = _JOINED.get()
-        return await work(joined) if joined is not None else await self._retrying(work, transaction=False)
-
-    async def _retrying(self, work: Work[T], *, transaction: bool) -> T:
-        deadline = time.monotonic() + self.retry_seconds
-        backoff = FIRST_BACKOFF_SECONDS
-        while True:
-            committing = False
-            try:
-                async with self._pools.connection() as conn:
-                    if not transaction:
-                        return await work(conn)
-                    tx = conn.transaction()
-                    await tx.start()
-                    try:
-                        result = await work(conn)
-                    except BaseException:
-                        if not conn.is_closed():
-                            await tx.rollback()
-                        raise
-                    committing = True
-                    await tx.commit()
-                    return result
-            except CONFLICTS as exc:
-                if time.monotonic() > deadline:
-                    raise StoreUnavailable(
-                        f"a transaction kept losing to others for {self.retry_seconds:g} s: {exc}"
-                    ) from exc
-                log.debug("a transaction lost to another one (%s); running it again", exc)
-            except CONNECTION_LOST as exc:
-                if committing:
-                    raise StoreUnavailable(
-                        f"the connection to {self.address.shown} was lost while committing ({exc}): the change may or "
-                        "may not be stored; a client retrying with the same idempotency key gets it applied once"
-                    ) from None
-                if time.monotonic() + backoff > deadline:
-                    raise StoreUnavailable(
-                        connection_problem(self.address, exc) + f" (still failing after {self.retry_seconds:g} s)"
-                    ) from None
-                log.warning("PostgreSQL at %s unreachable (%s); retrying", self.address.shown, exc)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
-
     async def run_once(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
-        """The call and its answer commit in one transaction: a retry with `key` after a lost answer (to this
-        server or another) gets the first answer back, and nothing is applied twice.
-
-        The call runs first and its answer is stored under `key` last, in the same transaction: one statement
-        more than the call. Where `key` is answered already (a retry; or a twin still running, whose commit the
-        insert waits for), the call is rolled back whole and the stored answer returned; an error answer is
-        rolled back too, and is the answer only when `key` has none."""
-
-        async def once(db: asyncpg.Connection) -> Answer:
-            joined = _JOINED.set(db)
-            try:
-                status, body = await work()
-            finally:
-                _JOINED.reset(joined)
-            if status >= 300:
-                raise _Undo(status, body)
-            at = self.clock()
-            stored = await db.fetchval(
-                "INSERT INTO replies (key, time, status, body) VALUES ($1, $2, $3, $4) "
-                "ON CONFLICT (key) DO NOTHING RETURNING id",
-                key,
-                at,
-                status,
-                body,
-            )
-            if stored is None:
-                raise _Undo(status, body)
-            if at - self._last_prune > REPLY_SECONDS / 10:
-                self._last_prune = at
-                await db.execute("DELETE FROM replies WHERE time < $1", at - REPLY_SECONDS)
-            return status, body
-
-        try:
-            return await self._write(once)
-        except _Undo as undone:
-            row = await self._read(lambda db: db.fetchrow("SELECT status, body FROM replies WHERE key = $1", key))
-            return (row[0], bytes(row[1])) if row is not None else (undone.status, undone.body)
+        """The call and its answer commit in one transaction (`Transactions.run_once`)."""
+        return await self._transactions.run_once(key, work)
 
     # ------------------------------------------------------------------ rollouts and attempts
 
@@ -254,7 +153,7 @@ class PostgresStore(LocalStore):
         async def insert(db: asyncpg.Connection) -> None:  # one statement, the rows in order (their `seq`)
             await db.execute(INSERT_ROLLOUTS, *map(list, zip(*map(rollout_row, rollouts))))
 
-        await self._write(insert)
+        await self._transactions.write(insert)
 
     async def _open_attempt(self, db: asyncpg.Connection, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         claimed = t.open_attempt(rollout, worker_id, self.clock())
@@ -271,7 +170,7 @@ class PostgresStore(LocalStore):
 
     async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
         await self.check_attempts()
-        if _JOINED.get() is None and not await self._read(
+        if not in_run_once() and not await self._transactions.read(
             lambda db: db.fetchval(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1")
         ):
             return None  # a cheap look first: idle workers open no transaction
@@ -283,14 +182,14 @@ class PostgresStore(LocalStore):
             )
             return None if row is None else await self._open_attempt(db, rollout_of(row), worker_id)
 
-        return await self._write(claim)
+        return await self._transactions.write(claim)
 
     async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
         async def start(db: asyncpg.Connection) -> AttemptedRollout:
             await db.execute(INSERT_ROLLOUT, *rollout_row(rollout))
             return await self._open_attempt(db, rollout, worker_id)
 
-        return await self._write(start)
+        return await self._transactions.write(start)
 
     async def _get_rollout(self, db: asyncpg.Connection, rollout_id: str, lock: bool = False) -> Rollout:
         row = await db.fetchrow(
@@ -311,7 +210,7 @@ class PostgresStore(LocalStore):
         return attempt_of(row)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        return await self._read(lambda db: self._get_rollout(db, rollout_id))
+        return await self._transactions.read(lambda db: self._get_rollout(db, rollout_id))
 
     async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
         where: list[str] = []
@@ -329,7 +228,7 @@ class PostgresStore(LocalStore):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY enqueue_time, seq LIMIT ${len(params) + 1} OFFSET ${len(params) + 2}"
-        rows = await self._read(lambda db: db.fetch(sql, *params, query.limit, query.offset))
+        rows = await self._transactions.read(lambda db: db.fetch(sql, *params, query.limit, query.offset))
         return [rollout_of(row) for row in rows]
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
@@ -341,7 +240,7 @@ class PostgresStore(LocalStore):
                 await self._get_rollout(db, rollout_id)
             return list(rows)
 
-        return [attempt_of(row) for row in await self._read(read)]
+        return [attempt_of(row) for row in await self._transactions.read(read)]
 
     async def _save_rollout(
         self, db: asyncpg.Connection, rollout: Rollout, before: RolloutStatus, attempt: Attempt | None = None
@@ -371,7 +270,7 @@ class PostgresStore(LocalStore):
     async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         async def apply(db: asyncpg.Connection) -> Attempt:
             row = await db.fetchrow(  # the rollout, locked, and its attempt, in one statement
-                f"SELECT {_prefixed('r', ROLLOUT_COLUMNS)}, {_prefixed('a', ATTEMPT_COLUMNS)} FROM rollouts AS r "
+                f"SELECT {prefixed('r', ROLLOUT_COLUMNS)}, {prefixed('a', ATTEMPT_COLUMNS)} FROM rollouts AS r "
                 "LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = $2 "
                 "WHERE r.rollout_id = $1 FOR UPDATE OF r",
                 rollout_id,
@@ -387,7 +286,7 @@ class PostgresStore(LocalStore):
             await self._save_rollout(db, rollout, before, attempt)
             return attempt
 
-        return await self._write(apply)
+        return await self._transactions.write(apply)
 
     async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
         async def apply(db: asyncpg.Connection) -> Rollout:
@@ -397,11 +296,11 @@ class PostgresStore(LocalStore):
             await self._save_rollout(db, rollout, before)
             return rollout
 
-        return await self._write(apply)
+        return await self._transactions.write(apply)
 
     async def _expire_attempts(self, at: float) -> None:
-        candidates = await self._read(  # what may have expired, found by index; `transitions.expiry` decides
-            lambda db: db.fetch(
+        candidates = await self._transactions.read(
+            lambda db: db.fetch(  # what may have expired, found by index; `transitions.expiry` decides
                 "SELECT DISTINCT rollout_id FROM attempts WHERE status = 'running' AND ("
                 "(timeout_seconds IS NOT NULL AND start_time + timeout_seconds < $1) OR "
                 "(unresponsive_seconds IS NOT NULL AND last_heartbeat_time + unresponsive_seconds < $1))",
@@ -426,229 +325,57 @@ class PostgresStore(LocalStore):
                     t.end_attempt(rollout, attempt, expired, at)
                     await self._save_rollout(db, rollout, RolloutStatus.RUNNING, attempt)
 
-        await self._write(sweep)
+        await self._transactions.write(sweep)
 
-    # ------------------------------------------------------------------ spans
+    # ------------------------------------------------------------------ spans (`postgres_spans.py`)
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
-        """One transaction of a few statements whatever the number of spans and rollouts: their rollouts'
-        rows locked (they count sequence ids), their attempts read, the spans inserted as one multi-row insert."""
+        """One transaction of a few statements whatever the number of spans and rollouts (`write_spans`)."""
         if not spans:
             return []
         at = self.clock()
         t.check_spans(spans)
-        groups = t.by_rollout(spans)
-        keys = [rollout_id or UNATTACHED for rollout_id in groups]
-        pairs = list(
-            dict.fromkeys(
-                (spans[i].rollout_id, spans[i].attempt_id)
-                for rollout_id, indices in groups.items()
-                if rollout_id is not None
-                for i in indices
-            )
-        )
-
-        span_ids = [span.span_id for span in spans if span.span_id and span.rollout_id is not None]
-
-        async def write(db: asyncpg.Connection) -> list[Span]:
-            next_ids, attempts, known = await self._lock_for_spans(db, pairs, span_ids)  # type: ignore[arg-type]
-            if None in groups:
-                unattached = await db.fetchval("SELECT value FROM counters WHERE name = 'unattached_spans' FOR UPDATE")
-                next_ids[UNATTACHED] = unattached + 1
-                known |= await self._stored_span_ids(db, [(UNATTACHED, spans[i].span_id) for i in groups[None]])
-            stored: list[Span] = list(spans)
-            rows: list[tuple[Any, ...]] = []
-            last: dict[str, int] = {}
-            for key, (rollout_id, indices) in zip(keys, groups.items()):
-                written, fresh = t.sequence_spans([spans[i] for i in indices], next_ids[key], known.setdefault(key, {}))
-                for i, span in zip(indices, written):
-                    stored[i] = span
-                rows += [(key, s.sequence_id, s.attempt_id, s.model_dump_json(), s.span_id or None) for s in fresh]
-                if fresh:
-                    last[key] = fresh[-1].sequence_id
-                if rollout_id is not None:
-                    for span in fresh:
-                        t.record_span(attempts[span.attempt_id], span, at)  # type: ignore[index]
-            columns = [list(column) for column in zip(*rows)] if rows else [[]] * 5
-            await db.execute(
-                "WITH s AS (INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) "
-                "SELECT * FROM unnest($7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[])), "
-                "a AS (UPDATE attempts SET last_heartbeat_time = v.beat, reward = v.reward "
-                "FROM unnest($1::text[], $2::float8[], $3::float8[]) AS v(id, beat, reward) WHERE attempt_id = v.id), "
-                "r AS (UPDATE rollouts SET last_sequence_id = v.last "
-                "FROM unnest($4::text[], $5::bigint[]) AS v(id, last) WHERE rollout_id = v.id) "
-                "UPDATE counters SET value = $6::bigint WHERE name = 'unattached_spans' AND $6::bigint IS NOT NULL",
-                [a.attempt_id for a in attempts.values()],
-                [a.last_heartbeat_time for a in attempts.values()],
-                [a.reward for a in attempts.values()],
-                [key for key in last if key != UNATTACHED],
-                [value for key, value in last.items() if key != UNATTACHED],
-                last.get(UNATTACHED),
-                *columns,
-            )
-            return stored
-
-        return await self._write(write)
-
-    async def _lock_for_spans(
-        self, db: asyncpg.Connection, pairs: list[tuple[str, str]], span_ids: list[str]
-    ) -> tuple[dict[str, int], dict[str, Attempt], dict[str, dict[str, int]]]:
-        """Lock the rollouts of the (rollout id, attempt id) pairs, in id order, and read what writing spans to
-        them needs, in one statement: each rollout's next span sequence id, the attempts by id, and which of
-        `span_ids` each rollout has stored already (rollout id → span id → sequence id). An unknown rollout or
-        attempt raises what `_get_attempt` says of it.
-
-        The stored span ids are read as of the statement's start: a twin of this write committed while this one
-        waited for the lock is missed here, and its span ids then collide in `spans_by_span_id`, which runs
-        this transaction again (`CONFLICTS`), when they are seen."""
-        if not pairs:
-            return {}, {}, {}
-        rows = await db.fetch(
-            f"SELECT r.rollout_id, r.last_sequence_id, {_prefixed('a', ATTEMPT_COLUMNS)}, "
-            "(SELECT array_agg(s.span_id || ' ' || s.sequence_id) FROM spans AS s "
-            "WHERE s.rollout_key = r.rollout_id AND s.span_id = ANY($3::text[])) "
-            "FROM rollouts AS r LEFT JOIN attempts AS a ON a.rollout_id = r.rollout_id AND a.attempt_id = ANY($2::text[]) "
-            "WHERE r.rollout_id = ANY($1::text[]) ORDER BY r.rollout_id FOR UPDATE OF r",
-            sorted({rollout_id for rollout_id, _ in pairs}),
-            [attempt_id for _, attempt_id in pairs],
-            span_ids,
-        )
-        next_ids = {row[0]: row[1] + 1 for row in rows}
-        found = {(row[2], row[3]): row[2:-1] for row in rows if row[2] is not None}
-        known: dict[str, dict[str, int]] = {}
-        for row in rows:
-            for entry in row[-1] or ():
-                span_id, sequence_id = entry.split(" ")
-                known.setdefault(row[0], {})[span_id] = int(sequence_id)
-        for rollout_id, attempt_id in pairs:
-            if rollout_id not in next_ids:
-                raise t.no_rollout(rollout_id)
-            if (rollout_id, attempt_id) not in found:
-                raise t.no_attempt(rollout_id, attempt_id)
-        attempts = {attempt_id: attempt_of(found[rollout_id, attempt_id]) for rollout_id, attempt_id in pairs}
-        return next_ids, attempts, known
-
-    async def _stored_span_ids(
-        self, db: asyncpg.Connection, pairs: list[tuple[str, str | None]]
-    ) -> dict[str, dict[str, int]]:
-        """Of the (rollout key, span id) pairs, those already stored: rollout key → span id → sequence id."""
-        pairs = [(key, span_id) for key, span_id in pairs if span_id]
-        if not pairs:
-            return {}
-        rows = await db.fetch(
-            "SELECT s.rollout_key, s.span_id, s.sequence_id FROM unnest($1::text[], $2::text[]) AS k(key, id) "
-            "JOIN spans AS s ON s.rollout_key = k.key AND s.span_id = k.id",
-            [key for key, _ in pairs],
-            [span_id for _, span_id in pairs],
-        )
-        known: dict[str, dict[str, int]] = {}
-        for key, span_id, sequence_id in rows:
-            known.setdefault(key, {})[span_id] = sequence_id
-        return known
+        return await self._transactions.write(lambda db: write_spans(db, spans, at))
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
     ) -> list[Span]:
         async def read(db: asyncpg.Connection) -> list[Any]:
-            if rollout_id is None:
-                return list(
-                    await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", UNATTACHED)
-                )
-            if attempt_id is not None:
-                rows = await db.fetch(
-                    "SELECT body FROM spans WHERE rollout_key = $1 AND attempt_id = $2 ORDER BY sequence_id",
-                    rollout_id,
-                    attempt_id,
-                )
-            elif all_attempts:
-                rows = await db.fetch("SELECT body FROM spans WHERE rollout_key = $1 ORDER BY sequence_id", rollout_id)
-            else:
-                rows = await db.fetch(
-                    "SELECT s.body FROM rollouts AS r JOIN spans AS s ON s.rollout_key = r.rollout_id "
-                    "AND s.attempt_id = r.latest_attempt_id WHERE r.rollout_id = $1 ORDER BY s.sequence_id",
-                    rollout_id,
-                )
-            if not rows:  # nothing: because the rollout or the attempt is unknown?
+            rows = await span_rows(db, rollout_id, attempt_id, all_attempts)
+            if not rows and rollout_id is not None:  # nothing: because the rollout or the attempt is unknown?
                 if attempt_id is not None:
                     await self._get_attempt(db, rollout_id, attempt_id)
                 else:
                     await self._get_rollout(db, rollout_id)
-            return list(rows)
+            return rows
 
-        return [Span.model_validate_json(row[0]) for row in await self._read(read)]
+        return [Span.model_validate_json(row[0]) for row in await self._transactions.read(read)]
 
     async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
-        """One statement for every rollout: each one's latest attempt's spans, joined on `latest_attempt_id`."""
+        """One statement for every rollout: each one's latest attempt's spans (`latest_span_rows`)."""
         wanted = list(dict.fromkeys(rollout_ids))
         if not wanted:
             return {}
+        return spans_by_rollout(wanted, await self._transactions.read(lambda db: latest_span_rows(db, wanted)))
 
-        async def read(db: asyncpg.Connection) -> list[Any]:
-            return list(
-                await db.fetch(
-                    "SELECT r.rollout_id, s.body FROM rollouts AS r LEFT JOIN spans AS s ON s.rollout_key = r.rollout_id "
-                    "AND s.attempt_id = r.latest_attempt_id WHERE r.rollout_id = ANY($1::text[]) "
-                    "ORDER BY r.rollout_id, s.sequence_id",
-                    wanted,
-                )
-            )
-
-        found: dict[str, list[Span]] = {rollout_id: [] for rollout_id in wanted}
-        rows = await self._read(read)
-        for rollout_id, body in rows:
-            if body is not None:
-                found[rollout_id].append(Span.model_validate_json(body))
-        known = {row[0] for row in rows}
-        if missing := [rollout_id for rollout_id in wanted if rollout_id not in known]:
-            raise t.no_rollout(missing[0])
-        return found
-
-    # ------------------------------------------------------------------ resources
+    # ------------------------------------------------------------------ resources (`postgres_resources.py`)
 
     async def add_resources(
         self, resources: NamedResources, metadata: dict[str, Any] | None = None
     ) -> ResourcesSnapshot:
-        async def add(db: asyncpg.Connection) -> ResourcesSnapshot:
-            version = await db.fetchval(
-                "UPDATE counters SET value = value + 1 WHERE name = 'resources' RETURNING value"
-            )
-            snapshot = t.new_snapshot(version, resources, metadata, self.clock())
-            await db.execute(
-                "INSERT INTO resources VALUES ($1, $2, $3)", version, snapshot.resources_id, snapshot.model_dump_json()
-            )
-            return snapshot
-
-        return await self._write(add)
+        return await self._transactions.write(lambda db: add_snapshot(db, resources, metadata, self.clock))
 
     async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
-        async def update(db: asyncpg.Connection) -> ResourcesSnapshot:
-            snapshot = await self._get_resources(db, resources_id, lock=True)
-            snapshot.metadata = {**snapshot.metadata, **metadata}
-            await db.execute(
-                "UPDATE resources SET body = $1 WHERE resources_id = $2", snapshot.model_dump_json(), resources_id
-            )
-            return snapshot
-
-        return await self._write(update)
-
-    async def _get_resources(self, db: asyncpg.Connection, resources_id: str, lock: bool = False) -> ResourcesSnapshot:
-        body = await db.fetchval(
-            "SELECT body FROM resources WHERE resources_id = $1" + (" FOR UPDATE" if lock else ""), resources_id
-        )
-        if body is None:
-            raise t.no_resources(resources_id)
-        return ResourcesSnapshot.model_validate_json(body)
+        return await self._transactions.write(lambda db: update_metadata(db, resources_id, metadata))
 
     async def get_resources(self, resources_id: str) -> ResourcesSnapshot:
-        return await self._read(lambda db: self._get_resources(db, resources_id))
+        return await self._transactions.read(lambda db: get_snapshot(db, resources_id))
 
     async def get_latest_resources(self) -> ResourcesSnapshot | None:
-        body = await self._read(lambda db: db.fetchval("SELECT body FROM resources ORDER BY version DESC LIMIT 1"))
-        return None if body is None else ResourcesSnapshot.model_validate_json(body)
+        return await self._transactions.read(latest_snapshot)
 
     async def query_resources(self) -> list[ResourcesSnapshot]:
-        rows = await self._read(lambda db: db.fetch("SELECT body FROM resources ORDER BY version"))
-        return [ResourcesSnapshot.model_validate_json(row[0]) for row in rows]
+        return await self._transactions.read(all_snapshots)
 
     # ------------------------------------------------------------------ workers, metrics, runs, stats
 
@@ -677,10 +404,10 @@ class PostgresStore(LocalStore):
             )
             return worker
 
-        return await self._write(beat)
+        return await self._transactions.write(beat)
 
     async def query_workers(self) -> list[Worker]:
-        rows = await self._read(lambda db: db.fetch("SELECT body FROM workers ORDER BY worker_id"))
+        rows = await self._transactions.read(lambda db: db.fetch("SELECT body FROM workers ORDER BY worker_id"))
         return [Worker.model_validate_json(row[0]) for row in rows]
 
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
@@ -693,7 +420,7 @@ class PostgresStore(LocalStore):
                 [(m.name, m.step, m.value, m.time, m.run_id) for m in metrics],
             )
 
-        await self._write(add)
+        await self._transactions.write(add)
 
     async def query_metrics(
         self, name: str | None = None, prefix: str | None = None, run_id: str | None = None
@@ -707,12 +434,12 @@ class PostgresStore(LocalStore):
         sql = "SELECT name, step, value, time, run_id FROM metrics"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        rows = await self._read(lambda db: db.fetch(sql + " ORDER BY step, time, id", *params))
+        rows = await self._transactions.read(lambda db: db.fetch(sql + " ORDER BY step, time, id", *params))
         return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
 
     async def latest_metrics(self) -> list[Metric]:
         """The newest point of each curve, in one statement (`DISTINCT ON` the name)."""
-        rows = await self._read(
+        rows = await self._transactions.read(
             lambda db: db.fetch(
                 "SELECT DISTINCT ON (name) name, step, value, time, run_id FROM metrics ORDER BY name, time DESC, id DESC"
             )
@@ -729,17 +456,17 @@ class PostgresStore(LocalStore):
                 run.model_dump_json(),
             )
 
-        await self._write(put)
+        await self._transactions.write(put)
         return run.model_copy(deep=True)
 
     async def get_run(self, run_id: str) -> Run:
-        body = await self._read(lambda db: db.fetchval("SELECT body FROM runs WHERE run_id = $1", run_id))
+        body = await self._transactions.read(lambda db: db.fetchval("SELECT body FROM runs WHERE run_id = $1", run_id))
         if body is None:
             raise t.no_run(run_id)
         return Run.model_validate_json(body)
 
     async def query_runs(self) -> list[Run]:
-        rows = await self._read(lambda db: db.fetch("SELECT body FROM runs ORDER BY start_time"))
+        rows = await self._transactions.read(lambda db: db.fetch("SELECT body FROM runs ORDER BY start_time"))
         return [Run.model_validate_json(row[0]) for row in rows]
 
     async def stats(self) -> StoreStats:
@@ -760,12 +487,4 @@ class PostgresStore(LocalStore):
                 requeues=counts[3],
             )
 
-        return await self._read(read)
-
-
-ROLLOUT_WIDTH = len(ROLLOUT_COLUMNS.split(","))
-
-
-def _prefixed(table: str, columns: str) -> str:
-    """`a, b` as `t.a, t.b`: columns of one table of a join."""
-    return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
+        return await self._transactions.read(read)

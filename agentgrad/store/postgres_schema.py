@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentgrad.store.errors import StoreError
+from agentgrad.store.sqlite_schema import ROLLOUT_COLUMNS
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: rollouts, attempts, spans, resources, workers, metrics, runs
@@ -118,6 +119,14 @@ trigger, which spells it out: a migration's text never changes)."""
 
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt as the partial index `rollouts_waiting` is, so the planner uses it."""
+
+ROLLOUT_WIDTH = len(ROLLOUT_COLUMNS.split(","))
+"""How many columns `ROLLOUT_COLUMNS` names: where a rollout's ends in a joined row."""
+
+
+def prefixed(table: str, columns: str) -> str:
+    """`a, b` as `t.a, t.b`: columns of one table of a join."""
+    return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
 
 
 def version_problem(found: int, migrate: bool, url: str) -> str | None:

@@ -148,10 +148,10 @@ def test_qwen_logits_match_transformers_sdpa_on_a_padded_batch(tiny_qwen_dir: Pa
 
 
 def test_the_engine_serves_with_its_attention_and_trains_with_sdpa(engine: Engine, tiny_smollm2_dir: Path) -> None:
-    assert engine._sampler.config._attn_implementation == ENGINE_ATTENTION
+    assert engine._weights.sampler.config._attn_implementation == ENGINE_ATTENTION
     bf16 = tiny_engine_of(tiny_smollm2_dir, sampling_dtype="bfloat16")
     try:
-        assert bf16._sampler.config._attn_implementation == ENGINE_ATTENTION
+        assert bf16._weights.sampler.config._attn_implementation == ENGINE_ATTENTION
         assert bf16.model.config._attn_implementation == "sdpa"
     finally:
         bf16.close()
@@ -161,11 +161,11 @@ def test_greedy_tokens_and_logprobs_are_the_same_with_either_attention(engine: E
     prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     ours = engine.generate(prompts, params)
-    engine._sampler.set_attn_implementation("sdpa")
+    engine._weights.sampler.set_attn_implementation("sdpa")
     try:
         theirs = engine.generate(prompts, params)
     finally:
-        engine._sampler.set_attn_implementation(register())
+        engine._weights.sampler.set_attn_implementation(register())
     for a, b in zip(ours, theirs, strict=True):
         assert a.completions[0].token_ids == b.completions[0].token_ids
         assert a.completions[0].logprobs == pytest.approx(b.completions[0].logprobs, abs=1e-4)

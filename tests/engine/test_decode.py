@@ -91,28 +91,28 @@ def _generations(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[in
 def test_the_engine_generates_the_same_with_and_without_it_also_after_publish(tiny_qwen_dir: Path, dtype: str) -> None:
     engine = tiny_engine_of(tiny_qwen_dir, sampling_dtype=dtype, prefix_cache_bytes=0)  # each run prefills alike
     try:
-        assert engine._decoder is not None
+        assert engine._weights.decoder is not None
         prompts = [engine.chat_prompt_ids([{"role": "user", "content": q}]) for q in ("Hi", "What is 2+3? Think.")]
         before: list[tuple[list[int], list[float]]] = []
         for publish in (False, True):
             if publish:
                 with engine.training() as trained, torch.no_grad():
                     # fp32 sampling trains the served weights in place: its packed twin is set aside meanwhile
-                    assert (engine._decoder is None) == (dtype == "float32")
+                    assert (engine._weights.decoder is None) == (dtype == "float32")
                     for layer in trained.model.layers:
                         layer.mlp.up_proj.weight.mul_(-2.0)
                         layer.self_attn.k_proj.bias.add_(1.0)
                 if dtype == "float32":  # before the publish: the new weights, plain
-                    assert engine._sampler is engine.model and _generations(engine, prompts) != before
+                    assert engine._weights.sampler is engine.model and _generations(engine, prompts) != before
                 engine.publish()
-                assert engine._decoder is not None
-            decoder = engine._decoder
+                assert engine._weights.decoder is not None
+            decoder = engine._weights.decoder
             lean = _generations(engine, prompts)
-            engine._decoder = None
+            engine._weights.decoder = None
             try:
                 plain = _generations(engine, prompts)
             finally:
-                engine._decoder = decoder
+                engine._weights.decoder = decoder
             assert lean == plain
             if publish:
                 assert lean != before
@@ -157,12 +157,12 @@ def test_rows_sharing_a_long_system_prompt_read_it_once_and_generate_what_whole_
         return turns
 
     try:
-        decoder = engine._decoder
+        decoder = engine._weights.decoder
         assert decoder is not None
         lean = run(with_cache=True)
         assert engine.stats["held_once_steps"] > 0
         assert engine.stats["prefix_cache_tokens"] > 0  # the next turns reused the first
-        engine._decoder = None  # transformers' forward over whole rows: nothing held once
+        engine._weights.decoder = None  # transformers' forward over whole rows: nothing held once
         held = engine.stats["held_once_steps"]
         whole = run(with_cache=False)
         assert engine.stats["held_once_steps"] == held

@@ -82,8 +82,8 @@ def test_the_next_turn_reuses_the_finished_turn_and_gets_the_tokens_and_logprobs
             results[name] = (first.completions[0], second.completions[0], computed, reused, len(prompt))
         off, on = results["off"], results["on"]
         # with the cache, only the tokens after the first turn's are computed (its last sampled token was never
-        # fed); without it, the first turn's completion is computed again (the batch prefix cache, `_prefix_kv`,
-        # keeps prompts' shared beginnings, never completions)
+        # fed); without it, the first turn's completion is computed again (the batch prefix cache,
+        # `Prefiller.shared_kv`, keeps prompts' shared beginnings, never completions)
         assert off[3] == 0 and off[2] > on[2]
         assert on[3] == len(first.prompt_token_ids) + len(first.completions[0].token_ids) - 1
         assert on[2] == on[4] - on[3]
@@ -116,7 +116,7 @@ def test_rows_of_a_group_reuse_one_finished_rollout_and_a_weight_update_invalida
 def test_a_hit_shorter_than_the_minimum_joins_the_other_prompts_and_changes_no_token(engine: Engine) -> None:
     """A forward of its own costs more than a short hit saves (`PREFIX_HIT_MIN_TOKENS`): the prompt is
     prefilled with the others, from its first token, and samples what it samples with the cache off."""
-    from agentgrad.engine.engine import PREFIX_HIT_MIN_TOKENS
+    from agentgrad.engine.prefill import PREFIX_HIT_MIN_TOKENS
 
     prompt = engine.chat_prompt_ids([{"role": "user", "content": "What is 12 + 30?"}])
     greedy = SamplingParams(max_tokens=6, temperature=0)
@@ -177,7 +177,7 @@ def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forw
 ) -> None:
     """A GRPO step's rollouts all start with the system prompt an earlier rollout left in the cache: prefilled
     one by one they cost a forward each (a step's rollout phase took twice as long)."""
-    from agentgrad.engine.engine import PREFIX_HIT_MIN_TOKENS
+    from agentgrad.engine.prefill import PREFIX_HIT_MIN_TOKENS
     from agentgrad.engine.kv_cache import common_prefix_length
 
     system = {
@@ -208,7 +208,7 @@ def test_short_hits_arriving_together_join_one_forward_instead_of_one_each(
 ) -> None:
     """Chats resubmitted together, each hitting only its own short earlier prompt, had a forward and a restack
     each (`PREFIX_HIT_ALONE_TOKENS`): 64 of them made 36 forwards and decoded 17 % slower round after round."""
-    from agentgrad.engine.engine import PREFIX_HIT_ALONE_TOKENS, PREFIX_HIT_MIN_TOKENS
+    from agentgrad.engine.prefill import PREFIX_HIT_ALONE_TOKENS, PREFIX_HIT_MIN_TOKENS
     from agentgrad.engine.kv_cache import common_prefix_length
 
     questions = [

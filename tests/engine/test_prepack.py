@@ -126,7 +126,7 @@ def test_an_engine_samples_lora_from_the_merged_twin_and_publish_merges_the_trai
     engine = tiny_engine_of(tiny_smollm2_dir)
     try:
         engine.replace_model(_adapted(engine.model), merge=True)
-        assert engine._decoder is not None  # the written-out decode step serves the merged twin
+        assert engine._weights.decoder is not None  # the written-out decode step serves the merged twin
         prompt = engine.chat_prompt_ids([{"role": "user", "content": "What is 2+3?"}])
         greedy = SamplingParams(max_tokens=6, temperature=0.0)
 
@@ -163,7 +163,7 @@ def test_publish_packs_the_new_weights_again(tiny_smollm2_dir: Path) -> None:
         reference = copy.deepcopy(engine.model).to(torch.bfloat16).eval()
         with torch.inference_mode():
             expected = reference(input_ids=ids).logits
-            served = engine._sampler(input_ids=ids).logits
+            served = engine._weights.sampler(input_ids=ids).logits
         assert torch.equal(served, expected)
     finally:
         engine.close()
@@ -193,7 +193,7 @@ def test_a_closed_engine_frees_its_weights_at_once(tiny_smollm2_dir: Path, witho
     engine = tiny_engine_of(tiny_smollm2_dir, sampling_dtype=None)  # this CPU's default
     engine.generate([engine.chat_prompt_ids([{"role": "user", "content": "Hi"}])], SamplingParams(max_tokens=4))
     engine.publish()
-    held = [weakref.ref(engine), weakref.ref(engine.model), weakref.ref(engine._sampler)]
+    held = [weakref.ref(engine), weakref.ref(engine.model), weakref.ref(engine._weights.sampler)]
     engine.close()
     del engine
     assert [ref() for ref in held] == [None, None, None]

@@ -54,7 +54,7 @@ def engines(folder: Path) -> Iterator[dict[str, Engine]]:
 
 
 SYSTEM = "You are a careful assistant. Answer in one short sentence, and check your arithmetic twice. " * 5
-"""Long enough that a next turn's hit in the prefix cache is taken (`engine.PREFIX_HIT_ALONE_TOKENS`)."""
+"""Long enough that a next turn's hit in the prefix cache is taken (`prefill.PREFIX_HIT_ALONE_TOKENS`)."""
 
 
 def _prompts(engine: Engine, system: bool = False) -> list[list[int]]:
