@@ -6,7 +6,8 @@ the result and the gradients are the same as running each sequence in full (the 
 gradient is the sum over the sequences), at a fraction of the cost. `StepPrefix` runs it once
 for all the micro-batches of an update rather than once per micro-batch. Not under FSDP2, nor with
 gradient checkpointing (see `_apart`): there each sequence runs in full. Logits are computed
-only where a token is scored, never over the whole vocabulary at every position.
+only where a token is scored, never over the whole vocabulary at every position, and past `LOGIT_CHUNK` scored
+positions a chunk at a time, recomputed in backward.
 
 On a GPU, fp32 weights are trained under bf16 autocast (`training_precision`): the products in bf16, the weights,
 their gradients and AdamW's state in fp32, the log-softmax over the logits in fp32. That is full-weight training's
@@ -18,10 +19,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from agentgrad.engine.kv_cache import MIN_SHARED_PREFIX, common_prefix_length
+
+LOGIT_CHUNK = 256
+"""Scored positions whose logits are alive at once in training. Over Qwen's 151,936 tokens, two multi-turn episodes
+of ~1,500 scored positions (tool answers included) held ~1.8 GB of fp32 logits, their log-softmax and gradients
+as much again; a chunk of 256 holds ~0.3 GB."""
 
 
 @dataclass
@@ -130,18 +138,56 @@ def sequence_logprobs(
     scored = [len(s.token_ids) - s.first_scored for s in sequences]
     kept = max(scored) + 1
     reuse = {"cache": cache, "use_cache": True} if layers else {"use_cache": False}  # nothing to reuse, none to keep
-    with training_precision(model):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept, **reuse).logits
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, **reuse}
     # targets right-aligned like the logits; one gather for the batch (per-row indexing of the
     # logits would make backward fill a batch-sized gradient once per row)
     targets = torch.tensor(
         [[0] * (kept - 1 - n) + s.token_ids[s.first_scored :] for s, n in zip(sequences, scored)], device=device
     )
-    token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
+    with training_precision(model):
+        if kept - 1 > LOGIT_CHUNK and _head_apart(model):
+            causal_lm: Any = model  # a transformers model (or peft's around one), which mypy reads untyped
+            hidden = causal_lm.get_decoder()(**inputs).last_hidden_state[:, -kept:-1]
+            token_logprobs = _chunked_logprobs(causal_lm.get_output_embeddings(), hidden, targets, temperature)
+        else:
+            logits = model(**inputs, logits_to_keep=kept).logits
+            token_logprobs = _logprobs(logits[:, :-1], targets, temperature)
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
+
+
+def _logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The log-probability of each target under the logits at its position, softmax in fp32."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
+
+
+def _chunked_logprobs(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """`_logprobs` of `head(hidden)`, `LOGIT_CHUNK` positions at a time, each chunk's logits recomputed in backward
+    rather than kept: the same values and gradients, with one chunk's logits alive at a time."""
+
+    def chunk(start: int) -> torch.Tensor:
+        h, t = hidden[:, start : start + LOGIT_CHUNK], targets[:, start : start + LOGIT_CHUNK]
+        if not (torch.is_grad_enabled() and h.requires_grad):
+            return _logprobs(head(h), t, temperature)
+        return checkpoint(lambda h, t: _logprobs(head(h), t, temperature), h, t, use_reentrant=False)
+
+    return torch.cat([chunk(start) for start in range(0, hidden.shape[1], LOGIT_CHUNK)], dim=1)
+
+
+def _head_apart(model: torch.nn.Module) -> bool:
+    """Whether the logits can be computed from the decoder's hidden states apart from the model's forward: a causal
+    LM whose logits are its output layer's, and not under FSDP2 (whose root hooks gather the head's weights)."""
+    config = getattr(model, "config", None)
+    return (
+        hasattr(model, "get_decoder")
+        and hasattr(model, "get_output_embeddings")
+        and getattr(config, "final_logit_softcapping", None) is None
+        and not _sharded(model)
+    )
 
 
 def training_precision(model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:

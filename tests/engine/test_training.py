@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentgrad.engine import training
 from agentgrad.engine.training import ScoredSequence, StepPrefix, checkpoint_activations, sequence_logprobs
 from tests.tiny_models import tiny_network
 
@@ -20,8 +21,12 @@ def full_forward(model: torch.nn.Module, sequence: ScoredSequence, temperature: 
     return torch.stack([logprobs[sequence.first_scored - 1 + i, t] for i, t in enumerate(targets)])
 
 
+@pytest.mark.parametrize("logit_chunk", [256, 2])  # 2: the scored positions' logits a chunk at a time
 @pytest.mark.parametrize("prefix_length", [0, 12])
-def test_shared_prefix_gives_the_values_and_gradients_of_full_forwards(prefix_length: int) -> None:
+def test_shared_prefix_gives_the_values_and_gradients_of_full_forwards(
+    prefix_length: int, logit_chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(training, "LOGIT_CHUNK", logit_chunk)
     prefix = list(range(3, 3 + prefix_length))
     sequences = [
         ScoredSequence(prefix + [20, 21, 22, 30, 31], prefix_length + 3),
