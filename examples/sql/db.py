@@ -113,12 +113,18 @@ SPLITS = ("train", "held_out", "real_world")
 
 
 @functools.lru_cache(maxsize=64)
-def columns(name: str) -> dict[str, list[str]]:
-    """Each table's column names, in order."""
+def column_types(name: str) -> dict[str, list[tuple[str, str]]]:
+    """Each table's (column, declared type) pairs, in order."""
     # mode=ro without the tool's authorizer, which denies PRAGMA with an argument
     with closing(sqlite3.connect(f"file:{database_path(name)}?mode=ro", uri=True)) as connection:
         tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {t: [row[1] for row in connection.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+        return {t: [(row[1], row[2]) for row in connection.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+
+
+@functools.lru_cache(maxsize=64)
+def columns(name: str) -> dict[str, list[str]]:
+    """Each table's column names, in order."""
+    return {t: [column for column, _ in pairs] for t, pairs in column_types(name).items()}
 
 
 def column_hint(name: str, sql: str) -> str:
@@ -239,12 +245,10 @@ def _key_for(connection: sqlite3.Connection, name: str, compared: tuple[str, str
     return None
 
 
-@functools.lru_cache(maxsize=64)
 def _text_columns(name: str) -> list[tuple[str, str]]:
     """(table, column) of each column declared as text (or undeclared, as pandas may write them)."""
-    with closing(sqlite3.connect(f"file:{database_path(name)}?mode=ro", uri=True)) as connection:
-        return [(t, row[1]) for t in columns(name) for row in connection.execute(f'PRAGMA table_info("{t}")')
-                if any(kind in row[2].upper() for kind in ("CHAR", "TEXT", "CLOB")) or not row[2]]
+    return [(t, column) for t, pairs in column_types(name).items() for column, kind in pairs
+            if any(text in kind.upper() for text in ("CHAR", "TEXT", "CLOB")) or not kind]
 
 
 def _values(connection: sqlite3.Connection, name: str, sql: str, parameters: tuple[str, ...] = ()) -> list[Any]:
