@@ -8,7 +8,6 @@ passed on the policy's clock, which these tests move instead of sleeping).
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Iterator
 
@@ -17,9 +16,8 @@ import pytest
 
 from agentgrad import semconv as sc
 from agentgrad.algorithms.async_rollouts import call_versions, fresh_groups
-from agentgrad.engine.model import resolve_model
 from agentgrad.policy.vllm import VLLMPolicy
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
+from agentgrad.policy.vllm_server import VLLMServer
 from agentgrad.store import MemoryStore
 from agentgrad.types import AttemptedRollout, Span
 from examples.calc_agent import build_messages
@@ -29,20 +27,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 NAME = "smollm2-135m"
 ATTEMPT_WAIT_S = 30.0
-SMALL_KV_CACHE_GIB = "1"  # a few short calls at a time
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """One server for this module, with a small KV cache; `AGENTGRAD_TEST_VLLM_URL` reuses a running one."""
-    if os.environ.get("AGENTGRAD_TEST_VLLM_URL"):
-        (server,) = attach_servers([os.environ["AGENTGRAD_TEST_VLLM_URL"]])
-    else:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("VLLM_CPU_KVCACHE_SPACE", SMALL_KV_CACHE_GIB)
-            (server,) = start_servers(resolve_model(None), NAME, log_dir=tmp_path_factory.mktemp("vllm"))
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -51,9 +35,9 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def policy(vllm_server: VLLMServer, clock: ManualClock) -> Iterator[VLLMPolicy]:
+def policy(smollm2_vllm: VLLMServer, clock: ManualClock) -> Iterator[VLLMPolicy]:
     """A vLLM policy training beside serving (what `max_staleness` sets), its attempt wait on `clock`."""
-    with VLLMPolicy(MemoryStore(), urls=[vllm_server.url], attempt_wait_s=ATTEMPT_WAIT_S, clock=clock) as policy:
+    with VLLMPolicy(MemoryStore(), urls=[smollm2_vllm.url], attempt_wait_s=ATTEMPT_WAIT_S, clock=clock) as policy:
         policy.train_beside_serving()
         yield policy
 

@@ -1,4 +1,4 @@
-"""vLLM as the policy engine, on a real vLLM server from .venv-vllm (one for this module).
+"""vLLM as the policy engine, on the session's real vLLM server from .venv-vllm (tests/conftest.py's `smollm2_vllm`).
 
 Each test attaches its own `VLLMPolicy` (trainer weights, gateway, transport) to the shared
 server; attaching syncs the policy's weights into it first, so tests do not see each other's.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from agentgrad.engine.tools import functions, parse_reply
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.config import PolicyConfig
 from agentgrad.policy.vllm import VLLMPolicy
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
+from agentgrad.policy.vllm_server import VLLMServer
 from agentgrad.store import MemoryStore, SqliteStore
 from agentgrad.types import RolloutStatus
 from examples.calc_agent import CALCULATE_TOOL, build_messages, calc_agent, make_splits
@@ -35,26 +34,16 @@ from tests.test_training_e2e import close_enough
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 NAME = "smollm2-135m"
-LOGPROB_MEAN_TOLERANCE = 0.05
-"""Mean |vLLM - trainer| per sampled token: vLLM samples in bf16 (fp32 on CPUs without bf16), the trainer in fp32."""
-LOGPROB_MAX_TOLERANCE = 0.5
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """One server for this module (start-up: ~100 s on a CPU), stopped before another module starts its own
-    (tests/test_vllm_roles.py); `AGENTGRAD_TEST_VLLM_URL` reuses a running one."""
-    if os.environ.get("AGENTGRAD_TEST_VLLM_URL"):
-        (server,) = attach_servers([os.environ["AGENTGRAD_TEST_VLLM_URL"]])
-    else:
-        (server,) = start_servers(resolve_model(None), NAME, log_dir=tmp_path_factory.mktemp("vllm"))
-    yield server
-    server.stop()
+LOGPROB_MEAN_TOLERANCE = 0.1
+"""Mean |vLLM - trainer| per sampled token: vLLM samples in bf16 (fp32 on CPUs without bf16), the trainer in fp32.
+The session's server has LoRA enabled, which doubles it for the base model's calls: 0.015-0.023 over 30 calls of 24
+tokens at temperature 0.7, against 0.007-0.009 on a server without LoRA (AVX-512 BF16; 3 questions: up to 0.063)."""
+LOGPROB_MAX_TOLERANCE = 1.0
 
 
 @pytest.fixture
-def policy(vllm_server: VLLMServer) -> Iterator[VLLMPolicy]:
-    with VLLMPolicy(MemoryStore(), urls=[vllm_server.url]) as policy:
+def policy(smollm2_vllm: VLLMServer) -> Iterator[VLLMPolicy]:
+    with VLLMPolicy(MemoryStore(), urls=[smollm2_vllm.url]) as policy:
         yield policy
 
 
@@ -150,7 +139,7 @@ async def test_a_sync_while_16_requests_are_in_flight_loses_none_and_mixes_no_ve
 
 
 def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(
-    tmp_path: Path, vllm_server: VLLMServer
+    tmp_path: Path, smollm2_vllm: VLLMServer
 ) -> None:
     train, val = make_splits(n_train=40, n_val=4, seed=7)
     checkpoints = tmp_path / "checkpoints"
@@ -165,7 +154,7 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(
         learning_rate=1e-5,
         success_threshold=0.99,
         engine="vllm",
-        vllm_urls=[vllm_server.url],
+        vllm_urls=[smollm2_vllm.url],
         tis_cap=2.0,
     )
     store = SqliteStore(tmp_path / "run.db")
@@ -193,7 +182,7 @@ def test_a_few_grpo_steps_on_vllm_write_metrics_and_a_checkpoint_and_resume(
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == 2 * 2 * 4
 
 
-def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_version(vllm_server: VLLMServer) -> None:
+def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_version(smollm2_vllm: VLLMServer) -> None:
     train, val = make_splits(n_train=20, n_val=4, seed=3)
     store = MemoryStore()
     # a low threshold (within 9 of the answer) keeps some of 16 samples even from the untrained model
@@ -204,7 +193,7 @@ def test_an_sft_round_on_vllm_trains_syncs_and_the_next_responses_name_the_new_v
         reward_threshold=0.1,
         max_tokens=16,
         epochs=1,
-        policy=PolicyConfig(engine="vllm", vllm_urls=[vllm_server.url]),
+        policy=PolicyConfig(engine="vllm", vllm_urls=[smollm2_vllm.url]),
     )
     result = ag.Trainer(SFT(config), n_runners=1, runner_concurrency=8, store=store).fit(close_enough, train, val)
     (round_,) = result.history
@@ -276,7 +265,7 @@ def test_a_chat_call_with_tools_and_auto_choice_is_served_and_its_calls_parsed_w
 
 
 def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(
-    tmp_path: Path, vllm_server: VLLMServer
+    tmp_path: Path, smollm2_vllm: VLLMServer
 ) -> None:
     train, val = make_splits(n_train=40, n_val=2, seed=5, demo="function")
     config = dict(
@@ -286,7 +275,7 @@ def test_one_grpo_step_of_the_function_calling_agent_on_vllm_fails_no_rollout(
         val_every=0,
         learning_rate=1e-5,
         engine="vllm",
-        vllm_urls=[vllm_server.url],
+        vllm_urls=[smollm2_vllm.url],
         checkpoint_dir=str(tmp_path / "checkpoints"),
     )
     store = MemoryStore()

@@ -1,14 +1,13 @@
-"""One LoRA adapter per agent role on vLLM (`GRPOConfig(roles=..., engine="vllm")`), on a real vLLM server from
-.venv-vllm started with `--enable-lora --max-loras 2` (one per module: start-up takes ~100 s on a CPU).
+"""One LoRA adapter per agent role on vLLM (`GRPOConfig(roles=..., engine="vllm")`), on the session's real vLLM
+server from .venv-vllm, started with `--enable-lora --max-loras 2` (tests/conftest.py's `smollm2_vllm`).
 
 Each test attaches its own `VLLMPolicy` (a fresh trainer engine holding the two role adapters, its gateway and LoRA
-transport) to the module's server; attaching pushes the policy's adapters first, so tests do not see each other's.
+transport) to the server; attaching pushes the policy's adapters first, so tests do not see each other's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,26 +21,24 @@ from agentgrad import semconv as sc
 from agentgrad.algorithms.grpo import GRPO
 from agentgrad.algorithms.updates import RoleUpdate
 from agentgrad.engine.adapters import adapter_parameters
-from agentgrad.engine.model import resolve_model
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 from agentgrad.policy.transports import LORA_NAME, LoRATransport
 from agentgrad.policy.vllm import VLLMPolicy
-from agentgrad.policy.vllm_server import VLLMServer, attach_servers, start_servers
+from agentgrad.policy.vllm_server import VLLMServer
 from agentgrad.store import MemoryStore
+from tests.helpers import VLLM_LORA_RANK
 from tests.test_roles import ROLES, snapshot, solver_and_verifier
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 NAME = "smollm2-135m"
-RANK = 8
+RANK = VLLM_LORA_RANK  # the session server is started for it
 TEMPERATURE = 0.7
 ADAPTER_LOGPROB_TOLERANCE = 0.15
 """Mean |vLLM - trainer| per sampled token under the same adapter. vLLM serves bf16 (adapters included) where the CPU
 has native bf16, the trainer fp32: 0.013-0.074 measured with these random adapters (1.6-3.5 under another one)."""
 ADAPTER_GAP_RATIO = 4.0
 """Under any other adapter (or the base) the trainer's logprobs are at least this many times further from vLLM's."""
-SERVER_URL_ENV = "AGENTGRAD_TEST_VLLM_LORA_URL"
-"""Reuse a running server (started with `--enable-lora --max-lora-rank 8 --max-loras 2`) instead of starting one."""
 PROMPTS = ("Write one sentence about the sea.", "Name a colour.")
 """Open questions: many next tokens are near each other, so different adapters answer differently even greedily (the
 calculator's few-shot prompt makes the model so sure of `Answer: 42` that small adapters change nothing)."""
@@ -50,25 +47,9 @@ ADAPTER_SCALE = 0.2
 (at 0.05 they did not on the calculator prompt), and the logprobs under another adapter are 1.6-3.5 apart per token."""
 
 
-@pytest.fixture(scope="module")
-def lora_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """The module's one server, holding up to one adapter per role, with a small KV cache (1 GiB)."""
-    if os.environ.get(SERVER_URL_ENV):
-        (running,) = attach_servers([os.environ[SERVER_URL_ENV]])
-        yield running
-        return
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        (server,) = start_servers(
-            resolve_model(None), NAME, lora_rank=RANK, max_loras=len(ROLES), log_dir=tmp_path_factory.mktemp("vllm")
-        )
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def policy(lora_server: VLLMServer) -> Iterator[VLLMPolicy]:
-    with VLLMPolicy(MemoryStore(), urls=[lora_server.url], adapters=ROLES, lora_rank=RANK) as policy:
+def policy(smollm2_vllm: VLLMServer) -> Iterator[VLLMPolicy]:
+    with VLLMPolicy(MemoryStore(), urls=[smollm2_vllm.url], adapters=ROLES, lora_rank=RANK) as policy:
         yield policy
     policy.engine.close()
 
@@ -181,7 +162,7 @@ def test_an_agent_no_role_matches_and_a_call_with_no_agent_are_served_by_the_bas
 
 
 def test_one_grpo_step_with_two_roles_on_vllm_changes_both_adapters_not_the_base_pushes_both_and_resumes(
-    tmp_path: Path, lora_server: VLLMServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, smollm2_vllm: VLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before: dict[str, dict[str, torch.Tensor]] = {}
     trained: list[Any] = []
@@ -205,7 +186,7 @@ def test_one_grpo_step_with_two_roles_on_vllm_changes_both_adapters_not_the_base
     monkeypatch.setattr(LoRATransport, "push", spied_push)
     store = MemoryStore()
     grpo = GRPO(steps=1, prompts_per_step=2, group_size=2, max_tokens=8, val_every=0, learning_rate=1e-3,
-                skip_uniform_groups=False, roles=ROLES, lora_rank=RANK, engine="vllm", vllm_urls=[lora_server.url],
+                skip_uniform_groups=False, roles=ROLES, lora_rank=RANK, engine="vllm", vllm_urls=[smollm2_vllm.url],
                 checkpoint_dir=str(tmp_path / "checkpoints"))  # fmt: skip
     result = ag.Trainer(grpo, n_runners=1, runner_concurrency=4, store=store).fit(
         solver_and_verifier, [{"a": 12, "b": 30}, {"a": 7, "b": 5}]
@@ -247,9 +228,9 @@ def same_weights(a: dict[str, list[torch.Tensor]], b: dict[str, list[torch.Tenso
     return all(torch.equal(x, y) for role in ROLES for x, y in zip(a[role], b[role], strict=True))
 
 
-def test_a_policy_with_one_adapter_and_no_roles_serves_every_agent_by_it(lora_server: VLLMServer) -> None:
+def test_a_policy_with_one_adapter_and_no_roles_serves_every_agent_by_it(smollm2_vllm: VLLMServer) -> None:
     """The LoRA transport's single-adapter use, unchanged by roles: every call goes to `LORA_NAME`."""
-    with VLLMPolicy(MemoryStore(), urls=[lora_server.url], lora_rank=RANK) as policy:
+    with VLLMPolicy(MemoryStore(), urls=[smollm2_vllm.url], lora_rank=RANK) as policy:
         rollout = asyncio.run(policy.store.start_rollout("task"))
         answers = [chat(policy, agent, PROMPTS[0], rollout, temperature=0.0) for agent in ("solver", None)]
         assert [a["model"] for a in answers] == [LORA_NAME, LORA_NAME]
