@@ -100,17 +100,17 @@ async def test_the_curve_is_read_from_the_stored_rollouts_and_annotations_and_dr
         assert {(r["step"], r["scope"]) for r in csv.DictReader(f)} == {(str(s), c) for s, c in at}
 
 
-@pytest.mark.qwen
 def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_adapter_and_the_curve(
-    tmp_path: Path,
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, tiny_default_models: Path
 ) -> None:
+    """The demo's wiring end to end on the tiny Qwen2 (the real 0.5B's run is `benchmarks/sql_demo_run.py`)."""
     from safetensors.torch import load_file
 
     run = tmp_path / "run"
     command = [sys.executable, "-m", "agentgrad.cli", "demo", "--task", "sql", "--steps", "1", "--val-size", "1",
                "--val-every", "1", "--prompts-per-step", "2", "--group-size", "2", "--runners", "1",
                "--run-dir", str(run)]  # fmt: skip
-    env = {**os.environ, "COLUMNS": "200", "AGENTGRAD_SQL_DIR": str(tmp_path / "sql")}
+    env = {**os.environ, "COLUMNS": "200", "AGENTGRAD_SQL_DIR": str(tmp_path_factory.getbasetemp() / "sql")}  # as tests/test_sql_example.py's
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False, cwd=ROOT)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
@@ -127,11 +127,11 @@ def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_a
     assert (run / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| step |" in (run / "curve.md").read_text()
 
-    # the checkpoint holds LoRA adapters only (on attention and MLP projections), not the 0.5B weights
+    # the checkpoint holds LoRA adapters only (on attention and MLP projections), not the model's weights
     adapter = load_file(run / "checkpoints" / "step-1" / "adapter_model.safetensors")
     targets = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in adapter}
     assert {"q_proj", "v_proj", "gate_proj", "down_proj"} <= targets
-    assert sum(t.numel() for t in adapter.values()) < 20_000_000
+    assert all(".lora_A." in name or ".lora_B." in name for name in adapter), sorted(adapter)[:5]
     # LoRA's B matrices start at zero: they moved iff the step had a group whose rewards differed
     moved = any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)
     store = SqliteStore(run / "store.db")
