@@ -32,14 +32,16 @@ from agentgrad.store.sqlite_schema import (
     CHECKPOINT_PAGES,
     ROLLOUT_COLUMNS,
     SCHEMA,
-    UNATTACHED,
     attempt_of,
     checkpoint_until,
     rollout_changes,
     rollout_of,
     rollout_row,
     running_attempt_row,
+    select_attempt,
+    select_rollout,
 )
+from agentgrad.store.sqlite_spans import read_spans, read_spans_of, write_spans
 from agentgrad.store.transitions import Clock
 from agentgrad.types import (
     Attempt,
@@ -268,24 +270,9 @@ class SqliteStore(LocalStore):
             self._insert_rollout(db, rollout)
             return self._open_attempt(db, rollout, worker_id)
 
-    def _get_rollout(self, db: sqlite3.Connection, rollout_id: str) -> Rollout:
-        row = db.execute(f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
-        if row is None:
-            raise t.no_rollout(rollout_id)
-        return rollout_of(row)
-
-    def _get_attempt(self, db: sqlite3.Connection, rollout_id: str, attempt_id: str) -> Attempt:
-        row = db.execute(
-            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id = ? AND rollout_id = ?", (attempt_id, rollout_id)
-        ).fetchone()
-        if row is None:
-            self._get_rollout(db, rollout_id)
-            raise t.no_attempt(rollout_id, attempt_id)
-        return attempt_of(row)
-
     async def get_rollout(self, rollout_id: str) -> Rollout:
         with self._lock:
-            return self._get_rollout(self._conn, rollout_id)
+            return select_rollout(self._conn, rollout_id)
 
     async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
         where: list[str] = []
@@ -312,13 +299,13 @@ class SqliteStore(LocalStore):
                 f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE rollout_id = ? ORDER BY sequence", (rollout_id,)
             ).fetchall()
             if not rows:
-                self._get_rollout(self._conn, rollout_id)
+                select_rollout(self._conn, rollout_id)
         return [attempt_of(row) for row in rows]
 
     async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
         with self._write() as db:
-            rollout = self._get_rollout(db, rollout_id)
-            attempt = self._get_attempt(db, rollout_id, attempt_id)
+            rollout = select_rollout(db, rollout_id)
+            attempt = select_attempt(db, rollout_id, attempt_id)
             before = rollout.status
             change(rollout, attempt)
             self._save_attempt(db, attempt)
@@ -329,7 +316,7 @@ class SqliteStore(LocalStore):
 
     async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
         with self._write() as db:
-            rollout = self._get_rollout(db, rollout_id)
+            rollout = select_rollout(db, rollout_id)
             before = rollout.status
             change(rollout)
             finished = self._save_rollout(db, rollout, before)
@@ -349,8 +336,8 @@ class SqliteStore(LocalStore):
         finished = []
         with self._write() as db:
             for rollout_id, attempt_id in candidates:
-                rollout = self._get_rollout(db, rollout_id)
-                attempt = self._get_attempt(db, rollout_id, attempt_id)  # read again: another process may have won
+                rollout = select_rollout(db, rollout_id)
+                attempt = select_attempt(db, rollout_id, attempt_id)  # read again: another process may have won
                 expired = t.expiry(rollout.config, attempt, at)
                 if expired is not None:
                     t.end_attempt(rollout, attempt, expired, at)
@@ -363,137 +350,22 @@ class SqliteStore(LocalStore):
     # ------------------------------------------------------------------ spans
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
-        """One transaction, and one statement per kind whatever the number of rollouts: a coalesced batch
-        over HTTP holds one span of each of many rollouts."""
         if not spans:
             return []
         at = self.clock()
         t.check_spans(spans)
-        stored: list[Span] = list(spans)
-        rows: list[tuple[Any, ...]] = []
         with self._write() as db:
-            groups = t.by_rollout(spans)
-            attempts = self._get_attempts(
-                db,
-                [
-                    (spans[i].rollout_id, spans[i].attempt_id)  # type: ignore[misc]
-                    for rollout_id, indices in groups.items()
-                    if rollout_id is not None
-                    for i in indices
-                ],
-            )
-            keys = [rollout_id or UNATTACHED for rollout_id in groups]
-            next_ids = self._next_sequence_ids(db, keys)
-            known = self._stored_span_ids(
-                db,
-                [
-                    (key, spans[i].span_id)
-                    for key, indices in zip(keys, groups.values())
-                    for i in indices
-                    if spans[i].span_id
-                ],
-            )
-            for key, (rollout_id, indices) in zip(keys, groups.items()):
-                written, fresh = t.sequence_spans([spans[i] for i in indices], next_ids[key], known.setdefault(key, {}))
-                for i, span in zip(indices, written):
-                    stored[i] = span
-                rows += [(key, s.sequence_id, s.attempt_id, s.model_dump_json(), s.span_id or None) for s in fresh]
-                if rollout_id is not None:
-                    for span in fresh:
-                        t.record_span(attempts[span.attempt_id], span, at)  # type: ignore[index]
-            db.executemany(
-                "INSERT INTO spans (rollout_key, sequence_id, attempt_id, body, span_id) VALUES (?, ?, ?, ?, ?)", rows
-            )
-            db.executemany(
-                "UPDATE attempts SET last_heartbeat_time = ?, reward = ? WHERE attempt_id = ?",
-                [(a.last_heartbeat_time, a.reward, a.attempt_id) for a in attempts.values()],
-            )
-        return stored
-
-    def _get_attempts(self, db: sqlite3.Connection, pairs: list[tuple[str, str]]) -> dict[str, Attempt]:
-        """The attempts named by (rollout id, attempt id) pairs, by attempt id, in one statement; an unknown
-        one raises what `_get_attempt` says of it."""
-        wanted = dict.fromkeys(pairs)
-        if not wanted:
-            return {}
-        rows = db.execute(
-            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id IN (SELECT value FROM json_each(?))",
-            (json.dumps([attempt_id for _, attempt_id in wanted]),),
-        ).fetchall()
-        found = {(row[0], row[1]): row for row in rows}
-        for rollout_id, attempt_id in wanted:
-            if (rollout_id, attempt_id) not in found:
-                self._get_attempt(db, rollout_id, attempt_id)  # raises
-        return {attempt_id: attempt_of(found[rollout_id, attempt_id]) for rollout_id, attempt_id in wanted}
-
-    def _next_sequence_ids(self, db: sqlite3.Connection, keys: list[str]) -> dict[str, int]:
-        """Each rollout's next span sequence id (read in the write transaction, so no one else takes it); the
-        subquery per key is answered from the end of the `spans_in_order` index, however many spans it has."""
-        rows = db.execute(
-            "SELECT value, (SELECT COALESCE(MAX(sequence_id), 0) + 1 FROM spans WHERE rollout_key = value) "
-            "FROM json_each(?)",
-            (json.dumps(keys),),
-        )
-        return dict(rows.fetchall())
-
-    def _stored_span_ids(self, db: sqlite3.Connection, pairs: list[tuple[str, str]]) -> dict[str, dict[str, int]]:
-        """Of the (rollout key, span id) pairs, those already stored: rollout key → span id → sequence id."""
-        if not pairs:
-            return {}
-        rows = db.execute(
-            "SELECT s.rollout_key, s.span_id, s.sequence_id FROM json_each(?) AS j "
-            "JOIN spans AS s INDEXED BY spans_by_span_id "
-            "ON s.rollout_key = json_extract(j.value, '$[0]') AND s.span_id = json_extract(j.value, '$[1]')",
-            (json.dumps(pairs),),
-        )
-        known: dict[str, dict[str, int]] = {}
-        for key, span_id, sequence_id in rows.fetchall():
-            known.setdefault(key, {})[span_id] = sequence_id
-        return known
+            return write_spans(db, spans, at)
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
     ) -> list[Span]:
         with self._lock:
-            if rollout_id is None:
-                rows = self._conn.execute(
-                    "SELECT body FROM spans WHERE rollout_key = ? ORDER BY sequence_id", (UNATTACHED,)
-                ).fetchall()
-            else:
-                if attempt_id is not None:
-                    self._get_attempt(self._conn, rollout_id, attempt_id)
-                elif not all_attempts:
-                    attempt_id = self._get_rollout(self._conn, rollout_id).latest_attempt_id
-                params: tuple[str | None, ...]
-                if all_attempts and attempt_id is None:
-                    sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
-                else:
-                    sql, params = (
-                        "SELECT body FROM spans WHERE rollout_key = ? AND attempt_id = ?",
-                        (rollout_id, attempt_id),
-                    )
-                rows = self._conn.execute(sql + " ORDER BY sequence_id", params).fetchall()
-        return [Span.model_validate_json(row[0]) for row in rows]
+            return read_spans(self._conn, rollout_id, attempt_id, all_attempts=all_attempts)
 
     async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
-        wanted = list(dict.fromkeys(rollout_ids))
-        ids = json.dumps(wanted)
         with self._lock:
-            known = self._conn.execute(
-                "SELECT rollout_id FROM rollouts WHERE rollout_id IN (SELECT value FROM json_each(?))", (ids,)
-            ).fetchall()
-            if len(known) < len(wanted):
-                raise t.no_rollout(next(rid for rid in wanted if rid not in {row[0] for row in known}))
-            rows = self._conn.execute(
-                "SELECT s.rollout_key, s.body FROM spans s JOIN rollouts r ON r.rollout_id = s.rollout_key "
-                "AND s.attempt_id = r.latest_attempt_id WHERE s.rollout_key IN (SELECT value FROM json_each(?)) "
-                "ORDER BY s.rollout_key, s.sequence_id",
-                (ids,),
-            ).fetchall()
-        found: dict[str, list[Span]] = {rid: [] for rid in wanted}
-        for rollout_id, body in rows:
-            found[rollout_id].append(Span.model_validate_json(body))
-        return found
+            return read_spans_of(self._conn, rollout_ids)
 
     # ------------------------------------------------------------------ resources
 
@@ -549,7 +421,7 @@ class SqliteStore(LocalStore):
                     (at, attempt_id, rollout_id),
                 ).rowcount
                 if not updated:
-                    self._get_attempt(db, rollout_id, attempt_id)  # raises NotFoundError
+                    select_attempt(db, rollout_id, attempt_id)  # raises NotFoundError
             row = db.execute("SELECT body FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
             worker = change(Worker.model_validate_json(row[0]) if row else None)
             db.execute("INSERT OR REPLACE INTO workers VALUES (?, ?)", (worker_id, worker.model_dump_json()))

@@ -1,4 +1,5 @@
-"""The SQLite file's layout: tables and indexes, the rows ↔ models mapping, and the checkpoint thread."""
+"""The SQLite file's layout: tables and indexes, the rows ↔ models mapping (a rollout or an attempt read by id), and
+the checkpoint thread."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import agentgrad.store.transitions as t
 from agentgrad.types import Attempt, Rollout, RolloutConfig
 
 BUSY_TIMEOUT_MS = 30_000
@@ -140,6 +142,24 @@ def attempt_of(row: Sequence[Any]) -> Attempt:
         reward=row[8],
         error=row[9],
     )
+
+
+def select_rollout(db: sqlite3.Connection, rollout_id: str) -> Rollout:
+    row = db.execute(f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
+    if row is None:
+        raise t.no_rollout(rollout_id)
+    return rollout_of(row)
+
+
+def select_attempt(db: sqlite3.Connection, rollout_id: str, attempt_id: str) -> Attempt:
+    """The attempt; an unknown one (or rollout) raises what the state machine says of it."""
+    row = db.execute(
+        f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id = ? AND rollout_id = ?", (attempt_id, rollout_id)
+    ).fetchone()
+    if row is None:
+        select_rollout(db, rollout_id)
+        raise t.no_attempt(rollout_id, attempt_id)
+    return attempt_of(row)
 
 
 def rollout_row(rollout: Rollout) -> tuple[Any, ...]:
