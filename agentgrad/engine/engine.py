@@ -126,7 +126,9 @@ class Engine:
             "decode_steps": 0,
             "decode_rows": 0,  # rows generating, summed over decode steps: over `decode_steps`, the mean batch size
             "graph_steps": 0,  # decode steps replayed from a captured CUDA graph (`graphs.py`)
-            "decode": "",  # what ran the last decode step (`_decode`): DECODE_PATHS' values
+            # what ran the last decode step (`_decode`): "cuda graph", "static slots", "written-out step" or
+            # "transformers forward" (", several adapters" when its batch mixed them)
+            "decode": "",
         }
         self.running_rows = 0
         """Rows the running batch is generating now."""
