@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def second_host() -> Iterator[SecondHost]:
 
 
 @pytest.mark.slow
-def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_address(second_host: SecondHost) -> None:
+def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_address(
+    second_host: SecondHost, tmp_path: Path
+) -> None:
     fake = FakeUpstream()
     with ServerThread(fake.app) as upstream:  # on this host's loopback: only the gateway reaches it
         port = free_port(second_host.here)
@@ -71,6 +74,8 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
         try:
             assert server.stdout is not None
             assert f"agentgrad store server on {url}/api/" in server.stdout.readline().decode()
+            server_log: list[str] = []  # read on, so the pipe never fills; shown if the test fails
+            threading.Thread(target=lambda: server_log.extend(line.decode() for line in server.stdout), daemon=True).start()
             wait_until(lambda: healthy(url), "the store server to start")
             loopback_probe = second_host.run(
                 sys.executable,
@@ -79,6 +84,7 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
                 stderr=subprocess.DEVNULL,
             )
             assert loopback_probe.wait(30) != 0  # this host's loopback is not the second host's
+            runner_log = tmp_path / "runner.log"
             runner = second_host.run(
                 sys.executable,
                 "-m",
@@ -93,7 +99,7 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
                 env={**ENV, "AGENTGRAD_TOKEN": TOKEN},
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=runner_log.open("wb"),
             )
 
             async def algorithm() -> list[tuple[str, float | None, list[str]]]:
@@ -118,9 +124,10 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
                     process.terminate()
                     process.wait(30)
     assert len(seen) == 6
+    logs = f"runner: {runner_log.read_text()[-2000:]}\nserver: {''.join(server_log)[-2000:]}"
     for status, reward, names in seen:
         assert (status, reward) == (RolloutStatus.SUCCEEDED.value, 1.0)
-        assert "chat" in names  # the gateway recorded the model call into the attempt
+        assert "chat" in names, logs  # the gateway recorded the model call into the attempt (the runner's flush)
         assert any(name.startswith(f"{url}/rollouts/") for name in names)  # the URL the agent got: the advertised one
     assert len(fake.requests) == 6
 

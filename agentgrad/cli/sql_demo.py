@@ -308,7 +308,7 @@ def main(args: argparse.Namespace) -> None:
             learning_rate=LEARNING_RATE,
             credit="per_turn",  # each call paid by the query it wrote (examples/sql/train.py): the fix, not the failure
             gamma=0.0,
-            micro_batch_size=2,  # logits of 4 episodes of 1,000 scored tokens: ~9 GB in the update (fp32, 151,936 wide)
+            micro_batch_size=2,  # the run's peak RSS 15.1-16.2 GB with logits in chunks (engine/training.py); 4: untried
             gradient_checkpointing=True,  # without it, 4 multi-turn episodes of the 0.5B model reached 19 GB RSS
             checkpoint_dir=str(run.checkpoints),
             checkpoint_every=args.checkpoint_every,
