@@ -41,7 +41,7 @@ from agentgrad.store.sqlite_schema import (
     select_attempt,
     select_rollout,
 )
-from agentgrad.store.sqlite_spans import read_spans, read_spans_of, write_spans
+from agentgrad.store.sqlite_spans import span_bodies, span_bodies_of, write_spans
 from agentgrad.store.transitions import Clock
 from agentgrad.types import (
     Attempt,
@@ -361,11 +361,14 @@ class SqliteStore(LocalStore):
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
     ) -> list[Span]:
         with self._lock:
-            return read_spans(self._conn, rollout_id, attempt_id, all_attempts=all_attempts)
+            bodies = span_bodies(self._conn, rollout_id, attempt_id, all_attempts=all_attempts)
+        return [Span.model_validate_json(body) for body in bodies]
 
     async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
+        wanted = list(dict.fromkeys(rollout_ids))
         with self._lock:
-            return read_spans_of(self._conn, rollout_ids)
+            found = span_bodies_of(self._conn, wanted)
+        return {rid: [Span.model_validate_json(body) for body in bodies] for rid, bodies in found.items()}
 
     # ------------------------------------------------------------------ resources
 

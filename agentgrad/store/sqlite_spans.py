@@ -57,29 +57,28 @@ def write_spans(db: sqlite3.Connection, spans: Sequence[Span], at: float) -> lis
     return stored
 
 
-def read_spans(
+def span_bodies(
     db: sqlite3.Connection, rollout_id: str | None, attempt_id: str | None, *, all_attempts: bool
-) -> list[Span]:
-    """The spans of `Store.query_spans`, in sequence order."""
-    if rollout_id is None:
-        rows = db.execute("SELECT body FROM spans WHERE rollout_key = ? ORDER BY sequence_id", (UNATTACHED,)).fetchall()
-        return [Span.model_validate_json(row[0]) for row in rows]
-    if attempt_id is not None:
-        select_attempt(db, rollout_id, attempt_id)
-    elif not all_attempts:
-        attempt_id = select_rollout(db, rollout_id).latest_attempt_id
+) -> list[str]:
+    """The stored JSON of the spans of `Store.query_spans`, in sequence order (the caller parses them once it has
+    let go of the connection)."""
     params: tuple[str | None, ...]
-    if all_attempts and attempt_id is None:
-        sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
+    if rollout_id is None:
+        sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (UNATTACHED,)
     else:
-        sql, params = "SELECT body FROM spans WHERE rollout_key = ? AND attempt_id = ?", (rollout_id, attempt_id)
-    rows = db.execute(sql + " ORDER BY sequence_id", params).fetchall()
-    return [Span.model_validate_json(row[0]) for row in rows]
+        if attempt_id is not None:
+            select_attempt(db, rollout_id, attempt_id)
+        elif not all_attempts:
+            attempt_id = select_rollout(db, rollout_id).latest_attempt_id
+        if all_attempts and attempt_id is None:
+            sql, params = "SELECT body FROM spans WHERE rollout_key = ?", (rollout_id,)
+        else:
+            sql, params = "SELECT body FROM spans WHERE rollout_key = ? AND attempt_id = ?", (rollout_id, attempt_id)
+    return [row[0] for row in db.execute(sql + " ORDER BY sequence_id", params).fetchall()]
 
 
-def read_spans_of(db: sqlite3.Connection, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
-    """The latest attempt's spans of each rollout (`Store.query_spans_of`), in two statements."""
-    wanted = list(dict.fromkeys(rollout_ids))
+def span_bodies_of(db: sqlite3.Connection, wanted: list[str]) -> dict[str, list[str]]:
+    """The stored JSON of the latest attempt's spans of each rollout (`Store.query_spans_of`), in two statements."""
     ids = json.dumps(wanted)
     known = db.execute(
         "SELECT rollout_id FROM rollouts WHERE rollout_id IN (SELECT value FROM json_each(?))", (ids,)
@@ -92,9 +91,9 @@ def read_spans_of(db: sqlite3.Connection, rollout_ids: Sequence[str]) -> dict[st
         "ORDER BY s.rollout_key, s.sequence_id",
         (ids,),
     ).fetchall()
-    found: dict[str, list[Span]] = {rid: [] for rid in wanted}
+    found: dict[str, list[str]] = {rid: [] for rid in wanted}
     for rollout_id, body in rows:
-        found[rollout_id].append(Span.model_validate_json(body))
+        found[rollout_id].append(body)
     return found
 
 
