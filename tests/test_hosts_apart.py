@@ -85,22 +85,23 @@ def test_runners_on_a_second_host_reach_store_and_gateway_by_the_advertised_addr
             )
             assert loopback_probe.wait(30) != 0  # this host's loopback is not the second host's
             runner_log = tmp_path / "runner.log"
-            runner = second_host.run(
-                sys.executable,
-                "-m",
-                "agentgrad.cli",
-                "runner",
-                "--store",
-                url,
-                "--agent",
-                "tests.process_agents:asks_llm",
-                "--workers",
-                "2",
-                env={**ENV, "AGENTGRAD_TOKEN": TOKEN},
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=runner_log.open("wb"),
-            )
+            with runner_log.open("wb") as runner_err:  # the runner keeps its own copy of the file
+                runner = second_host.run(
+                    sys.executable,
+                    "-m",
+                    "agentgrad.cli",
+                    "runner",
+                    "--store",
+                    url,
+                    "--agent",
+                    "tests.process_agents:asks_llm",
+                    "--workers",
+                    "2",
+                    env={**ENV, "AGENTGRAD_TOKEN": TOKEN},
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=runner_err,
+                )
 
             async def algorithm() -> list[tuple[str, float | None, list[str]]]:
                 store = StoreClient(url, token=TOKEN)
