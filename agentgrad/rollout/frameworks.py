@@ -11,7 +11,8 @@ is running, with no change to the agent:
 - LangChain and LangGraph: a callback handler every run gets (`on_tool_start` / `on_tool_end` / `on_tool_error`);
 - the OpenAI Agents SDK: a trace processor that replaces the SDK's upload to OpenAI, so its tracing is on and stays
   local (function spans become tool spans, agent spans agent steps);
-- CrewAI: its event bus (`ToolUsageFinishedEvent`, `ToolUsageErrorEvent`);
+- CrewAI: its event bus (`ToolUsageFinishedEvent`, `ToolUsageErrorEvent`), whose handlers run later in its thread
+  pool: the runner waits for them before it closes the attempt (`framework_reports`);
 - AutoGen: each tool's `run_json` wrapped, since its own tool span carries no arguments or result.
 
 Each tool run becomes a span in the OpenTelemetry GenAI shape: named `execute_tool <tool>`, with
@@ -22,6 +23,7 @@ step, but is not read as a model call (`tracer._as_framework_step`): the gateway
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import threading
@@ -39,6 +41,10 @@ from agentgrad.rollout.tracer import _processor, current_attempt, get_tracer, to
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _done: set[str] = set()
+_late_reporters: list[Callable[[float], object]] = []
+"""For each framework that reports its steps from threads of its own, later: a call that waits up to that many
+seconds for what it has yet to report."""
+REPORT_WAIT_S = 10.0
 
 
 def emit_tool_call(
@@ -250,9 +256,21 @@ def _agents_sdk() -> None:
 
 
 def _crewai() -> None:
-    """CrewAI: its event bus's tool events (its sync handlers run with the emitter's context: the attempt's)."""
+    """CrewAI: its event bus's tool events (its sync handlers run with the emitter's context: the attempt's).
+    The bus runs them later, in its thread pool, maybe after the model call that carries the tool's result: so a
+    hook that CrewAI calls in the tool's own thread, before the run, marks the attempt as tracing its tool runs
+    first, or the gateway would also record the run from that call's conversation (`gateway/tool_runs.py`)."""
     from crewai.events import crewai_event_bus
     from crewai.events.types.tool_usage_events import ToolUsageErrorEvent, ToolUsageFinishedEvent
+    from crewai.hooks import register_before_tool_call_hook
+
+    def traced_here(context: Any) -> None:
+        attempt = current_attempt()
+        if attempt is not None:
+            attempt.traces_tool_runs = True
+
+    register_before_tool_call_hook(traced_here)
+    _late_reporters.append(crewai_event_bus.flush)
 
     @crewai_event_bus.on(ToolUsageFinishedEvent)
     def finished(source: Any, event: ToolUsageFinishedEvent) -> None:
@@ -280,6 +298,13 @@ FRAMEWORKS: dict[str, Callable[[], None]] = {
     "crewai": _crewai,
 }
 """Module whose presence in `sys.modules` says the framework is in use -> what turns its reports on."""
+
+
+async def framework_reports(timeout_s: float = REPORT_WAIT_S) -> None:
+    """Wait for the steps the frameworks in use have yet to report (CrewAI's events run in its thread pool), so an
+    attempt's spans are all written before it closes; nothing to wait for in a process without such a framework."""
+    for wait in list(_late_reporters):
+        await asyncio.to_thread(wait, timeout_s)
 
 
 def instrument_frameworks() -> None:

@@ -104,12 +104,22 @@ def _attempt_main(
         otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(span_context)))
     with bind_attempt(rollout.rollout_id, rollout.attempt.attempt_id, _PipeSink(connection)):  # type: ignore[arg-type]
         try:
-            answer: tuple[str, Any] = ("reward", asyncio.run(agent.run(rollout.input, resources, rollout)))
+            answer: tuple[str, Any] = ("reward", asyncio.run(run_and_report(agent, rollout, resources)))
         except BaseException as exc:
             emit_exception(exc)
             answer = ("error", describe(exc))
     connection.send(answer)
     connection.close()
+
+
+async def run_and_report(agent: LitAgent, rollout: AttemptedRollout, resources: NamedResources) -> Any:
+    """The agent's run, then what its frameworks have yet to report (`frameworks.framework_reports`)."""
+    from agentgrad.rollout.frameworks import framework_reports
+
+    try:
+        return await agent.run(rollout.input, resources, rollout)
+    finally:
+        await framework_reports()
 
 
 class AttemptProcesses:

@@ -31,7 +31,7 @@ import httpx
 
 from agentgrad.rollout.agent import LitAgent, Reward, agent_threads, as_agent
 from agentgrad.rollout.emit import emit_exception, record_returned_reward
-from agentgrad.rollout.frameworks import instrument_frameworks
+from agentgrad.rollout.frameworks import framework_reports, instrument_frameworks
 from agentgrad.rollout.isolation import ISOLATIONS, AttemptProcesses, describe
 from agentgrad.rollout.tracer import bind_attempt, get_tracer
 from agentgrad.semconv import AGENT_NAME, ATTEMPT_ID, FLUSH_ENDPOINT, NO_REWARD, ROLLOUT_ID, ROLLOUT_SPAN
@@ -345,6 +345,7 @@ class Runner:
                             raise  # a Ctrl+C to this process: it stops the runner
                         error = describe(exc)
                         emit_exception(exc)
+                    await framework_reports()
                     if error is not None:
                         status, error = AttemptStatus.FAILED, with_llm_urls(error, resources_seen)
                         log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, error)

@@ -35,8 +35,9 @@ class AttemptContext:
     attempt_id: str
     sink: SpanSink
     traces_tool_runs: bool = False
-    """Set once a tool-run span of this attempt ended in this process: its calls then tell the gateway not to read
-    tool runs from the conversation (`semconv.TOOL_RUNS_TRACED_HEADER`)."""
+    """Set once a tool-run span of this attempt ended in this process, or a framework whose spans come later said a
+    run began (CrewAI): its calls then tell the gateway not to read tool runs from the conversation
+    (`semconv.TOOL_RUNS_TRACED_HEADER`)."""
 
 
 _current: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar("agentgrad_attempt", default=None)
