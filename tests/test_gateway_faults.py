@@ -146,7 +146,8 @@ async def test_an_upstream_500_is_relayed_without_a_retry(quick: Served, upstrea
 
 
 def test_the_gateway_command_takes_the_deadlines_and_the_retries() -> None:
-    from agentgrad.cli.main import build_parser, gateway_from_args
+    from agentgrad.cli.main import build_parser
+    from agentgrad.cli.servers import gateway_from_args
 
     args = build_parser().parse_args(["gateway", "--store", "memory", "--default", "http://127.0.0.1:9/v1",
                                       "--connect-timeout", "3", "--first-byte-timeout", "20", "--timeout", "90",
