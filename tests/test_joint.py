@@ -21,6 +21,7 @@ import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.adapters import to_trajectories
 from agentgrad.algorithms.apo_text import check_rewrite, lenient
+from agentgrad.algorithms.joint import beats
 from agentgrad.cli.run_views import TIMELINE_FIGURES
 from agentgrad.dashboard import STATIC
 from agentgrad.serving import ServerThread
@@ -171,6 +172,16 @@ def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway
     assert to_trajectories(critic_calls, reward=1.0) == [], "adapters leave marked calls out of any batch"
     assert metric(store, "prompt/version") == [(1, 0.0), (2, 0.0)]  # a tiny model's critique is unusable: no change
     assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0)]
+
+
+def test_the_guard_keeps_a_rewrite_only_when_it_wins_past_chance_on_the_same_tasks() -> None:
+    current = [1.0] * 15 + [0.0] * 17
+    assert not beats(list(current), current)  # a tie
+    swing = [0.0] * 4 + current[4:15] + [1.0] * 7 + current[22:]  # 7 tasks won, 4 lost: 18 against 15 of 32
+    assert sum(swing) == 18 and not beats(swing, current)
+    three_more = current[:15] + [1.0] * 3 + current[18:]  # 3 won, none lost
+    assert beats(three_more, current) and not beats(current, three_more)
+    assert beats([1.0, 1.01, 0.99, 1.0], [0.5, 0.5, 0.51, 0.5]) and not beats([0.0] * 4, [0.5] * 4)
 
 
 def test_joint_settings_are_checked() -> None:

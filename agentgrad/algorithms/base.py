@@ -62,7 +62,7 @@ class Evaluation:
 
     @classmethod
     def of(cls, rollouts: Sequence[Rollout], success_threshold: float = 1.0) -> Evaluation:
-        rewards = [r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else 0.0 for r in rollouts]
+        rewards = cls.rewards(rollouts)
         return cls(
             n=len(rollouts),
             succeeded=sum(r.status is RolloutStatus.SUCCEEDED for r in rollouts),
@@ -70,6 +70,11 @@ class Evaluation:
             success_rate=sum(reward >= success_threshold for reward in rewards) / len(rewards) if rewards else 0.0,
             no_reward=count_no_reward(rollouts),
         )
+
+    @staticmethod
+    def rewards(rollouts: Sequence[Rollout]) -> list[float]:
+        """Each rollout's reward as `reward_mean` counts it: 0 for one that failed or ended with none."""
+        return [r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else 0.0 for r in rollouts]
 
 
 def count_no_reward(rollouts: Sequence[Rollout]) -> int:
