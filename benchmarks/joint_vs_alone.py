@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -70,12 +71,21 @@ def train(
     train_set: list[Any],
     val_set: list[Any],
     prompt_every: int = 3,
+    critic: dict[str, Any] | None = None,
 ) -> ag.PromptTemplate:
     """Train `variant` for `budget` seconds; the prompt it ends with (its weights are the engine's)."""
     if variant == "apo":
         with served(engine, store) as policy:
             llm = policy.llm(temperature=0.0, max_tokens=GRPO_SETTINGS["max_tokens"])
-            apo = ag.APO(steps=1000, beam_width=2, prompts_per_step=8, time_budget_s=budget, seed=seed, **APO_SETTINGS)
+            apo = ag.APO(
+                steps=1000,
+                beam_width=2,
+                prompts_per_step=8,
+                time_budget_s=budget,
+                seed=seed,
+                **APO_SETTINGS,
+                **critic or {},
+            )
             trainer = ag.Trainer(
                 apo, n_runners=1, runner_concurrency=16, store=store, resources={"prompt": SEED_PROMPT, "llm": llm}
             )
@@ -85,7 +95,9 @@ def train(
     grpo = ag.GRPO(local_engine=engine, time_budget_s=budget, seed=seed, **GRPO_SETTINGS)
     algorithm: Any = grpo
     if variant == "joint":
-        algorithm = ag.Joint(apo=ag.APO(seed=seed, **APO_SETTINGS), grpo=grpo, prompt_every=prompt_every)
+        algorithm = ag.Joint(
+            apo=ag.APO(seed=seed, **APO_SETTINGS, **critic or {}), grpo=grpo, prompt_every=prompt_every
+        )
     trainer = ag.Trainer(algorithm, n_runners=1, runner_concurrency=16, store=store, resources={"prompt": SEED_PROMPT})
     trainer.fit(prompted_calc_agent, train_set, val_set)
     latest = asyncio.run(store.get_latest_resources())
@@ -116,35 +128,62 @@ def main() -> None:
     parser.add_argument("--val", type=int, default=32, help="validation problems (APO's and Joint's prompt scores)")
     parser.add_argument("--prompt-every", type=int, default=3, help="Joint: a prompt round after every k-th step")
     parser.add_argument("--out", default=".agentgrad/joint-bench", help="one store per run goes here")
+    parser.add_argument(
+        "--critic",
+        default="policy",
+        help="APO's and Joint's critic and editor: the policy itself (through its gateway), or a built-in model served "
+        "by a second engine beside it (qwen2.5-coder-0.5b: `make qwen`)",
+    )
     args = parser.parse_args()
     from agentgrad.engine import Engine
+    from agentgrad.engine.server import create_engine_app
+    from agentgrad.serving import ServerThread
+
+    stack = contextlib.ExitStack()
+    critic: dict[str, Any] | None = None
+    if args.critic != "policy":  # a second engine serves the critic and editor; its time counts in each budget
+        critic_engine = Engine(args.critic)
+        stack.callback(critic_engine.close)
+        critic_url = stack.enter_context(ServerThread(create_engine_app(critic_engine))).url
+        critic = {"base_url": critic_url + "/v1", "api_key": "none", "critic_model": critic_engine.name}
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for seed in args.seeds:
-        train_set, held = make_splits(n_train=2000, n_val=args.held_out, seed=seed)
-        train_set, val_set = train_set[args.val :], train_set[: args.val]  # validation apart from training tasks
-        for variant in args.variants:
-            path = out / f"{variant}-seed{seed}.db"
-            path.unlink(missing_ok=True)
-            store = ag.SqliteStore(path)
-            engine = Engine()
-            began = time.perf_counter()
-            prompt = train(variant, engine, store, seed, args.budget, train_set, val_set, args.prompt_every)
-            trained = time.perf_counter() - began
-            accuracy = held_out(engine, store, prompt, held)
-            engine.close()
-            rows.append((variant, seed, accuracy, trained, prompt.template))
-            print(
-                f"RESULT variant={variant} seed={seed} held_out_accuracy={accuracy:.3f} train_wall_s={trained:.0f} "
-                f"store={path} prompt={prompt.template!r}",
-                flush=True,
-            )
-    print("\n| agent | variant | seed | held-out accuracy | training wall time (s) |")
-    print("|---|---|---|---|---|")
+    with stack:
+        for seed in args.seeds:
+            rows += run_seed(args, seed, out, critic)
+    print("\n| agent | critic | variant | seed | held-out accuracy | training wall time (s) |")
+    print("|---|---|---|---|---|---|")
     for variant, seed, accuracy, trained, _ in rows:
-        print(f"| calculator (SmolLM2-135M) | {variant} | {seed} | {accuracy:.3f} | {trained:.0f} |")
+        shown = "-" if variant == "grpo" else args.critic
+        print(f"| calculator (SmolLM2-135M) | {shown} | {variant} | {seed} | {accuracy:.3f} | {trained:.0f} |")
+
+
+def run_seed(args: argparse.Namespace, seed: int, out: Path, critic: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+    """Each variant on one seed's tasks: (variant, seed, held-out accuracy, training seconds, final prompt) each."""
+    from agentgrad.engine import Engine
+
+    rows = []
+    train_set, held = make_splits(n_train=2000, n_val=args.held_out, seed=seed)
+    train_set, val_set = train_set[args.val :], train_set[: args.val]  # validation apart from training tasks
+    for variant in args.variants:
+        path = out / f"{variant}-seed{seed}.db"
+        path.unlink(missing_ok=True)
+        store = ag.SqliteStore(path)
+        engine = Engine()
+        began = time.perf_counter()
+        prompt = train(variant, engine, store, seed, args.budget, train_set, val_set, args.prompt_every, critic)
+        trained = time.perf_counter() - began
+        accuracy = held_out(engine, store, prompt, held)
+        engine.close()
+        rows.append((variant, seed, accuracy, trained, prompt.template))
+        print(
+            f"RESULT variant={variant} seed={seed} held_out_accuracy={accuracy:.3f} train_wall_s={trained:.0f} "
+            f"store={path} prompt={prompt.template!r}",
+            flush=True,
+        )
+    return rows
 
 
 if __name__ == "__main__":
