@@ -98,3 +98,10 @@ async def grpo_batch(cfg: Any, store: Any, rollouts: list[Any], groups: list[int
 
     spans = await store.query_spans_of([r.rollout_id for r in rollouts])
     return await GroupBatches(cfg, DEFAULT_CONSOLE).build(StepRollouts(1, rollouts, groups), spans)
+
+
+def crewai_events_late(framework: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runner processes of CrewAI agents started after this run the handlers of finished tool runs a second late, as
+    CrewAI's thread pool may on a busy machine (`late_crewai_events/sitecustomize.py`); other frameworks, as they are."""
+    if framework.startswith("crewai"):
+        monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "late_crewai_events"))

@@ -27,7 +27,7 @@ from agentgrad.rollout.venvs import ROOT
 from examples.frameworks.run import FRAMEWORKS, run
 from examples.frameworks.tasks import EXAMPLE_QUESTION, EXAMPLE_RESULT, TASKS, calculate, make_tasks
 from tests.conftest import Served
-from tests.helpers import agent_params
+from tests.helpers import agent_params, crewai_events_late
 
 AGENT_FILES = {"openai": "openai_agent.py", "langchain": "langchain_agent.py", "langgraph": "langgraph_agent.py",
                "openai-agents": "openai_agents_sdk_agent.py", "autogen": "autogen_agent.py", "crewai": "crewai_agent.py",
@@ -76,8 +76,7 @@ async def test_each_framework_executes_the_tool_call_and_every_call_is_recorded(
     framework: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    if framework == "crewai":  # its tool events arrive after the next model call: still one span per run
-        monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "late_crewai_events"))
+    crewai_events_late(framework, monkeypatch)  # its tool events arrive after the next model call: still one span
     tasks = TASKS[:2]
     llm = ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True, sampling_parameters={"temperature": 0.0})
     results = await run_framework(framework, served.store, llm, tasks, tmp_path, served.url + "/v1", workers=1)

@@ -19,7 +19,7 @@ from agentgrad.store import SqliteStore, Store
 from examples.frameworks.run import TEAMS, roles_of, run
 from examples.frameworks.tasks import TASKS
 from tests.conftest import Served
-from tests.helpers import agent_params
+from tests.helpers import agent_params, crewai_events_late
 
 
 async def calls_by_agent(store: Store) -> dict[str, list[Any]]:
@@ -37,6 +37,7 @@ async def test_each_agent_of_the_team_calls_on_its_own_route_and_its_tool_run_is
     team: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    crewai_events_late(team, monkeypatch)  # a crew's tool events arrive after the next model call: still one span
     llm = ag.LLM(base_url=served.url + "/v1", model="policy", proxied=True, sampling_parameters={"temperature": 0.0})
     log = tmp_path / f"runner-{team}.log"
     results = await run(team, Baseline(), served.store, TASKS[:1], llm=llm, workers=1, log=log)

@@ -257,19 +257,22 @@ def _agents_sdk() -> None:
 
 def _crewai() -> None:
     """CrewAI: its event bus's tool events (its sync handlers run with the emitter's context: the attempt's).
-    The bus runs them later, in its thread pool, maybe after the model call that carries the tool's result: so a
-    hook that CrewAI calls in the tool's own thread, before the run, marks the attempt as tracing its tool runs
-    first, or the gateway would also record the run from that call's conversation (`gateway/tool_runs.py`)."""
+    The bus runs them later, in its thread pool, maybe after the model call that carries the tool's result, so the
+    attempt's calls cannot wait for a tool span to say that its tool runs are traced here: a hook that CrewAI calls
+    before each model call, in the caller's thread, marks the attempt (whichever path ran its tools), and the
+    `openai` clients send the mark from the first call on; else the gateway would also record each run from the
+    conversation (`gateway/tool_runs.py`)."""
     from crewai.events import crewai_event_bus
     from crewai.events.types.tool_usage_events import ToolUsageErrorEvent, ToolUsageFinishedEvent
-    from crewai.hooks import register_before_tool_call_hook
+    from crewai.hooks import register_before_llm_call_hook
 
     def traced_here(context: Any) -> None:
         attempt = current_attempt()
         if attempt is not None:
             attempt.traces_tool_runs = True
 
-    register_before_tool_call_hook(traced_here)
+    register_before_llm_call_hook(traced_here)
+    instrument.instrument_openai()
     _late_reporters.append(crewai_event_bus.flush)
 
     @crewai_event_bus.on(ToolUsageFinishedEvent)
