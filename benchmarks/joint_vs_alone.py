@@ -139,18 +139,16 @@ def main() -> None:
     from agentgrad.engine.server import create_engine_app
     from agentgrad.serving import ServerThread
 
-    stack = contextlib.ExitStack()
-    critic: dict[str, Any] | None = None
-    if args.critic != "policy":  # a second engine serves the critic and editor; its time counts in each budget
-        critic_engine = Engine(args.critic)
-        stack.callback(critic_engine.close)
-        critic_url = stack.enter_context(ServerThread(create_engine_app(critic_engine))).url
-        critic = {"base_url": critic_url + "/v1", "api_key": "none", "critic_model": critic_engine.name}
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    with stack:
+    with contextlib.ExitStack() as stack:
+        critic: dict[str, Any] | None = None
+        if args.critic != "policy":  # a second engine serves the critic and editor; its time counts in each budget
+            critic_engine = Engine(args.critic)
+            stack.callback(critic_engine.close)
+            critic_url = stack.enter_context(ServerThread(create_engine_app(critic_engine))).url
+            critic = {"base_url": critic_url + "/v1", "api_key": "none", "critic_model": critic_engine.name}
         for seed in args.seeds:
             rows += run_seed(args, seed, out, critic)
     print("\n| agent | critic | variant | seed | held-out accuracy | training wall time (s) |")

@@ -197,8 +197,8 @@ class PromptRounds:
         runs = await asyncio.gather(
             *(apo.validate(resources_id, tasks, step) for resources_id in [current.resources_id, *ids])
         )
+        score, *scores = [Evaluation.of(r, cfg.success_threshold).reward_mean for r in runs]
         current_rewards, *rewrite_rewards = [Evaluation.rewards(r) for r in runs]
-        score, *scores = [statistics.fmean(rewards) for rewards in [current_rewards, *rewrite_rewards]]
         best = max(range(len(ids)), key=lambda i: scores[i])
         kept = beats(rewrite_rewards[best], current_rewards)
         for i, resources_id in enumerate(ids):
