@@ -65,11 +65,17 @@ def apo(**options: Any) -> ag.APO:
     return ag.APO(**settings)
 
 
-def fit(fake: FakeLLM, algorithm: ag.Algorithm, store: ag.Store, prompt: ag.PromptTemplate | None = None) -> Any:
+def fit(
+    fake: FakeLLM,
+    algorithm: ag.Algorithm,
+    store: ag.Store,
+    prompt: ag.PromptTemplate | None = None,
+    val_data: list[dict[str, Any]] | None = None,
+) -> Any:
     llm = ag.LLM(base_url=fake.base_url, model="agent-model", sampling_parameters={"temperature": 0.0})
     resources = {"prompt": prompt or example.seed_prompt, "llm": llm}
     return ag.Trainer(algorithm, n_runners=4, store=store, resources=resources).fit(
-        example.agent, example.train_data, example.val_data
+        example.agent, example.train_data, val_data or example.val_data
     )
 
 
@@ -143,6 +149,26 @@ def test_apo_beats_the_seed_prompt_and_leaves_the_search_history_in_sqlite(tmp_p
     assert len(val) == 24 * 5
     scored = {c.resources_id for c in candidates if c.metadata["status"] == "scored"}
     assert {r.resources_id for r in val} == {seed.resources_id} | scored
+
+
+def test_the_best_prompt_replaces_the_seed_only_when_it_wins_past_chance_as_the_best_of_those_scored(
+    fake: FakeLLM,
+) -> None:
+    seed = ag.PromptTemplate(template=f"{example.seed_prompt.template}\n{FORMAT_RULE}")  # wrong on parcel refunds only
+    refunds = [t for t in example.val_data if is_parcel_refund(t["ticket"], t["team"])]
+    others = [t for t in example.val_data if not is_parcel_refund(t["ticket"], t["team"])]
+    for val, kept in (([refunds[0], *others[:7]], False), ([*refunds, *others[:3]], True)):
+        store = ag.MemoryStore()
+        result = fit(fake, apo(rounds=1), store, prompt=seed, val_data=val)
+        assert result.round_best[1] == 1.0  # the refund rule fixed every task the seed got wrong ...
+        seed_snapshot, *candidates, final = history(store)
+        assert len([c for c in candidates if c.metadata["status"] == "scored"]) == 2
+        if kept:  # ... 5 of 8: 3.4 standard errors, past the 1.96 of the best of two scored
+            assert result.prompt.template == f"{seed.template}\n{REFUND_RULE}" and result.score == 1.0
+            assert final.metadata["source"] != seed_snapshot.resources_id
+        else:  # ... 1 of 8: 1.0 standard error, which the best of two reaches by chance: the seed stays
+            assert result.prompt == seed and result.score == result.seed_score == 7 / 8
+            assert final.metadata["source"] == seed_snapshot.resources_id and final.resources["prompt"] == seed
 
 
 def test_a_jinja_prompt_is_optimized_the_same_way(fake: FakeLLM) -> None:

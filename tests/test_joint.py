@@ -21,7 +21,7 @@ import agentgrad as ag
 from agentgrad import semconv as sc
 from agentgrad.adapters import to_trajectories
 from agentgrad.algorithms.apo_text import check_rewrite, lenient
-from agentgrad.algorithms.joint import beats
+from agentgrad.algorithms.base import beats
 from agentgrad.cli.run_views import TIMELINE_FIGURES
 from agentgrad.dashboard import STATIC
 from agentgrad.serving import ServerThread
@@ -174,13 +174,16 @@ def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway
     assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0)]
 
 
-def test_the_guard_keeps_a_rewrite_only_when_it_wins_past_chance_on_the_same_tasks() -> None:
+def test_the_guard_keeps_a_rewrite_only_when_it_wins_past_chance_as_the_best_of_those_compared() -> None:
     current = [1.0] * 15 + [0.0] * 17
     assert not beats(list(current), current)  # a tie
     swing = [0.0] * 4 + current[4:15] + [1.0] * 7 + current[22:]  # 7 tasks won, 4 lost: 18 against 15 of 32
     assert sum(swing) == 18 and not beats(swing, current)
     three_more = current[:15] + [1.0] * 3 + current[18:]  # 3 won, none lost
     assert beats(three_more, current) and not beats(current, three_more)
+    assert not beats(three_more, current, compared=2)  # as the best of two rewrites: 1.79 errors, not 1.96
+    five_more, six_more = (current[:15] + [1.0] * won + current[15 + won :] for won in (5, 6))
+    assert not beats(five_more, current, compared=10) and beats(six_more, current, compared=10)  # 2.40, 2.68 vs 2.58
     assert beats([1.0, 1.01, 0.99, 1.0], [0.5, 0.5, 0.51, 0.5]) and not beats([0.0] * 4, [0.5] * 4)
 
 

@@ -8,7 +8,8 @@ best `beam_width` prompts, old and new, go on. After ProTeGi (Pryzant et al., EM
 
 Every prompt tried is a resources snapshot in the store whose metadata says its `round`,
 `parent`, `critique`, `score` and `status` (`seed`, `scored`, or `rejected` with a `reason`), so
-the search can be read back afterwards. The best prompt is published last, as the latest resources.
+the search can be read back afterwards. The best prompt is published last, as the latest resources, if it beats
+the seed past chance as the best of all those scored (`base.beats`); else the seed prompt is.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from agentgrad.algorithms.apo_text import (
     editor_messages,
     lenient,
 )
-from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext
+from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext, beats
 from agentgrad.algorithms.config import RunConfig, check_time_budget, configured
 from agentgrad.redact import redact, redact_known
 from agentgrad.types import (
@@ -137,7 +138,7 @@ class APO(Algorithm["APOResult"]):
         search = Search(client, critic_model, editor_model, name, seed_snapshot, val_tasks, train_order, batch_size)
         try:
             seed = best = await self.score_seed(search, seed_prompt)
-            beam, round_best = [seed], [seed.score]
+            beam, round_best, compared = [seed], [seed.score], 0
             tried = {seed_prompt.template: seed.resources_id}  # template -> the snapshot that first held it
             began = time.monotonic()
             for round_ in range(1, cfg.steps + 1):
@@ -145,14 +146,14 @@ class APO(Algorithm["APOResult"]):
                     break
                 started = time.monotonic()
                 outcome = await self.search_round(search, round_, beam, tried)
-                beam = outcome.beam
+                beam, compared = outcome.beam, compared + len(outcome.scored)
                 if beam[0].score_or_zero > best.score_or_zero:
                     best = beam[0]
                 round_best.append(max(outcome.scores) if outcome.scores else None)
                 await self.report_round(round_, outcome, best, time.monotonic() - started)
         finally:
             await client.close()
-        return await self.publish_best(search, seed, best, round_best)
+        return await self.publish_best(search, seed, best, round_best, compared)
 
     # ------------------------------------------------------------------ the phases of a run
 
@@ -187,7 +188,7 @@ class APO(Algorithm["APOResult"]):
             f"[bold]APO[/bold] round 0: seed prompt {seed_id} scores {seed_score:.3f} "
             f"on {len(search.val_tasks)} validation tasks"
         )
-        return Candidate(seed_id, seed_prompt, 0, None, evaluation)
+        return Candidate(seed_id, seed_prompt, 0, None, evaluation, Evaluation.rewards(seed_runs))
 
     async def search_round(self, search: Search, round_: int, beam: list[Candidate], tried: dict[str, str]) -> Round:
         """One round: collect, criticize, edit, check and publish, score, select. `tried` gains the new templates."""
@@ -299,6 +300,7 @@ class APO(Algorithm["APOResult"]):
         runs = await asyncio.gather(*(self.validate(c.resources_id, search.val_tasks, round_) for c in candidates))
         for candidate, candidate_runs in zip(candidates, runs):
             candidate.evaluation = Evaluation.of(candidate_runs, self.config.success_threshold)
+            candidate.rewards = Evaluation.rewards(candidate_runs)
             await self.store.update_resources(candidate.resources_id, {"status": "scored", "score": candidate.score})
 
     async def report_round(self, round_: int, outcome: Round, best: Candidate, seconds: float) -> None:
@@ -329,10 +331,20 @@ class APO(Algorithm["APOResult"]):
         )
 
     async def publish_best(
-        self, search: Search, seed: Candidate, best: Candidate, round_best: list[float | None]
+        self, search: Search, seed: Candidate, best: Candidate, round_best: list[float | None], compared: int
     ) -> APOResult:
-        """Publish the best prompt as the latest resources, for whatever runs next."""
+        """Publish the best prompt as the latest resources, for whatever runs next: the best candidate only if it beats
+        the seed past chance on the same validation tasks, as the best of the `compared` scored (`base.beats`), else
+        the seed (the best of many scores above the seed by chance: on a 135M model's calculator, chance winners
+        published this way ended at the untrained model's held-out accuracy)."""
         seed_score = seed.score_or_zero
+        if best is not seed and not beats(best.rewards, seed.rewards, compared):
+            self.console.print(
+                f"[bold]APO[/bold] the best candidate, {best.resources_id} ({best.score_or_zero:.3f} against the seed's "
+                f"{seed_score:.3f} on {len(seed.rewards)} validation tasks), does not beat the seed past chance as "
+                f"the best of {compared}: the seed prompt stays"
+            )
+            best = seed
         final = await self.publish(
             {**search.seed.resources, search.prompt_name: best.prompt},
             {
@@ -450,6 +462,7 @@ class Candidate:
     round: int
     parent: str | None
     evaluation: Evaluation | None = None  # on the validation tasks; its mean reward is the score
+    rewards: list[float] = field(default_factory=list)  # each validation task's reward, in the tasks' order
 
     @property
     def score(self) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +76,26 @@ class Evaluation:
     def rewards(rollouts: Sequence[Rollout]) -> list[float]:
         """Each rollout's reward as `reward_mean` counts it: 0 for one that failed or ended with none."""
         return [r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else 0.0 for r in rollouts]
+
+
+GUARD_ALPHA = 0.05
+"""The chance that `beats` takes a prompt of no use for a better one (one-sided), shared among the prompts compared."""
+
+
+def beats(challenger: Sequence[float], current: Sequence[float], compared: int = 1) -> bool:
+    """Whether a prompt's rewards beat the current prompt's on the same validation tasks by more than chance: the mean
+    of the per-task differences past z standard errors of that mean, z for `GUARD_ALPHA` shared among the `compared`
+    prompts the challenger was the best of (1.645 for one, 1.96 for two, 2.58 for ten): the best of several scores
+    high by chance more often than one does. A tie never beats, nor a win of a few tasks that others lost (18 against
+    15 of 32 with 7 won and 4 lost: the mean difference is under one error)."""
+    differences = [a - b for a, b in zip(challenger, current, strict=True)]
+    mean = statistics.fmean(differences) if differences else 0.0
+    if mean <= 0:
+        return False
+    if len(differences) < 2:
+        return True
+    z = statistics.NormalDist().inv_cdf(1 - GUARD_ALPHA / max(compared, 1))
+    return mean > z * statistics.stdev(differences) / math.sqrt(len(differences))
 
 
 def count_no_reward(rollouts: Sequence[Rollout]) -> int:

@@ -8,8 +8,9 @@ round (`PromptRounds`) runs on the same store:
 - edit: APO's editor rewrites the prompt along the critique, `branch_factor` times (one edit style each); a rewrite
   that breaks the template (`apo_text.check_rewrite`) is dropped;
 - guard: the current prompt and each rewrite run the validation tasks under the weights just updated; the best
-  rewrite replaces the prompt only if it beats the current one by more than chance (`beats`: the mean of the
-  per-task reward differences, both prompts on the same tasks, past 1.645 standard errors), else the prompt stays.
+  rewrite replaces the prompt only if it beats the current one by more than chance (`base.beats`: the mean of the
+  per-task reward differences, both prompts on the same tasks, past 1.645 standard errors for one rewrite, 1.96 for
+  the best of two), else the prompt stays.
   The best of a few rewrites on a few tasks ties or wins by a task or two by chance: with "at least as well",
   `benchmarks/joint_vs_alone.py` ended its seed-0 run on a rewrite of no use, and with "better" its seed-1 run
   (18 of 32 against 15);
@@ -29,17 +30,15 @@ prompt's, and `status` kept or refused. A checkpoint holds the prompt with the w
 from __future__ import annotations
 
 import asyncio
-import math
-import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentgrad.algorithms.apo import APO, agent_llm, prompt_resource
 from agentgrad.algorithms.apo_text import EDIT_STYLES, changes, check_rewrite
 from agentgrad.algorithms.async_rollouts import StepRollouts
-from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext
+from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext, beats
 from agentgrad.algorithms.grpo import GRPO, GroupBatches
 from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.loop import RoundOutcome, TrainsWeights, Validation
@@ -200,7 +199,7 @@ class PromptRounds:
         score, *scores = [Evaluation.of(r, cfg.success_threshold).reward_mean for r in runs]
         current_rewards, *rewrite_rewards = [Evaluation.rewards(r) for r in runs]
         best = max(range(len(ids)), key=lambda i: scores[i])
-        kept = beats(rewrite_rewards[best], current_rewards)
+        kept = beats(rewrite_rewards[best], current_rewards, compared=len(ids))
         for i, resources_id in enumerate(ids):
             status = "kept" if kept and i == best else "refused"
             await store.update_resources(resources_id, {"status": status, "score": scores[i], "current_score": score})
@@ -225,21 +224,3 @@ class PromptRounds:
                 highlight=False,
             )
         return RoundOutcome(published=True, metrics=metrics, summary=summary)
-
-
-GUARD_Z = 1.645
-"""How far past chance a rewrite must score to replace the prompt: standard errors of the mean paired difference
-(one-sided 95%)."""
-
-
-def beats(rewrite: Sequence[float], current: Sequence[float], z: float = GUARD_Z) -> bool:
-    """Whether the rewrite's rewards beat the current prompt's on the same validation tasks by more than chance: the
-    mean of the per-task differences above `z` standard errors of that mean. A tie never does, nor a win of a few
-    tasks that others lost (18 against 15 of 32 with 7 won and 4 lost: the mean difference is under one error)."""
-    differences = [a - b for a, b in zip(rewrite, current, strict=True)]
-    mean = statistics.fmean(differences) if differences else 0.0
-    if mean <= 0:
-        return False
-    if len(differences) < 2:
-        return True
-    return mean > z * statistics.stdev(differences) / math.sqrt(len(differences))
