@@ -5,7 +5,9 @@
 - `recording.py`: requests and responses as span attributes; the span writer.
 - `messages.py`: Anthropic's Messages API (`/v1/messages`): recorded as a chat, errors in its shape.
 - `routing.py`: model patterns and a routing file, per-upstream rate limits, the response cache.
-- `sampling.py`: the trainer's sampling per rollout mode, applied to each call.
+- `sampling.py`: the trainer's sampling per rollout mode, applied to each call (`RolloutSampling`: each
+  rollout's mode, read once, and each call's seed).
+- `table.py`: the route table, and the one serving now, swapped live (`LiveRoutes`).
 - `secrets.py`: known secrets out of relayed streams, even a key streamed in pieces.
 
 Nothing outside this package imports it but the CLI, the policy, the public API and the algorithms that

@@ -29,7 +29,8 @@ def is_public(path: str) -> bool:
 class Swappable(Protocol):
     """What the admin route needs of a gateway (`app.Gateway`)."""
 
-    table: RouteTable
+    @property
+    def table(self) -> RouteTable: ...
 
     def route_summary(self) -> dict[str, Any]: ...
 

@@ -20,8 +20,9 @@ only where no byte of an answer exists yet. Whatever goes wrong upstream, the ag
 JSON error (502 broken, 504 too slow; an error event ending a stream already begun) and the call is a span
 with that error. A call the agent hangs up on is cancelled upstream, and recorded as such.
 
-With a sampling plan (`set_sampling`, `sampling.py`), calls made inside a rollout run with the trainer's
-temperature, top-p and `max_tokens` for that rollout's mode (read from the store once per rollout).
+With a sampling plan (`set_sampling`, `sampling.RolloutSampling`), calls made inside a rollout run with the
+trainer's temperature, top-p and `max_tokens` for that rollout's mode (read from the store once per rollout).
+The route table can be swapped live (`set_routes`, `reroute`, `PUT /admin/routes`: `table.LiveRoutes`).
 
 `POST …/v1/agentgrad/flush` returns once every call answered so far is in the store: the
 runner calls it on each proxied LLM's route before it closes an attempt (the flush barrier).
@@ -34,9 +35,7 @@ apps get no lifespan events, so the host calls `await gateway.aclose()` when it 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -55,8 +54,8 @@ from agentgrad.gateway.metrics import GatewayMetrics
 from agentgrad.gateway.recording import Call, GatewaySink, upstream_headers
 from agentgrad.gateway.relay import Recorder, fail, reject, relay_answer, relay_stream, send_error, send_json
 from agentgrad.gateway.replicas import ReplicaPool
-from agentgrad.gateway.sampling import SamplingPlan, apply_sampling
-from agentgrad.gateway.table import RouteTable, TableChanged
+from agentgrad.gateway.sampling import RolloutSampling, SamplingPlan
+from agentgrad.gateway.table import LiveRoutes, RouteTable
 from agentgrad.gateway.upstreams import (
     MAX_RETRIES,
     RETRY_BACKOFF_SECONDS,
@@ -70,11 +69,7 @@ from agentgrad.serving.guard import MAX_BODY_BYTES, bearer_ok, expected_authoriz
 from agentgrad.serving.metrics import METRICS_PATH, ROUTE_KEY, ServerMetrics, counted
 from agentgrad.store import Store
 
-log = logging.getLogger(__name__)
-
 MAX_UPSTREAM_CONNECTIONS = 1024
-MODE_CACHE_SIZE = 65536
-"""Rollout modes remembered for the sampling plan; past it the cache starts over (each id is read once more)."""
 
 _ROUTE = re.compile(
     r"(?:/rollouts/(?P<rollout>[^/]+)/attempts/(?P<attempt>[^/]+))?"
@@ -129,17 +124,13 @@ class Gateway:
         timeout_s: float | None = None,
     ) -> None:
         self.store = store
-        self._pinned = dict(routers or {})  # replica pools handed in code: in every route table
-        self._fixed_default = default
-        self.table = RouteTable.build(backends, default=default, routers=self._pinned)
-        """The route table serving now; `set_routes` swaps it (`table.py`)."""
-        self._swapping = threading.Lock()
+        self.counts = GatewayMetrics(lambda: self.table)
+        self._live = LiveRoutes(backends, default=default, routers=routers, swaps=self.counts.swaps)
         self.cache = routing.ResponseCache()
         """Answers of upstreams with `cache=True` (judges, critics; never the policy)."""
         self.metrics = ServerMetrics()
         """Prometheus metrics served at `/metrics`: HTTP requests, and the gateway's calls (`gateway.metrics`)."""
-        self.counts = GatewayMetrics(lambda: self.table)
-        self.metrics.add(self.counts)
+        self.metrics.add(self.counts)  # collects once now: the table must exist
         self._count_http = True  # off when mounted on a host that counts its requests (`routes`)
         self.token = token
         self._auth = expected_authorization(token)
@@ -154,38 +145,16 @@ class Gateway:
         self._session: Any = None
         self._recorder: Recorder | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.sampling: SamplingPlan | None = None
-        self._modes: dict[str, tuple[str | None, int | None]] = {}  # rollout id -> its mode and sampling seed
-        self._calls: dict[str, int] = {}  # attempt id -> model calls so far: the next call's offset from the seed
+        self._sampling = RolloutSampling(store)
+
+    @property
+    def sampling(self) -> SamplingPlan | None:
+        """The sampling plan applied to calls made inside a rollout (`set_sampling`); None: calls keep their own."""
+        return self._sampling.plan
 
     def set_sampling(self, plan: SamplingPlan | None) -> None:
         """Apply `plan` (the trainer's sampling per rollout mode) to every later call made inside a rollout."""
-        self.sampling = plan
-
-    async def _mode_of(self, rollout_id: str) -> tuple[str | None, int | None]:
-        """The mode of a rollout (`train`, `val`, ...) and its sampling seed (`semconv.SAMPLING_SEED`), read from
-        the store once per rollout; (None, None) if unknown."""
-        if rollout_id not in self._modes:
-            if len(self._modes) >= MODE_CACHE_SIZE:
-                self._modes.clear()
-                self._calls.clear()
-            try:
-                rollout = await self.store.get_rollout(rollout_id)
-            except Exception as exc:  # an unknown rollout (a hand-made route), or the store unreachable for now
-                log.debug("no mode for rollout %s: %s", rollout_id, exc)
-                return None, None
-            seed = rollout.metadata.get(sc.SAMPLING_SEED)
-            self._modes[rollout_id] = (rollout.mode, seed if isinstance(seed, int) else None)
-        return self._modes[rollout_id]
-
-    def _call_seed(self, seed: int | None, attempt_id: str | None) -> int | None:
-        """The seed of an attempt's next model call: the rollout's seed plus the calls the attempt made before it
-        (calls an agent makes concurrently take their offsets in the order they arrive)."""
-        if seed is None or attempt_id is None:
-            return None
-        index = self._calls.get(attempt_id, 0)
-        self._calls[attempt_id] = index + 1
-        return seed + index
+        self._sampling.plan = plan
 
     @property
     def _recording(self) -> Recorder:
@@ -197,59 +166,30 @@ class Gateway:
         await fail(send, call, error, self._recording)
 
     @property
+    def table(self) -> RouteTable:
+        """The route table serving now; `set_routes` swaps it (`table.LiveRoutes`)."""
+        return self._live.table
+
+    @property
     def models(self) -> list[str]:
         return self.table.models
 
     def set_routes(self, backends: Mapping[str, Backend | str | ABSplit], if_id: str | None = None) -> RouteTable:
-        """Serve `backends` (what `routing.load_routes` / `parse_routes` read: model names and patterns -> upstreams,
-        A/B splits) from the next call on; calls in flight finish on the table they started with. The default
-        upstream and the pinned replica pools stay. Safe from any thread (the admin route, an algorithm rolling
-        back). A table that cannot serve raises ValueError with the reason, and the old one keeps serving;
-        `if_id`: only if the table serving now is that one (else `TableChanged`)."""
-        with self._swapping:
-            if if_id is not None and if_id != self.table.id:
-                self.counts.swaps.add(("conflict",))
-                raise TableChanged(
-                    f"the route table is {self.table.id} (generation {self.table.generation}), not {if_id}: "
-                    "it changed since you read it; read it again (`agentgrad gateway routes show`) and retry"
-                )
-            try:
-                table = RouteTable.build(
-                    backends,
-                    default=self._fixed_default,
-                    routers=self._pinned,
-                    generation=self.table.generation + 1,
-                    previous=self.table,
-                )
-            except ValueError:
-                self.counts.swaps.add(("refused",))
-                raise
-            self.table = table
-            self.counts.swaps.add(("applied",))
-        log.info("route table %s (generation %d) serves from now on", table.id, table.generation)
-        return table
+        """Serve `backends` from the next call on, calls in flight keeping their table; from any thread; ValueError
+        with the reason if it cannot serve, `TableChanged` if `if_id` no longer serves (`LiveRoutes.set`)."""
+        return self._live.set(backends, if_id)
 
     def set_routing_file(self, table: Any, if_id: str | None = None) -> RouteTable:
-        """`set_routes` from a routing file already parsed (TOML's tables, or the same as JSON: the admin route's
-        body); a file that does not read refuses the table the same way, with the reason."""
-        try:
-            backends = routing.parse_routes(table, "the route table")
-        except ValueError:
-            self.counts.swaps.add(("refused",))
-            raise
-        return self.set_routes(backends, if_id=if_id)
+        """`set_routes` from a routing file already parsed (`LiveRoutes.set_from_file`: the admin route's body)."""
+        return self._live.set_from_file(table, if_id)
 
     def reroute(self, model: str, target: Backend | str | ABSplit) -> RouteTable:
-        """Serve `model` from `target` from the next call on, every other route kept (`set_routes`): how a
-        serving gateway goes back to an earlier version (an upstream naming the best checkpoint's adapter)."""
-        with self._swapping:
-            backends = {**self.table.backends, model: target}
-            current = self.table.id
-        return self.set_routes(backends, if_id=current)
+        """Serve `model` from `target` from the next call on, every other route kept (`LiveRoutes.reroute`)."""
+        return self._live.reroute(model, target)
 
     def route_summary(self) -> dict[str, Any]:
-        """The table serving now: id, generation, routing file (no secrets), what stays pinned (`GET /admin/routes`)."""
-        return self.table.summary(self._pinned)
+        """What `GET /admin/routes` answers of the table serving now (`LiveRoutes.summary`)."""
+        return self._live.summary()
 
     def routes(self) -> list[Any]:
         """Starlette routes serving the gateway at the root of a host app (a store server); the host counts their
@@ -424,12 +364,10 @@ class Gateway:
         call.tool_runs_traced = _TOOL_RUNS_TRACED_KEY in headers
         if api == MESSAGES_API:
             call.relayed_headers = messages.relayed_headers(headers)
-        plan = self.sampling
-        if plan is not None and rollout_id is not None and _NOT_TRAINED_KEY not in headers:  # a judge keeps its own
-            mode, seed = await self._mode_of(rollout_id)
-            settings = plan.by_mode.get(mode or "")
-            if settings:
-                call.sampling = apply_sampling(api, request, settings, plan.source, self._call_seed(seed, attempt_id))
+        if rollout_id is not None and _NOT_TRAINED_KEY not in headers:  # a judge keeps its own
+            applied = await self._sampling.apply(api, request, rollout_id, attempt_id)
+            if applied is not None:
+                call.sampling = applied
         if _NOT_TRAINED_KEY in headers:  # a judge's call: recorded, never trained on
             call.sampling[sc.NOT_TRAINED] = headers[_NOT_TRAINED_KEY].decode("utf-8", "replace") or "yes"
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the

@@ -7,15 +7,22 @@ every rollout of a group identical, or validation noisy. The gateway looks up ea
 mode and rewrites the request's sampling settings: with `source="trainer"` the trainer's values
 replace the agent's; with `source="agent"` they only fill what the agent left unset. The span
 records what was used (`gen_ai.request.*`) and what the agent asked for (`semconv.AGENT_REQUEST_PARAMS`).
+
+A gateway holds one `RolloutSampling`: its plan (`Gateway.set_sampling`), each rollout's mode and seed (read from
+the store once per rollout) and each attempt's count of calls, which makes each call's seed.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentgrad import semconv as sc
+from agentgrad.store import Store
+
+log = logging.getLogger(__name__)
 
 SamplingSource = Literal["trainer", "agent"]
 SAMPLING_SOURCES = ("trainer", "agent")
@@ -29,6 +36,8 @@ _MAX_TOKENS_KEYS = {
 """Where each API takes its output cap; chat completions take either name (the one the agent set; else `max_tokens`)."""
 SEEDED_APIS = (sc.CHAT_COMPLETIONS_API, sc.COMPLETIONS_API)
 """The APIs whose requests take a `seed` (OpenAI's Responses and Anthropic's Messages take none)."""
+MODE_CACHE_SIZE = 65536
+"""Rollout modes remembered for the sampling plan; past it the cache starts over (each id is read once more)."""
 
 
 @dataclass(frozen=True)
@@ -86,3 +95,54 @@ def apply_sampling(
                 continue
         request[key] = value
     return attributes
+
+
+class RolloutSampling:
+    """A gateway's sampling plan and what applying it per call needs: each rollout's mode and seed, read from the
+    store once, and each attempt's count of calls, which offsets its next call's seed."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.plan: SamplingPlan | None = None
+        """Applied to every call made inside a rollout (`Gateway.set_sampling`); None: calls keep their own."""
+        self._modes: dict[str, tuple[str | None, int | None]] = {}  # rollout id -> its mode and sampling seed
+        self._calls: dict[str, int] = {}  # attempt id -> model calls so far: the next call's offset from the seed
+
+    async def apply(
+        self, api: str, request: dict[str, Any], rollout_id: str, attempt_id: str | None
+    ) -> dict[str, Any] | None:
+        """Rewrite `request` (in place) with the plan's settings for its rollout's mode and the call's seed; returns
+        the span attributes (`apply_sampling`), or None where no plan or no settings for that mode apply."""
+        plan = self.plan
+        if plan is None:
+            return None
+        mode, seed = await self._mode_of(rollout_id)
+        settings = plan.by_mode.get(mode or "")
+        if not settings:
+            return None
+        return apply_sampling(api, request, settings, plan.source, self._call_seed(seed, attempt_id))
+
+    async def _mode_of(self, rollout_id: str) -> tuple[str | None, int | None]:
+        """The mode of a rollout (`train`, `val`, ...) and its sampling seed (`semconv.SAMPLING_SEED`), read from
+        the store once per rollout; (None, None) if unknown."""
+        if rollout_id not in self._modes:
+            if len(self._modes) >= MODE_CACHE_SIZE:
+                self._modes.clear()
+                self._calls.clear()
+            try:
+                rollout = await self.store.get_rollout(rollout_id)
+            except Exception as exc:  # an unknown rollout (a hand-made route), or the store unreachable for now
+                log.debug("no mode for rollout %s: %s", rollout_id, exc)
+                return None, None
+            seed = rollout.metadata.get(sc.SAMPLING_SEED)
+            self._modes[rollout_id] = (rollout.mode, seed if isinstance(seed, int) else None)
+        return self._modes[rollout_id]
+
+    def _call_seed(self, seed: int | None, attempt_id: str | None) -> int | None:
+        """The seed of an attempt's next model call: the rollout's seed plus the calls the attempt made before it
+        (calls an agent makes concurrently take their offsets in the order they arrive)."""
+        if seed is None or attempt_id is None:
+            return None
+        index = self._calls.get(attempt_id, 0)
+        self._calls[attempt_id] = index + 1
+        return seed + index

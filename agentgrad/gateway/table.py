@@ -6,7 +6,7 @@ being trained), whose weights version the trainer changes through the pool itsel
 everything (URLs, key variables, caches, splits) before the table exists: a bad table never serves.
 
 A call reads the gateway's table once, when it arrives, and keeps that table to its last byte, so swapping the
-gateway's table (`Gateway.set_routes`) is one assignment: calls in flight finish on the table they started
+gateway's table (`Gateway.set_routes`, done by its `LiveRoutes`) is one assignment: calls in flight finish on the table they started
 with, later calls take the new one, and each call's span names its table (`semconv.ROUTE_TABLE`). The table's
 `id` is a digest of what it routes, the same for the same table in any process; `generation` counts the swaps
 of one gateway (1: the table it started with). A rate limit's state carries over to the new table when its
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +30,9 @@ import agentgrad.gateway.routing as routing
 from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.upstreams import Backend, Upstream
+from agentgrad.serving.metrics import Counts
+
+log = logging.getLogger(__name__)
 
 Routes = Mapping[str, "Backend | str | ABSplit"]
 """Model names and glob patterns -> upstreams (a `Backend`, or a URL) and model names -> A/B splits."""
@@ -147,6 +152,77 @@ class RouteTable:
             "default": _backend_entry(self.default.backend) if self.default is not None else None,
             "pinned": sorted(pinned or {}) + (["(default)"] if self.default_router is not None else []),
         }
+
+
+class LiveRoutes:
+    """A gateway's route table serving now and its swaps, one at a time from any thread; each new table keeps the
+    default upstream and the pinned replica pools the gateway was given in code."""
+
+    def __init__(
+        self,
+        backends: Routes | None,
+        *,
+        default: Backend | str | ReplicaPool | None,
+        routers: Mapping[str, Any] | None,
+        swaps: Counts,
+    ) -> None:
+        self.pinned = dict(routers or {})  # replica pools handed in code: in every route table
+        self.default = default
+        self.table = RouteTable.build(backends, default=default, routers=self.pinned)
+        """The route table serving now; `set` swaps it."""
+        self._swaps = swaps  # the gateway's count of tables set, by outcome (`GatewayMetrics.swaps`)
+        self._swapping = threading.Lock()
+
+    def set(self, backends: Routes, if_id: str | None = None) -> RouteTable:
+        """Serve `backends` (what `routing.load_routes` / `parse_routes` read: model names and patterns -> upstreams,
+        A/B splits) from the next call on; calls in flight finish on the table they started with. The default
+        upstream and the pinned replica pools stay. Safe from any thread (the admin route, an algorithm rolling
+        back). A table that cannot serve raises ValueError with the reason, and the old one keeps serving;
+        `if_id`: only if the table serving now is that one (else `TableChanged`)."""
+        with self._swapping:
+            if if_id is not None and if_id != self.table.id:
+                self._swaps.add(("conflict",))
+                raise TableChanged(
+                    f"the route table is {self.table.id} (generation {self.table.generation}), not {if_id}: "
+                    "it changed since you read it; read it again (`agentgrad gateway routes show`) and retry"
+                )
+            try:
+                table = RouteTable.build(
+                    backends,
+                    default=self.default,
+                    routers=self.pinned,
+                    generation=self.table.generation + 1,
+                    previous=self.table,
+                )
+            except ValueError:
+                self._swaps.add(("refused",))
+                raise
+            self.table = table
+            self._swaps.add(("applied",))
+        log.info("route table %s (generation %d) serves from now on", table.id, table.generation)
+        return table
+
+    def set_from_file(self, table: Any, if_id: str | None = None) -> RouteTable:
+        """`set` from a routing file already parsed (TOML's tables, or the same as JSON: the admin route's body); a
+        file that does not read refuses the table the same way, with the reason."""
+        try:
+            backends = routing.parse_routes(table, "the route table")
+        except ValueError:
+            self._swaps.add(("refused",))
+            raise
+        return self.set(backends, if_id=if_id)
+
+    def reroute(self, model: str, target: Backend | str | ABSplit) -> RouteTable:
+        """Serve `model` from `target` from the next call on, every other route kept (`set`): how a serving gateway
+        goes back to an earlier version (an upstream naming the best checkpoint's adapter)."""
+        with self._swapping:
+            backends = {**self.table.backends, model: target}
+            current = self.table.id
+        return self.set(backends, if_id=current)
+
+    def summary(self) -> dict[str, Any]:
+        """The table serving now: id, generation, routing file (no secrets), what stays pinned (`GET /admin/routes`)."""
+        return self.table.summary(self.pinned)
 
 
 def describe(backends: Routes) -> dict[str, Any]:
