@@ -15,9 +15,11 @@ throwaway server from the distribution's binaries (`make postgres`; fsync on, co
 before their WAL is flushed, as SQLite's `synchronous=NORMAL`), or `--postgres URL`.
 
 Agent Lightning 0.3 runs side by side when its own environment is there (`.venv-agl`, or
-`--agentlightning PYTHON`): its store server (`python -m agentlightning.cli.store`, in memory) and
-one client process of 16 workers doing the same lifecycle through its `LightningStoreClient`, with
-10 single `add_span` calls per rollout. It is never imported here: it runs in its own processes.
+`--agentlightning PYTHON`): its in-memory store in a process of 16 workers, the spans of a rollout in one
+`add_many_spans` call, and its store server (`python -m agentlightning.cli.store`, in memory) with one
+client process of 16 workers through its `LightningStoreClient`, with 10 single `add_span` calls per
+rollout (its client's workload). It is never imported here: it runs in its own processes. Without that
+environment its rows are left out: no figure of it is quoted.
 
     .venv/bin/python benchmarks/store_bench.py            # the table, in about a minute
     .venv/bin/python benchmarks/store_bench.py --rollouts 500 --only http
@@ -46,13 +48,10 @@ from typing import Any
 ROLLOUTS = 2000
 SPANS_PER_ROLLOUT = 10
 
-# Agent Lightning 0.3 on the same machine, from the issues (rollouts/s, span write p50 ms); its HTTP
-# figure is for its own workload, 10 single `add_span` calls per rollout at 1 process × 16 workers (32-56).
-# Shown when it is not measured side by side (AGL_ROW below).
-BAR = {"in-process": 430, "in-process, batched spans": 730, "http 1x16": 55, "http 4x8": 37, "span write ms": 15}
 AGL_PYTHON = Path(__file__).resolve().parent.parent / ".venv-agl" / "bin" / "python"
 """Agent Lightning 0.3's own environment; made with `python3 -m venv .venv-agl && .venv-agl/bin/pip install 'agentlightning==0.3.*'`."""
 AGL_ROW = "Agent Lightning 0.3 server (in memory), spans one by one"
+AGL_IN_PROCESS_ROW = "Agent Lightning 0.3, in process (memory), batched spans"
 AGL_ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 """Without it, importing agentlightning (its litellm) fetches a price list from the network first."""
 AGL_ROLLOUTS = 300
@@ -170,9 +169,10 @@ def run_client(url: str, workers: int, count: int, single_spans: bool) -> None:
     print(json.dumps({**result, "rss": peak_rss_mb()}))
 
 
-async def agl_lifecycle(store: Any, workers: int, count: int) -> dict[str, Any]:
-    """`lifecycle` through Agent Lightning 0.3's client, its spans one `add_span` call each (its API asks the
-    caller for each span's sequence id, and its client's `wait_for_rollouts` polls at most 0.1 s at a time)."""
+async def agl_lifecycle(store: Any, workers: int, count: int, batched: bool = False) -> dict[str, Any]:
+    """`lifecycle` on an Agent Lightning 0.3 store, its spans one `add_span` call each, or one `add_many_spans` call
+    with `batched` (its API asks the caller for each span's sequence id, and its client's `wait_for_rollouts` polls
+    at most 0.1 s at a time)."""
     from agentlightning.types import OtelResource, Span, TraceStatus
 
     remaining = count
@@ -189,14 +189,21 @@ async def agl_lifecycle(store: Any, workers: int, count: int) -> dict[str, Any]:
             dequeue.append(time.perf_counter() - began)
             ours = spans_for(item.rollout_id, item.attempt.attempt_id, index, as_dicts=True)
             began = time.perf_counter()
-            for j, span in enumerate(ours):
-                await store.add_span(Span(
+            theirs = [
+                Span(
                     rollout_id=item.rollout_id, attempt_id=item.attempt.attempt_id, sequence_id=j + 1,
                     trace_id=span["trace_id"], span_id=span["span_id"], parent_id=None, name=span["name"],
                     status=TraceStatus(status_code="OK"), attributes=span["attributes"], events=[], links=[],
                     start_time=time.time(), end_time=time.time(), context=None, parent=None,
                     resource=OtelResource(attributes={}, schema_url=""),
-                ))
+                )
+                for j, span in enumerate(ours)
+            ]
+            if batched:
+                await store.add_many_spans(theirs)
+            else:
+                for span in theirs:
+                    await store.add_span(span)
             span_writes.append(time.perf_counter() - began)
             await store.update_attempt(item.rollout_id, item.attempt.attempt_id, status="succeeded")
             while not (done := await store.wait_for_rollouts(rollout_ids=[mine.rollout_id], timeout=0.1)):
@@ -208,6 +215,14 @@ async def agl_lifecycle(store: Any, workers: int, count: int) -> dict[str, Any]:
     await asyncio.gather(*(worker(i) for i in range(workers)))
     return {"seconds": time.perf_counter() - began, "cpu": time.process_time() - cpu, "dequeue": dequeue,
             "span_writes": span_writes}
+
+
+def run_agl_in_process(workers: int, count: int) -> None:
+    """`run_in_process` on Agent Lightning 0.3's in-memory store, spans batched (run by its own Python)."""
+    from agentlightning.store import InMemoryLightningStore
+
+    result = asyncio.run(agl_lifecycle(InMemoryLightningStore(), workers, count, batched=True))
+    print(json.dumps({**result, "rss": peak_rss_mb()}))
 
 
 def run_agl_client(url: str, workers: int, count: int) -> None:
@@ -248,12 +263,19 @@ def agl_version(python: Path) -> str | None:
     return version if found.returncode == 0 and version.startswith("0.3") else None
 
 
-def in_process(backend: str, workers: int, count: int) -> dict[str, Any]:
+def in_process(backend: str, workers: int, count: int, agl_python: Path | None = None) -> dict[str, Any]:
+    """One process running the lifecycle on a store of its own: ours (`backend`), or Agent Lightning 0.3's in-memory
+    store with `agl_python`."""
     with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
-        run = child("--child-in-process", backend, "--workers", str(workers), "--rollouts", str(count), "--dir", directory)
+        if agl_python is None:
+            mode = ["--child-in-process", backend, "--dir", directory]
+        else:
+            mode = ["--child-agl-in-process", "memory"]
+        run = child(*mode, "--workers", str(workers), "--rollouts", str(count), python=agl_python)
         out, _ = run.communicate(timeout=600)
     result = json.loads(out.splitlines()[-1])
-    return summary(f"{backend}, in process", f"{workers}", count, result["seconds"], [result], result["rss"], None, None)
+    name = f"{backend}, in process" if agl_python is None else AGL_IN_PROCESS_ROW
+    return summary(name, f"{workers}", count, result["seconds"], [result], result["rss"], None, None)
 
 
 def free_port() -> int:
@@ -538,6 +560,7 @@ def main() -> None:
     parser.add_argument("--agl-rollouts", type=int, default=AGL_ROLLOUTS, help="rollouts of the reference row")
     parser.add_argument("--child-dequeuer", help=argparse.SUPPRESS)
     parser.add_argument("--child-agl-client", help=argparse.SUPPRESS)
+    parser.add_argument("--child-agl-in-process", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_dequeuer:
         return run_dequeuer(args.child_dequeuer)
@@ -549,6 +572,8 @@ def main() -> None:
         return run_client(args.child_client, args.workers, args.rollouts, args.single_spans)
     if args.child_agl_client:
         return run_agl_client(args.child_agl_client, args.workers, args.rollouts)
+    if args.child_agl_in_process:
+        return run_agl_in_process(args.workers, args.rollouts)
 
     from rich.console import Console
     from rich.table import Table
@@ -556,11 +581,15 @@ def main() -> None:
     console = Console(width=150)
     began = time.perf_counter()
     rows, startups = [], []
+    agl = agl_version(args.agentlightning) if args.only in (None, "memory", "http") else None
     for backend in ("memory", "sqlite"):
         if args.only in (None, backend):
             for workers in (1, 16):
                 rows.append(in_process(backend, workers, args.rollouts))
                 console.print(f"  {rows[-1]['setup']} ×{workers}: {rows[-1]['rollouts/s']:.0f} rollouts/s")
+            if backend == "memory" and agl:  # right after ours, so both see the same machine
+                rows.append(in_process(backend, 16, args.rollouts, agl_python=args.agentlightning))
+                console.print(f"  {rows[-1]['setup']} (agentlightning {agl}) ×16: {rows[-1]['rollouts/s']:.0f} rollouts/s")
     if args.only == "postgres":
         rows += postgres_rows(args.rollouts, args.postgres)
         for row in rows:
@@ -569,7 +598,6 @@ def main() -> None:
         console.print(f"  1 PostgreSQL server vs 1 SQLite server: {one / sqlite_rate:.2f}× (goal ≥ 0.7×); "
                       f"4 PostgreSQL servers vs 1: {four / one:.2f}× (goal ≥ 1.5×); load average "
                       f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    agl = agl_version(args.agentlightning) if args.only in (None, "http") else None
     if args.only in (None, "http"):
         for processes, workers, single in ((1, 16, False), (4, 8, False), (1, 16, True)):
             row, startup = over_http(processes, workers, args.rollouts, single)
@@ -580,9 +608,9 @@ def main() -> None:
             row, agl_startup = over_http(1, 16, args.agl_rollouts, agl_python=args.agentlightning)
             rows.append(row)
             console.print(f"  {row['setup']} (agentlightning {agl}) {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
-        else:
-            console.print(f"  [dim]no Agent Lightning 0.3 at {args.agentlightning}: its row and column are left out "
-                          "(see --agentlightning)[/dim]")
+    if args.only in (None, "memory", "http") and not agl:
+        console.print(f"  [dim]no Agent Lightning 0.3 at {args.agentlightning}: its rows and column are left out "
+                      "(see --agentlightning)[/dim]")
     measured = next((row["rollouts/s"] for row in rows if row["setup"] == AGL_ROW), None)
 
     table = Table(title=f"Store lifecycle, {args.rollouts} rollouts × {SPANS_PER_ROLLOUT} spans ({os.cpu_count()} CPUs)")
@@ -602,22 +630,15 @@ def main() -> None:
                       + (f"; Agent Lightning 0.3's: {agl_startup:.1f} s" if measured else ""))
     console.print(f"import agentgrad: {1000 * import_seconds('agentgrad'):.0f} ms; "
                   f"import agentgrad.store.client (a runner's): {1000 * import_seconds('agentgrad.store.client'):.0f} ms")
-    console.print(f"Agent Lightning 0.3 here, from the issue: {BAR['in-process']} rollouts/s in process "
-                  f"({BAR['in-process, batched spans']} with batched spans), {BAR['http 1x16']} over HTTP 1×16, "
-                  f"{BAR['http 4x8']} 4×8, span writes ~{BAR['span write ms']} ms p50 over HTTP, server start ~5.5 s, 490 MB")
     best = {(row["setup"], row["workers"]): row["rollouts/s"] for row in rows}
-    for label, key, bar in (
-        ("memory ×16 vs their in-process (batched)", ("memory, in process", "16"), BAR["in-process, batched spans"]),
-        ("SQLite ×16 vs their in-process (batched)", ("sqlite, in process", "16"), BAR["in-process, batched spans"]),
-        ("HTTP 1×16 vs theirs", ("HTTP, SQLite server", "1×16"), BAR["http 1x16"]),
-        ("HTTP 4×8 vs theirs", ("HTTP, SQLite server", "4×8"), BAR["http 4x8"]),
-        ("HTTP 1×16, spans one by one (their workload) vs theirs (best of 32-56)",
-         ("HTTP, SQLite server, spans one by one", "1×16"), 56) if measured is None else
-        ("HTTP 1×16, spans one by one (their workload) vs theirs measured just now",
-         ("HTTP, SQLite server, spans one by one", "1×16"), measured),
+    for label, ours, theirs in (
+        ("memory ×16 vs Agent Lightning 0.3 in process ×16, both with batched spans",
+         ("memory, in process", "16"), (AGL_IN_PROCESS_ROW, "16")),
+        ("HTTP 1×16, spans one by one (its workload) vs its server", ("HTTP, SQLite server, spans one by one", "1×16"),
+         (AGL_ROW, "1×16")),
     ):
-        if key in best:
-            console.print(f"  {label}: {best[key] / bar:.1f}×")
+        if ours in best and theirs in best:
+            console.print(f"  {label}, measured just now: {best[ours] / best[theirs]:.1f}×")
     batched, single = best.get(("HTTP, SQLite server", "1×16")), best.get(("HTTP, SQLite server, spans one by one", "1×16"))
     if batched and single:
         console.print(f"  spans one by one, 1×16: {single / batched:.2f}× the batched row's rate (the issue asks ≥ 0.5×)")
