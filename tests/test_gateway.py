@@ -333,7 +333,7 @@ def test_a_body_over_the_limit_is_a_413(served: Served, monkeypatch: pytest.Monk
         served.url + "/v1/chat/completions",
         json={"model": "policy", "messages": [{"role": "user", "content": "x" * 2000}]},
     )
-    assert response.status_code == 413 and "over 1000 bytes" in response.json()["error"]["message"]
+    assert response.status_code == 413 and "limit of 1000 bytes" in response.json()["error"]["message"]
 
 
 def test_with_a_token_calls_without_it_are_refused(upstream: Upstream) -> None:

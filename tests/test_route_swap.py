@@ -198,7 +198,7 @@ BAD_TABLES = [
 
 
 def test_a_bad_table_is_refused_whole_with_the_reason_and_the_old_one_keeps_serving(
-    upstream: tuple[FakeUpstream, str],
+    upstream: tuple[FakeUpstream, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, url = upstream
     gateway = Gateway(MemoryStore(), {"policy": Backend(url, system="vllm")}, token="tok")
@@ -215,6 +215,10 @@ def test_a_bad_table_is_refused_whole_with_the_reason_and_the_old_one_keeps_serv
             assert reason in message and f"the old one ({shown['id']}) keeps serving" in message, message
         stale = httpx.put(served.url + ROUTES_PATH, json={"routes": split(url, 0.5), "if_id": "0" * 12}, headers=auth)
         assert stale.status_code == 409 and "changed since you read it" in stale.json()["error"]["message"]
+        with monkeypatch.context() as patched:  # a table past the body limit is refused as such, not read in part
+            patched.setattr("agentgrad.gateway.admin.MAX_BODY_BYTES", 100)
+            large = httpx.put(served.url + ROUTES_PATH, json={"routes": split(url, 0.5)}, headers=auth)
+        assert large.status_code == 413 and "limit of 100 bytes" in large.json()["error"]["message"]
         assert httpx.get(served.url + ROUTES_PATH, headers=auth).json() == shown  # untouched
         client = openai.OpenAI(base_url=served.url + "/v1", api_key="tok", max_retries=0)
         assert client.chat.completions.create(model="policy", messages=HELLO).choices[0].message.content

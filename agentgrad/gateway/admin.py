@@ -15,7 +15,7 @@ import orjson
 
 from agentgrad.gateway.relay import reject, send_json
 from agentgrad.gateway.table import RouteTable, TableChanged
-from agentgrad.serving.guard import MAX_BODY_BYTES
+from agentgrad.serving.guard import MAX_BODY_BYTES, BodyTooLarge, read_body
 
 ROUTES_PATH = "/admin/routes"
 HEALTH_PATH = "/health"
@@ -44,9 +44,12 @@ async def serve_routes(gateway: Swappable, method: str, receive: Any, send: Any)
     if method != "PUT":
         message = f"{ROUTES_PATH} takes GET (the table serving) or PUT (a new one), not {method}"
         return await reject(send, 405, message, "method_not_allowed")
-    body = await _read(receive)
+    try:
+        body = await read_body(receive, MAX_BODY_BYTES)
+    except BodyTooLarge as exc:
+        return await reject(send, 413, str(exc), "request_too_large")
     if body is None:
-        return
+        return  # the caller hung up
     try:
         posted = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -63,18 +66,6 @@ async def serve_routes(gateway: Swappable, method: str, receive: Any, send: Any)
         message = f"route table refused, the old one ({gateway.table.id}) keeps serving: {exc}"
         return await reject(send, 400, message, "invalid_route_table")
     await send_json(send, 200, orjson.dumps(gateway.route_summary()))
-
-
-async def _read(receive: Any) -> bytes | None:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if size > MAX_BODY_BYTES or not message.get("more_body"):
-            return b"".join(chunks)
 
 
 # ----------------------------------------------------------------------------- the client (CLI, algorithms)

@@ -65,7 +65,7 @@ from agentgrad.gateway.upstreams import (
     post_with_retries,
 )
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
-from agentgrad.serving.guard import MAX_BODY_BYTES, bearer_ok, expected_authorization
+from agentgrad.serving.guard import MAX_BODY_BYTES, BodyTooLarge, bearer_ok, expected_authorization, read_body
 from agentgrad.serving.metrics import METRICS_PATH, ROUTE_KEY, ServerMetrics, counted
 from agentgrad.store import Store
 
@@ -344,11 +344,11 @@ class Gateway:
         else:
             agent = unquote(match["agent"]) if match["agent"] else None
         try:
-            body = await _read_body(receive)
-        except ConnectionError:
-            return
-        except ValueError as exc:
+            body = await read_body(receive, MAX_BODY_BYTES)
+        except BodyTooLarge as exc:
             return await reject(send, 413, str(exc), "request_too_large", api=api)
+        if body is None:
+            return  # the agent hung up
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -512,18 +512,3 @@ async def _disconnected(receive: Any) -> None:
     """Return when the agent hangs up (after its body was read, `receive` says nothing else)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def _read_body(receive: Any) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionError("client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ValueError(f"request body over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)

@@ -142,6 +142,28 @@ def _unauthorized() -> Refusal:
     )
 
 
+class BodyTooLarge(ValueError):
+    """A request body past the limit it was read with (`read_body`)."""
+
+
+async def read_body(receive: Any, max_bytes: int | None = None) -> bytes | None:
+    """A request's whole body from ASGI `receive`: None when the client hung up first, `BodyTooLarge` past
+    `max_bytes` (the rest is not read). Every server of agentgrad reads bodies with it."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if max_bytes is not None and size > max_bytes:
+            raise BodyTooLarge(f"request body is larger than the server's limit of {max_bytes} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _too_large(limit: int) -> Refusal:
     return Refusal(
         413,
@@ -242,12 +264,13 @@ class Guard:
         if (length is None and not chunked) or length == b"0":
             await self.app(scope, receive, send)
             return
-        body = await self._read_body(receive)
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except BodyTooLarge:
+            await self._refuse(scope, send, _too_large(self.max_body_bytes))
+            return
         if body is None:
             return  # the client went away
-        if isinstance(body, Refusal):
-            await self._refuse(scope, send, body)
-            return
         if (content_type is None or b"json" in content_type) and json_too_deep(body, self.max_json_depth):
             await self._refuse(
                 scope,
@@ -278,20 +301,6 @@ class Guard:
         if len(self._refused_hosts) < 1024:
             self._refused_hosts.add(name)
         return False
-
-    async def _read_body(self, receive: Any) -> bytes | Refusal | None:
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return _too_large(self.max_body_bytes)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _refuse(self, scope: Any, send: Any, refusal: Refusal) -> None:
         body = self.errors(scope["path"], refusal)

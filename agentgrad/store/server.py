@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentgrad.dashboard import dashboard_routes
 from agentgrad.serving import ServerThread
-from agentgrad.serving.guard import Guard, check_exposure, store_errors
+from agentgrad.serving.guard import Guard, check_exposure, read_body, store_errors
 from agentgrad.serving.metrics import ROUTE_KEY, ServerMetrics, instrument
 from agentgrad.store.api import JSON, OPERATIONS, Operation, arguments, openapi_schema
 from agentgrad.store.base import Store
@@ -124,7 +124,7 @@ class _Dispatch:
                         break
             if handler is not None:
                 scope[ROUTE_KEY] = handler.operation.path
-                body = await _read_body(receive)
+                body = await read_body(receive)  # the guard in front holds it to its limit
                 if body is None:
                     return  # the client went away
                 key = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"idempotency-key"), None)
@@ -143,17 +143,6 @@ class _Dispatch:
                 await send({"type": "http.response.body", "body": payload})
                 return
         await self.app(scope, receive, send)
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _is_public(path: str) -> bool:
