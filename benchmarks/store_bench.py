@@ -267,10 +267,7 @@ def in_process(backend: str, workers: int, count: int, agl_python: Path | None =
     """One process running the lifecycle on a store of its own: ours (`backend`), or Agent Lightning 0.3's in-memory
     store with `agl_python`."""
     with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
-        if agl_python is None:
-            mode = ["--child-in-process", backend, "--dir", directory]
-        else:
-            mode = ["--child-agl-in-process", "memory"]
+        mode = ["--child-in-process", backend, "--dir", directory] if agl_python is None else ["--child-agl-in-process"]
         run = child(*mode, "--workers", str(workers), "--rollouts", str(count), python=agl_python)
         out, _ = run.communicate(timeout=600)
     result = json.loads(out.splitlines()[-1])
@@ -560,7 +557,7 @@ def main() -> None:
     parser.add_argument("--agl-rollouts", type=int, default=AGL_ROLLOUTS, help="rollouts of the reference row")
     parser.add_argument("--child-dequeuer", help=argparse.SUPPRESS)
     parser.add_argument("--child-agl-client", help=argparse.SUPPRESS)
-    parser.add_argument("--child-agl-in-process", help=argparse.SUPPRESS)
+    parser.add_argument("--child-agl-in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_dequeuer:
         return run_dequeuer(args.child_dequeuer)

@@ -147,11 +147,6 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sampling = RolloutSampling(store)
 
-    @property
-    def sampling(self) -> SamplingPlan | None:
-        """The sampling plan applied to calls made inside a rollout (`set_sampling`); None: calls keep their own."""
-        return self._sampling.plan
-
     def set_sampling(self, plan: SamplingPlan | None) -> None:
         """Apply `plan` (the trainer's sampling per rollout mode) to every later call made inside a rollout."""
         self._sampling.plan = plan

@@ -145,6 +145,9 @@ def _unauthorized() -> Refusal:
 class BodyTooLarge(ValueError):
     """A request body past the limit it was read with (`read_body`)."""
 
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body is larger than the server's limit of {limit} bytes")
+
 
 async def read_body(receive: Any, max_bytes: int | None = None) -> bytes | None:
     """A request's whole body from ASGI `receive`: None when the client hung up first, `BodyTooLarge` past
@@ -158,7 +161,7 @@ async def read_body(receive: Any, max_bytes: int | None = None) -> bytes | None:
         chunk = message.get("body", b"")
         size += len(chunk)
         if max_bytes is not None and size > max_bytes:
-            raise BodyTooLarge(f"request body is larger than the server's limit of {max_bytes} bytes")
+            raise BodyTooLarge(max_bytes)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -170,7 +173,7 @@ def _too_large(limit: int) -> Refusal:
         "BodyTooLarge",
         "invalid_request_error",
         "request_too_large",
-        f"request body is larger than the server's limit of {limit} bytes; send smaller batches",
+        f"{BodyTooLarge(limit)}; send smaller batches",
     )
 
 
