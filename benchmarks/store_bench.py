@@ -141,6 +141,20 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of process `pid`, its live children and those that ended: a PostgreSQL server's, with the
+    backends that served the store's connections."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile: its time is in its parent's now
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 # ----------------------------------------------------------------------------- child modes
 
 
@@ -331,11 +345,14 @@ def start_store_server(store: str) -> tuple[subprocess.Popen[str], str]:
         time.sleep(0.02)
 
 
-def race(clients: list[subprocess.Popen[str]], servers: list[int]) -> tuple[list[dict[str, Any]], float, float, float]:
+def race(
+    clients: list[subprocess.Popen[str]], servers: list[int], database: int | None = None
+) -> tuple[list[dict[str, Any]], float, float, float, float | None]:
     """Start the ready client processes at once and collect their results: (results, seconds, the servers' CPU
-    seconds meanwhile, their largest peak RSS in MB)."""
+    seconds meanwhile, their largest peak RSS in MB, the CPU seconds of the database server `database`)."""
     for client in clients:
         assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+    database_cpu = None if database is None else tree_cpu_seconds(database)
     began, server_cpu = time.perf_counter(), sum(map(process_cpu_seconds, servers))
     for client in clients:
         assert client.stdin is not None
@@ -343,11 +360,17 @@ def race(clients: list[subprocess.Popen[str]], servers: list[int]) -> tuple[list
         client.stdin.flush()
     results = [json.loads(client.communicate(timeout=900)[0].splitlines()[-1]) for client in clients]
     seconds = time.perf_counter() - began
-    return results, seconds, sum(map(process_cpu_seconds, servers)) - server_cpu, max(map(process_peak_rss_mb, servers))
+    server_cpu = sum(map(process_cpu_seconds, servers)) - server_cpu
+    if database is not None:
+        database_cpu = tree_cpu_seconds(database) - database_cpu  # type: ignore[operator]
+    return results, seconds, server_cpu, max(map(process_peak_rss_mb, servers)), database_cpu
 
 
-def servers_row(name: str, stores: list[str], processes: int, workers: int, count: int) -> dict[str, Any]:
-    """The lifecycle over HTTP with one `agentgrad serve` per entry of `stores`, client process i on server i % n."""
+def servers_row(
+    name: str, stores: list[str], processes: int, workers: int, count: int, database: int | None = None
+) -> dict[str, Any]:
+    """The lifecycle over HTTP with one `agentgrad serve` per entry of `stores`, client process i on server i % n;
+    `database`: the pid of the PostgreSQL server they use, whose CPU is counted too."""
     servers = [start_store_server(store) for store in stores]
     try:
         share = count // processes
@@ -355,13 +378,17 @@ def servers_row(name: str, stores: list[str], processes: int, workers: int, coun
             child("--child-client", servers[i % len(servers)][1], "--workers", str(workers), "--rollouts", str(share))
             for i in range(processes)
         ]
-        results, seconds, server_cpu, server_rss = race(clients, [server.pid for server, _ in servers])
+        results, seconds, server_cpu, server_rss, database_cpu = race(
+            clients, [server.pid for server, _ in servers], database
+        )
     finally:
         for server, _ in servers:
             server.terminate()
             server.wait(timeout=30)
     rss = max(r["rss"] for r in results)
-    return summary(name, f"{processes}×{workers}", share * processes, seconds, results, rss, server_rss, server_cpu)
+    row = summary(name, f"{processes}×{workers}", share * processes, seconds, results, rss, server_rss, server_cpu)
+    row["database CPU ms/rollout"] = None if database_cpu is None else 1000 * database_cpu / (share * processes)
+    return row
 
 
 def postgres_rows(count: int, postgres: str | None) -> list[dict[str, Any]]:
@@ -379,7 +406,10 @@ def postgres_rows(count: int, postgres: str | None) -> list[dict[str, Any]]:
                 url = pg.create_database(f"bench{servers}")
             else:
                 url = postgres.rstrip("/") + f"?search_path=bench{servers}"  # type: ignore[union-attr]
-            rows.append(servers_row(f"HTTP, PostgreSQL, {servers} server(s)", [url] * servers, 4, 8, count))
+            database = None if pg is None else pg.pid()
+            rows.append(
+                servers_row(f"HTTP, PostgreSQL, {servers} server(s)", [url] * servers, 4, 8, count, database)
+            )
     finally:
         if pg is not None:
             pg.remove()
@@ -399,7 +429,7 @@ def over_http(
                 child(mode, url, "--workers", str(workers), "--rollouts", str(share), *extra, python=agl_python)
                 for _ in range(processes)
             ]
-            results, seconds, server_cpu, server_rss = race(clients, [server.pid])
+            results, seconds, server_cpu, server_rss, _ = race(clients, [server.pid])
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -590,7 +620,12 @@ def main() -> None:
     if args.only == "postgres":
         rows += postgres_rows(args.rollouts, args.postgres)
         for row in rows:
-            console.print(f"  {row['setup']} {row['workers']}: {row['rollouts/s']:.0f} rollouts/s")
+            cpu = sum(row["CPU ms/rollout"]) + (row.get("database CPU ms/rollout") or 0)
+            database = "" if row.get("database CPU ms/rollout") is None else (
+                f" + PostgreSQL {row['database CPU ms/rollout']:.2f}")
+            console.print(f"  {row['setup']} {row['workers']}: {row['rollouts/s']:.0f} rollouts/s; CPU a rollout: "
+                          "server {:.2f} + clients {:.2f}".format(*row["CPU ms/rollout"]) + database
+                          + f" = {cpu:.2f} ms, {cpu * row['rollouts/s'] / 1000:.2f} of {os.cpu_count()} CPUs busy")
         sqlite_rate, one, four = (row["rollouts/s"] for row in rows)
         console.print(f"  1 PostgreSQL server vs 1 SQLite server: {one / sqlite_rate:.2f}× (goal ≥ 0.7×); "
                       f"4 PostgreSQL servers vs 1: {four / one:.2f}× (goal ≥ 1.5×); load average "

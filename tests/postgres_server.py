@@ -92,6 +92,10 @@ class PostgresServer:
             pass  # not running
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def pid(self) -> int:
+        """The postmaster's process id (its backends are its children)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
     def sql(self, statement: str, database: str = "postgres") -> str:
         """Run SQL as the superuser over the Unix socket (psql), returning its unaligned output."""
         return self._run(

@@ -1,7 +1,8 @@
 """`PostgresStore`: the store in a PostgreSQL database, shared by any number of store servers on any hosts.
 
-Each operation is one transaction, and the state machine is `transitions`, as for SQLite: this module finds
-rows, locks them, hands them to it as models and writes back what it changed. Servers sharing a database
+Each operation is one transaction (concurrent writes share one, committed together), and the state machine is
+`transitions`, as for SQLite: this module finds rows, locks them, hands them to it as models and writes back what
+it changed. Servers sharing a database
 agree through its locks and announcements alone:
 - a dequeue takes the oldest waiting rollout `FOR UPDATE SKIP LOCKED`: each is claimed once, and claimers
   never wait on each other;

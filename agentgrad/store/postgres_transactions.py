@@ -2,6 +2,12 @@
 again whole when it loses a deadlock or the database is away, and inside `run_once` part of its transaction, which
 commits a call and its answer together.
 
+Writes commit in groups: an event loop keeps at most `WRITE_LANES` write transactions open, and the writes that
+arrive meanwhile run one after another in the next one, committed together (up to `GROUP_WRITES`). A lone write
+waits for nothing. Why: a write's BEGIN and COMMIT are two of its four or five round trips, and on a busy server
+the round trips, not the statements, are what a write costs (docs/scaling.md). A write of a group that fails
+rolls the group back: the others commit together again, and it runs on its own, for its own answer.
+
 A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with
 `StoreUnavailable` (HTTP 503).
 """
@@ -11,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -29,6 +38,10 @@ Work = Callable[[asyncpg.Connection], Awaitable[T]]
 
 FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 1.0
+WRITE_LANES = 2
+"""Write transactions an event loop keeps open at once; the writes that arrive meanwhile wait for the next."""
+GROUP_WRITES = 16
+"""Most writes one transaction commits together."""
 
 _JOINED: ContextVar[asyncpg.Connection | None] = ContextVar("agentgrad_postgres_transaction", default=None)
 """The connection of the `run_once` transaction this task is in: an operation inside it joins it (a savepoint)."""
@@ -46,22 +59,150 @@ class _Undo(Exception):
         self.status, self.body = status, body
 
 
+class _Failed(Exception):
+    """The write at `index` of a group raised, or its key was answered already: the group is rolled back."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+@dataclass
+class _Write:
+    """A write waiting for its transaction; with a `key`, its result is an `Answer` stored under it on commit."""
+
+    work: Work[Any]
+    key: str | None
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class _Lanes:
+    """One event loop's writes waiting for a transaction, and the tasks committing them."""
+
+    waiting: deque[_Write] = field(default_factory=deque)
+    committers: set[asyncio.Task[None]] = field(default_factory=set)
+
+
 class Transactions:
     """The store's calls on `pools`' connections, each in a transaction of its own or the `run_once` one it is in."""
 
-    def __init__(self, pools: Pools, retry_seconds: float, clock: Clock) -> None:
+    def __init__(self, pools: Pools, retry_seconds: float, clock: Clock, lanes: int = WRITE_LANES) -> None:
         self.pools = pools
         self.retry_seconds = retry_seconds
         self.clock = clock
+        self.lanes = lanes
+        self.commits = 0
+        """Write transactions committed, and the writes in them: `writes / commits` is the mean group."""
+        self.writes = 0
         self._last_prune = 0.0
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lanes] = weakref.WeakKeyDictionary()
 
     async def write(self, work: Work[T]) -> T:
-        """`work` in one transaction, run again whole if it loses a deadlock or the database is away (until
-        `retry_seconds`); inside `run_once`, part of its transaction (which an error answer rolls back whole)."""
+        """`work` in a transaction, with the writes of this loop that wait beside it; run again whole if it loses
+        a deadlock or the database is away (until `retry_seconds`); inside `run_once`, part of its transaction
+        (which an error answer rolls back whole)."""
         joined = _JOINED.get()
         if joined is not None:
             return await work(joined)
-        return await self._retrying(work, transaction=True)
+        return await self._grouped(work, None)
+
+    async def _grouped(self, work: Work[T], key: str | None) -> T:
+        loop = asyncio.get_running_loop()
+        lanes = self._loops.get(loop)
+        if lanes is None:
+            lanes = self._loops[loop] = _Lanes()
+        future: asyncio.Future[T] = loop.create_future()
+        lanes.waiting.append(_Write(work, key, future))
+        if len(lanes.committers) < self.lanes:
+            committer = loop.create_task(self._commit_waiting(lanes))
+            lanes.committers.add(committer)
+            committer.add_done_callback(lanes.committers.discard)
+        return await future
+
+    async def _commit_waiting(self, lanes: _Lanes) -> None:
+        while lanes.waiting:
+            group: list[_Write] = []
+            while lanes.waiting and len(group) < GROUP_WRITES:
+                write = lanes.waiting.popleft()
+                if not write.future.done():  # its caller went away before it ran: it never does
+                    group.append(write)
+            try:
+                await self._commit(group)
+            except BaseException:  # this loop is closing
+                for write in group + list(lanes.waiting):
+                    write.future.cancel()
+                raise
+
+    async def _commit(self, group: list[_Write]) -> None:
+        """The writes of `group` in one transaction, each answered with its result; a write that fails is rolled
+        back with the others, which commit together again, and then runs on its own."""
+        if not group:
+            return
+        try:
+            results = await self._retrying(lambda conn: self._each(conn, group), transaction=True)
+        except _Failed as failed:
+            alone = group.pop(failed.index)
+            await self._commit(group)
+            await self._commit([alone])
+            return
+        except Exception as exc:  # the transaction's own failure (the database away too long): every write's
+            for write in group:
+                if not write.future.done():
+                    write.future.set_exception(exc)
+            return
+        self.commits += 1
+        self.writes += len(group)
+        for write, result in zip(group, results):
+            if not write.future.done():
+                write.future.set_result(result)
+
+    async def _each(self, conn: asyncpg.Connection, group: list[_Write]) -> list[Any]:
+        """Runs the writes of `group` one after another on `conn`, then stores the answers of those with a key in
+        one statement. A write that raises, or whose key is answered already, fails the group (`_Failed`), unless
+        it is alone: then it raises its own error, or `_Undo`."""
+        joined = _JOINED.set(conn)  # what a write calls inside joins the group's transaction
+        results = []
+        try:
+            for index, write in enumerate(group):
+                try:
+                    results.append(await write.work(conn))
+                except (*CONFLICTS, *CONNECTION_LOST):
+                    raise  # the group runs again whole
+                except Exception as exc:
+                    if len(group) == 1:
+                        raise
+                    raise _Failed(index) from exc
+        finally:
+            _JOINED.reset(joined)
+        keyed = [(index, write.key, results[index]) for index, write in enumerate(group) if write.key is not None]
+        seen: set[str] = set()
+        for index, key, _ in keyed:
+            if key in seen:  # a twin in this very group: it runs again alone, and finds the first one's answer
+                raise _Failed(index)
+            seen.add(key)
+        if keyed:
+            at = self.clock()
+            stored = {
+                row[0]
+                for row in await conn.fetch(
+                    "INSERT INTO replies (key, time, status, body) SELECT k, $2, s, b "
+                    "FROM unnest($1::text[], $3::int[], $4::bytea[]) AS v(k, s, b) "
+                    "ON CONFLICT (key) DO NOTHING RETURNING key",
+                    [key for _, key, _ in keyed],
+                    at,
+                    [answer[0] for _, _, answer in keyed],
+                    [answer[1] for _, _, answer in keyed],
+                )
+            }
+            for index, key, answer in keyed:
+                if key not in stored:  # a retry of a write answered already, or its twin's commit came first
+                    if len(group) == 1:
+                        raise _Undo(*answer)
+                    raise _Failed(index)
+            if at - self._last_prune > REPLY_SECONDS / 10:
+                self._last_prune = at
+                await conn.execute("DELETE FROM replies WHERE time < $1", at - REPLY_SECONDS)
+        return results
 
     async def read(self, work: Work[T]) -> T:
         joined = _JOINED.get()
@@ -112,37 +253,21 @@ class Transactions:
         """The call and its answer commit in one transaction: a retry with `key` after a lost answer (to this
         server or another) gets the first answer back, and nothing is applied twice.
 
-        The call runs first and its answer is stored under `key` last, in the same transaction: one statement
-        more than the call. Where `key` is answered already (a retry; or a twin still running, whose commit the
-        insert waits for), the call is rolled back whole and the stored answer returned; an error answer is
-        rolled back too, and is the answer only when `key` has none."""
+        The call runs first and its answer is stored under `key` last, in the same transaction (with the answers
+        of the group's other writes: one statement for them all). Where `key` is answered already (a retry; or a
+        twin still running, whose commit the insert waits for), the call is rolled back whole and the stored
+        answer returned; an error answer is rolled back too, and is the answer only when `key` has none."""
 
-        async def once(db: asyncpg.Connection) -> Answer:
-            joined = _JOINED.set(db)
-            try:
-                status, body = await work()
-            finally:
-                _JOINED.reset(joined)
+        async def call(db: asyncpg.Connection) -> Answer:
+            status, body = await work()  # its store calls join this transaction (`_each` set `_JOINED`)
             if status >= 300:
                 raise _Undo(status, body)
-            at = self.clock()
-            stored = await db.fetchval(
-                "INSERT INTO replies (key, time, status, body) VALUES ($1, $2, $3, $4) "
-                "ON CONFLICT (key) DO NOTHING RETURNING id",
-                key,
-                at,
-                status,
-                body,
-            )
-            if stored is None:
-                raise _Undo(status, body)
-            if at - self._last_prune > REPLY_SECONDS / 10:
-                self._last_prune = at
-                await db.execute("DELETE FROM replies WHERE time < $1", at - REPLY_SECONDS)
             return status, body
 
+        if _JOINED.get() is not None:
+            raise RuntimeError("run_once inside a transaction: its answer would not be kept with its change")
         try:
-            return await self.write(once)
+            return await self._grouped(call, key)
         except _Undo as undone:
             row = await self.read(lambda db: db.fetchrow("SELECT status, body FROM replies WHERE key = $1", key))
             return (row[0], bytes(row[1])) if row is not None else (undone.status, undone.body)

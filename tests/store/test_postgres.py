@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import asyncpg
 import httpx
@@ -102,6 +103,31 @@ async def test_twin_writes_with_one_key_on_two_stores_apply_once_and_both_get_th
     assert await stores[1].get_rollout(answers[0][1].decode())  # the stored answer names the rollout that exists
     for store in stores:
         await store.close()
+
+
+async def test_concurrent_writes_commit_together_and_one_that_fails_is_answered_alone() -> None:
+    store = PostgresStore(fresh_schema_url(), sweep_seconds=None)
+    writes: list[Any] = [store.enqueue_rollout({"n": n}) for n in range(24)]
+    writes.insert(12, store.update_rollout("no-such-rollout", status=RolloutStatus.CANCELLED))
+    answers = await asyncio.gather(*writes, return_exceptions=True)
+    failed = answers.pop(12)
+    assert isinstance(failed, StoreError) and "no-such-rollout" in str(failed)
+    assert sorted(rollout.input["n"] for rollout in answers) == list(range(24))  # the others all committed
+    assert (await store.stats()).rollouts == {"queuing": 24}
+    transactions = store._transactions
+    assert transactions.writes == 24 and transactions.commits < transactions.writes  # grouped, the failed one not
+    await store.close()
+
+
+async def test_twin_writes_with_one_key_in_one_group_apply_once_and_both_get_the_first_answer() -> None:
+    store = PostgresStore(fresh_schema_url(), sweep_seconds=None)
+    others = [store.run_once(f"other-{n}", lambda: _answer(store)) for n in range(6)]
+    twins = [store.run_once("twin", lambda: _answer(store)) for _ in range(2)]
+    answers = await asyncio.gather(*others[:3], *twins, *others[3:])
+    assert answers[3] == answers[4]  # the second twin's write was rolled back; it answers with the first's answer
+    assert len({body for _, body in answers}) == 7
+    assert (await store.stats()).rollouts == {"queuing": 7}
+    await store.close()
 
 
 async def test_a_wait_on_one_store_wakes_when_another_store_of_the_database_finishes_the_rollout(
