@@ -166,9 +166,9 @@ class Transactions:
             for index, write in enumerate(group):
                 try:
                     results.append(await write.work(conn))
-                except (*CONFLICTS, *CONNECTION_LOST):
+                except CONNECTION_LOST:
                     raise  # the group runs again whole
-                except Exception as exc:
+                except Exception as exc:  # a conflict too: it may be this write's own, and run again alone
                     if len(group) == 1:
                         raise
                     raise _Failed(index) from exc
