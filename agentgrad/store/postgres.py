@@ -95,7 +95,8 @@ class PostgresStore(LocalStore):
     """The store in the PostgreSQL database at `url` (`postgresql://user:password@host:5432/dbname`).
 
     The URL may add `pool_size` (connections per event loop, 10), `pool_timeout` (seconds a call waits for
-    one, 5) and `migrate=false` (refuse a database at an older schema version instead of migrating it; the
+    one, 5), `write_lanes` (write transactions open at once per event loop, 2: more where the database is far)
+    and `migrate=false` (refuse a database at an older schema version instead of migrating it; the
     `migrate` argument, when given, says instead);
     other parameters (`sslmode`, `search_path`, ...) go to the driver. Opening checks the address and brings
     the schema up to date, so a wrong one fails here, naming host, port and database (never the password).

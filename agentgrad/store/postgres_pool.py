@@ -32,6 +32,10 @@ POOL_SIZE = 10
 """Connections a store keeps open per event loop at most (`?pool_size=` in the store URL)."""
 POOL_TIMEOUT_SECONDS = 5.0
 """Longest a call waits for a free connection before it is answered 503 (`?pool_timeout=`)."""
+WRITE_LANES = 2
+"""Write transactions a store keeps open at once per event loop (`?write_lanes=`); the writes that arrive
+meanwhile commit together in the next (`postgres_transactions`). With the database on another host, where each
+round trip waits for the network, more lanes keep more writes in flight."""
 CONNECT_TIMEOUT_SECONDS = 10.0
 RETRY_SECONDS = 30.0
 """How long a call retries while the database cannot be reached (a restart, a failover), then fails 503."""
@@ -41,6 +45,7 @@ LISTEN_RETRY_SECONDS = 5.0
 OPTIONS: dict[str, Callable[[str], Any]] = {
     "pool_size": int,
     "pool_timeout": float,
+    "write_lanes": int,
     "migrate": lambda v: v.lower() not in ("0", "false", "no"),
 }
 """The store URL's own query parameters (the rest go to the driver: `sslmode`, `search_path`, ...)."""
@@ -76,6 +81,7 @@ class Address:
     password: str | None
     pool_size: int = POOL_SIZE
     pool_timeout: float = POOL_TIMEOUT_SECONDS
+    write_lanes: int = WRITE_LANES
     migrate: bool = True
 
 
@@ -93,8 +99,9 @@ def parse_address(url: str) -> Address:
                 raise StoreError(f"the store URL's {key}={value!r} is not a number; write {key}=10, say") from None
         else:
             passed.append((key, value))
-    if options.get("pool_size", 1) < 1:
-        raise StoreError("the store URL's pool_size must be at least 1")
+    for count in ("pool_size", "write_lanes"):
+        if options.get(count, 1) < 1:
+            raise StoreError(f"the store URL's {count} must be at least 1")
     try:
         port = parts.port or int(os.environ.get("PGPORT", 5432))
     except ValueError:

@@ -2,9 +2,9 @@
 again whole when it loses a deadlock or the database is away, and inside `run_once` part of its transaction, which
 commits a call and its answer together.
 
-Writes commit in groups: an event loop keeps at most `WRITE_LANES` write transactions open, and the writes that
-arrive meanwhile run one after another in the next one, committed together (up to `GROUP_WRITES`). A lone write
-waits for nothing. Why: a write's BEGIN and COMMIT are two of its four or five round trips, and on a busy server
+Writes commit in groups: an event loop keeps at most `write_lanes` write transactions open (2; the store URL's
+`?write_lanes=`), and the writes that arrive meanwhile run one after another in the next one, committed together
+(up to `GROUP_WRITES`). A lone write waits for nothing. Why: a write's BEGIN and COMMIT are two of its four or five round trips, and on a busy server
 the round trips, not the statements, are what a write costs (docs/scaling.md). A write of a group that fails
 rolls the group back: the others commit together again, and it runs on its own, for its own answer.
 
@@ -38,8 +38,6 @@ Work = Callable[[asyncpg.Connection], Awaitable[T]]
 
 FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 1.0
-WRITE_LANES = 2
-"""Write transactions an event loop keeps open at once; the writes that arrive meanwhile wait for the next."""
 GROUP_WRITES = 16
 """Most writes one transaction commits together."""
 
@@ -86,11 +84,11 @@ class _Lanes:
 class Transactions:
     """The store's calls on `pools`' connections, each in a transaction of its own or the `run_once` one it is in."""
 
-    def __init__(self, pools: Pools, retry_seconds: float, clock: Clock, lanes: int = WRITE_LANES) -> None:
+    def __init__(self, pools: Pools, retry_seconds: float, clock: Clock) -> None:
         self.pools = pools
         self.retry_seconds = retry_seconds
         self.clock = clock
-        self.lanes = lanes
+        self.lanes = pools.address.write_lanes
         self.commits = 0
         """Write transactions committed, and the writes in them: `writes / commits` is the mean group."""
         self.writes = 0

@@ -51,6 +51,14 @@ def test_nothing_listening_is_an_error_naming_the_address() -> None:
         open_store(f"postgresql://someone:pw@127.0.0.1:{port}/agentgrad")
 
 
+@pytest.mark.parametrize("option", ["pool_size", "write_lanes"])
+def test_a_store_url_option_below_one_or_not_a_number_is_refused_naming_it(option: str) -> None:
+    with pytest.raises(StoreError, match=f"the store URL's {option} must be at least 1"):
+        open_store(f"postgresql://someone@127.0.0.1:1/agentgrad?{option}=0")
+    with pytest.raises(StoreError, match=f"the store URL's {option}='two' is not a number"):
+        open_store(f"postgresql://someone@127.0.0.1:1/agentgrad?{option}=two")
+
+
 async def _at_version_1(url: str) -> str:
     """A schema as agentgrad's first PostgreSQL release left it, with one rollout in it; returns its id."""
     store = PostgresStore(url, sweep_seconds=None)
@@ -106,7 +114,7 @@ async def test_twin_writes_with_one_key_on_two_stores_apply_once_and_both_get_th
 
 
 async def test_concurrent_writes_commit_together_and_one_that_fails_is_answered_alone() -> None:
-    store = PostgresStore(fresh_schema_url(), sweep_seconds=None)
+    store = PostgresStore(fresh_schema_url(write_lanes="1"), sweep_seconds=None)
     writes: list[Any] = [store.enqueue_rollout({"n": n}) for n in range(24)]
     writes.insert(12, store.update_rollout("no-such-rollout", status=RolloutStatus.CANCELLED))
     answers = await asyncio.gather(*writes, return_exceptions=True)
