@@ -4,9 +4,10 @@ commits a call and its answer together.
 
 Writes commit in groups: an event loop keeps at most `write_lanes` write transactions open (2; the store URL's
 `?write_lanes=`), and the writes that arrive meanwhile run one after another in the next one, committed together
-(up to `GROUP_WRITES`). A lone write waits for nothing. Why: a write's BEGIN and COMMIT are two of its four or five round trips, and on a busy server
-the round trips, not the statements, are what a write costs (docs/scaling.md). A write of a group that fails
-rolls the group back: the others commit together again, and it runs on its own, for its own answer.
+(up to `GROUP_WRITES`), their idempotency answers stored by one statement. A lone write waits for nothing. Why:
+BEGIN, COMMIT and the answer were three of a write's four or five round trips, and on a busy server the round trips
+are what a write costs (docs/scaling.md). A write of a group that fails rolls the group back: the others commit
+together again, and it runs on its own, for its own answer.
 
 A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with
 `StoreUnavailable` (HTTP 503).
