@@ -43,10 +43,11 @@ def prefill_cpu(engine: Engine, batch_prompts: list[list[int]], minimum: int, re
     for _ in range(repeats):
         engine._prefiller.shared.clear()  # the batch's shared prefix (system prompt) computed as on a first join
         made = requests(batch_prompts)
+        groups = prefill_module.prefill_groups(made, engine.prefix_cache, engine.version)
+        alone = sum(len(group) for group, (cached, _) in groups if cached)  # prefilled from their hit
         began = time.process_time()
         engine._prefill(made)
         best = min(best, time.process_time() - began)
-        alone = sum(r.cached[0] >= minimum for r in made)
     return best, alone
 
 

@@ -50,21 +50,23 @@ def prefill_groups(
     (`prefix_cache.group_hits`), the others together with the short hits that would have a forward to themselves
     (`PREFIX_HIT_ALONE_TOKENS`), one group per adapter (keys and values are the adapter's own)."""
     together: dict[str | None, list[Request]] = {}
-    hits: dict[str | None, list[Request]] = {}
+    hits: dict[str | None, list[tuple[Request, tuple[int, LayerKV]]]] = {}
     for request in requests:
-        if prefix_cache.max_bytes:
-            request.cached = prefix_cache.longest(version, tuple(request.prompt_ids), request.adapter)
-        if request.cached[0] >= PREFIX_HIT_MIN_TOKENS:
-            hits.setdefault(request.adapter, []).append(request)
+        hit = (
+            prefix_cache.longest(version, tuple(request.prompt_ids), request.adapter)
+            if prefix_cache.max_bytes
+            else (0, [])
+        )
+        if hit[0] >= PREFIX_HIT_MIN_TOKENS:
+            hits.setdefault(request.adapter, []).append((request, hit))
         else:
-            request.cached = (0, [])
             together.setdefault(request.adapter, []).append(request)
     groups: list[tuple[list[Request], tuple[int, LayerKV]]] = []
     for adapter, adapter_hits in hits.items():
         grouped = [
             ([adapter_hits[i] for i in members], shared)
             for shared, members in group_hits(
-                [(r.prompt_ids, r.cached[0]) for r in adapter_hits], PREFIX_HIT_MIN_TOKENS
+                [(r.prompt_ids, hit[0]) for r, hit in adapter_hits], PREFIX_HIT_MIN_TOKENS
             )
         ]
         short = [len(members) == 1 and shared < PREFIX_HIT_ALONE_TOKENS for members, shared in grouped]
@@ -72,10 +74,9 @@ def prefill_groups(
             short = [False] * len(grouped)
         for (members, shared), joins in zip(grouped, short):
             if joins:
-                members[0].cached = (0, [])
-                together.setdefault(adapter, []).append(members[0])
+                together.setdefault(adapter, []).append(members[0][0])
             else:
-                groups.append((members, (shared, members[0].cached[1])))
+                groups.append(([r for r, _ in members], (shared, members[0][1][1])))
     return [(group, (0, [])) for group in together.values()] + groups
 
 

@@ -17,7 +17,6 @@ import torch
 
 from agentgrad.engine.detokenize import TextState, extend, full_text
 from agentgrad.engine.params import SamplingParams
-from agentgrad.engine.prefix_cache import LayerKV
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,6 @@ class Request:
     on_token: TokenCallback | None
     version: int = 0
     adapter: str | None = None  # the LoRA adapter serving it, or "base" (`adapters.py`); None: no adapters here
-    cached: tuple[int, LayerKV] = (0, [])  # leading prompt tokens found in the prefix cache, with their keys and values
     rows: list[Row] = field(default_factory=list)
     cancelled: bool = False
 
