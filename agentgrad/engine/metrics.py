@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agentgrad.engine.engine import Engine
+from agentgrad.engine.engine import TRIM_EVERY_REQUESTS, Engine
 from agentgrad.engine.kv_cache import KV_POOL
 
 COUNTERS = {
@@ -24,6 +24,7 @@ COUNTERS = {
     "cancelled": "Requests cancelled before they finished (the client went away)",
     "decode_steps": "Decode steps run",
     "decode_rows": "Rows generating, summed over decode steps (over decode_steps: the mean batch size)",
+    "memory_trims": f"Times freed heap memory went back to the system while serving (every {TRIM_EVERY_REQUESTS} requests)",
 }
 
 
