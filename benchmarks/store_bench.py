@@ -12,7 +12,9 @@ health check while 8 clients dequeue from a 100k queue. `--only postgres` runs t
 (4 client processes × 8 workers) against one `agentgrad serve` on SQLite, one on PostgreSQL, and four
 on one PostgreSQL database (each client process on its own server), in one run: PostgreSQL is a
 throwaway server from the distribution's binaries (`make postgres`; fsync on, commits acknowledged
-before their WAL is flushed, as SQLite's `synchronous=NORMAL`), or `--postgres URL`.
+before their WAL is flushed, as SQLite's `synchronous=NORMAL`), or `--postgres URL`. Each row's line adds the
+CPU a rollout cost in all (PostgreSQL's too, its server and backends, when the script started it) and how many
+of the machine's CPUs that kept busy: where that is all of them, more servers cannot go faster here.
 
 Agent Lightning 0.3 runs side by side when its own environment is there (`.venv-agl`, or
 `--agentlightning PYTHON`): its in-memory store in a process of 16 workers, the spans of a rollout in one
