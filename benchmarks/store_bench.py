@@ -138,8 +138,14 @@ def process_peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def stat_fields(stat: Path) -> list[str]:
+    """The fields of a `/proc/PID/stat` after the command name: [0] the state, [1] the parent's pid, [11:13] user and
+    system CPU ticks, [13:15] those of the children that ended."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(Path(f"/proc/{pid}/stat"))
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -149,7 +155,7 @@ def tree_cpu_seconds(pid: int) -> float:
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(stat)
         except OSError:  # it ended meanwhile: its time is in its parent's now
             continue
         if stat.parent.name == str(pid) or fields[1] == str(pid):

@@ -49,7 +49,7 @@ from agentgrad.store.postgres_resources import (
 )
 from agentgrad.store.postgres_schema import FINISHED_CHANNEL, LOCK_KEYS, ROLLOUT_WIDTH, WAITING_SQL, migrate, prefixed
 from agentgrad.store.postgres_spans import latest_span_rows, span_rows, spans_by_rollout, write_spans
-from agentgrad.store.postgres_transactions import Transactions, in_run_once
+from agentgrad.store.postgres_transactions import Transactions, in_transaction
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     ROLLOUT_COLUMNS,
@@ -172,7 +172,7 @@ class PostgresStore(LocalStore):
 
     async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
         await self.check_attempts()
-        if not in_run_once() and not await self._transactions.read(
+        if not in_transaction() and not await self._transactions.read(
             lambda db: db.fetchval(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1")
         ):
             return None  # a cheap look first: idle workers open no transaction

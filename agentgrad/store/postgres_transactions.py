@@ -43,11 +43,11 @@ GROUP_WRITES = 16
 """Most writes one transaction commits together."""
 
 _JOINED: ContextVar[asyncpg.Connection | None] = ContextVar("agentgrad_postgres_transaction", default=None)
-"""The connection of the `run_once` transaction this task is in: an operation inside it joins it (a savepoint)."""
+"""The connection of the transaction this task's write runs in (a group's, `_each`): an operation inside it joins it."""
 
 
-def in_run_once() -> bool:
-    """Whether this task's calls join a `run_once` transaction."""
+def in_transaction() -> bool:
+    """Whether this task's calls join a write's transaction (a `run_once` call's among them)."""
     return _JOINED.get() is not None
 
 
