@@ -1,14 +1,18 @@
-"""APO alone, GRPO alone and Joint (both in one run) on the calculator agent, at the same wall-clock budget.
+"""APO alone, GRPO alone and Joint (both in one run) on one agent, at the same wall-clock budget.
 
-The agent is the demo's plain task (two-digit additions, `examples/calc_agent.py`) with its system prompt taken
-from a `PromptTemplate` resource, so that APO has something to rewrite. Each variant starts from the same
-SmolLM2-135M weights and the same seed prompt, trains for `--budget` seconds (`time_budget_s`: GRPO and Joint
-stop after the step that ends past it, APO starts no round past it), then the prompt and weights it ends with are
-scored greedily on `--held-out` problems no variant saw (a Baseline run). The critic and editor of APO and Joint
-are the policy model itself, through its gateway (no API key). Variants are interleaved seed by seed, so the
-machine's other load hits them alike; run it under `nice -n 19`.
+Two agents, each with its system prompt taken from a `PromptTemplate` resource, so that APO has something to
+rewrite: `--agent calc`, the demo's plain task (two-digit additions, `examples/calc_agent.py`) on SmolLM2-135M
+(full weights), and `--agent sql`, the LangGraph text-to-SQL agent (`examples/sql/`, its `INSTRUCTIONS` with their
+`{schema}` slot as the seed prompt) on Qwen2.5-Coder-0.5B with the SQL demo's LoRA GRPO settings. Each variant
+starts from the same weights and the same seed prompt, trains for `--budget` seconds (`time_budget_s`: GRPO and
+Joint stop after the step that ends past it, APO starts no round past it), then the prompt and weights it ends with
+are scored greedily on `--held-out` tasks no variant trained or validated on (a Baseline run): for the SQL agent,
+questions on the databases training never sees, half the project's held-out ones and half the real-world ones.
+The critic and editor of APO and Joint are the policy model itself, through its gateway (no API key). Variants are
+interleaved seed by seed, so the machine's other load hits them alike; run it under `nice -n 19`.
 
     nice -n 19 .venv/bin/python benchmarks/joint_vs_alone.py --budget 150 --seeds 0 1
+    nice -n 19 .venv/bin/python benchmarks/joint_vs_alone.py --agent sql --budget 480 --seeds 0 1
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +33,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import agentgrad as ag
 from examples.calc_agent import EXAMPLES, client_for, make_splits, parse_answer
 
-SEED_PROMPT = ag.PromptTemplate(
-    template="Solve the problem and give the final result on the last line as 'Answer: <number>'."
-)
 VARIANTS = ("apo", "grpo", "joint")
-GRPO_SETTINGS: dict[str, Any] = dict(
-    steps=1000, prompts_per_step=8, group_size=8, learning_rate=1e-5, max_tokens=48, val_every=0, micro_batch_size=8
-)
 APO_SETTINGS: dict[str, Any] = dict(
     branch_factor=2,
     critic_examples=4,
-    max_tokens=128,
     max_tries=1,
-    val_size=32,
     critic_temperature=0.7,
     lenient_replies=True,
     editor_temperature=0.7,
 )
+Splits = tuple[list[Any], list[Any], list[Any]]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One agent of the comparison: its rollout, seed prompt, model, GRPO settings and tasks."""
+
+    label: str
+    rollout: Any
+    seed_prompt: ag.PromptTemplate
+    engine: Callable[[], Any]  # a fresh engine holding the untrained weights
+    grpo: dict[str, Any]  # GRPO settings beside the budget, the seed and the engine
+    apo_max_tokens: int  # the critic's and editor's replies: the editor writes the whole template
+    runners: int
+    runner_concurrency: int
+    held_out: int  # default held-out tasks
+    splits: Callable[[int, int, int], Splits]  # (seed, validation tasks, held-out tasks) -> (train, val, held-out)
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.grpo["max_tokens"])
 
 
 @ag.rollout
@@ -55,6 +75,75 @@ def prompted_calc_agent(task: dict[str, Any], prompt: ag.PromptTemplate, llm: ag
     return 1.0 if parse_answer(reply.choices[0].message.content or "") == task["answer"] else 0.0
 
 
+def calc_splits(seed: int, n_val: int, n_held: int) -> Splits:
+    train_set, held = make_splits(n_train=2000, n_val=n_held, seed=seed)
+    return train_set[n_val:], train_set[:n_val], held  # validation apart from training tasks
+
+
+def sql_splits(seed: int, n_val: int, n_held: int) -> Splits:
+    """Training and validation questions on the project's training databases (validation a seed's sample of them,
+    apart from training); held-out on the databases training never sees, as the SQL demo validates."""
+    from agentgrad.cli.sql_demo import load_sql_example, task_lists
+
+    train_set, held = task_lists(load_sql_example().db, run_first=True, val_size=n_held // 2)
+    random.Random(seed).shuffle(train_set)
+    return train_set[n_val:], train_set[:n_val], held
+
+
+def calc_setup() -> Setup:
+    from agentgrad.engine import Engine
+
+    return Setup(
+        label="calculator (SmolLM2-135M)",
+        rollout=prompted_calc_agent,
+        seed_prompt=ag.PromptTemplate(
+            template="Solve the problem and give the final result on the last line as 'Answer: <number>'."
+        ),
+        engine=Engine,
+        grpo=dict(prompts_per_step=8, group_size=8, learning_rate=1e-5, max_tokens=48, micro_batch_size=8),
+        apo_max_tokens=128,
+        runners=1,
+        runner_concurrency=16,
+        held_out=256,
+        splits=calc_splits,
+    )
+
+
+def sql_setup() -> Setup:
+    """The SQL demo's agent and LoRA GRPO settings (`agentgrad/cli/sql_demo.py`), its prompt a resource."""
+    from agentgrad.cli import sql_demo
+    from agentgrad.engine import Engine
+    from agentgrad.policy.config import PolicyConfig
+
+    example = sql_demo.load_sql_example()
+    return Setup(
+        label="text-to-SQL (Qwen2.5-Coder-0.5B, LoRA)",
+        rollout=example.sql_rollout,
+        seed_prompt=ag.PromptTemplate(template=example.agent.INSTRUCTIONS),
+        engine=lambda: Engine(sql_demo.MODEL, sampling_dtype="float32", name=sql_demo.MODEL),
+        grpo=dict(
+            prompts_per_step=sql_demo.PROMPTS_PER_STEP,
+            group_size=sql_demo.GROUP_SIZE,
+            max_tokens=sql_demo.MAX_TOKENS,
+            rollout_timeout=sql_demo.ROLLOUT_TIMEOUT,
+            learning_rate=sql_demo.LEARNING_RATE,
+            credit="per_turn",
+            gamma=0.0,
+            micro_batch_size=2,
+            gradient_checkpointing=True,
+            policy=PolicyConfig(lora_rank=sql_demo.LORA_RANK),
+        ),
+        apo_max_tokens=384,
+        runners=2,
+        runner_concurrency=sql_demo.RUNNER_CONCURRENCY,
+        held_out=80,
+        splits=sql_splits,
+    )
+
+
+SETUPS: dict[str, Callable[[], Setup]] = {"calc": calc_setup, "sql": sql_setup}
+
+
 def served(engine: Any, store: ag.Store) -> Any:
     """The engine behind a gateway that records into `store` (no training): what APO and the held-out runs call."""
     from agentgrad.policy.config import PolicyConfig, make_policy
@@ -63,6 +152,7 @@ def served(engine: Any, store: ag.Store) -> Any:
 
 
 def train(
+    setup: Setup,
     variant: str,
     engine: Any,
     store: ag.Store,
@@ -74,32 +164,26 @@ def train(
     critic: dict[str, Any] | None = None,
 ) -> ag.PromptTemplate:
     """Train `variant` for `budget` seconds; the prompt it ends with (its weights are the engine's)."""
+    apo_settings = {**APO_SETTINGS, "max_tokens": setup.apo_max_tokens, "val_size": len(val_set), **(critic or {})}
+    runners: dict[str, Any] = {
+        "n_runners": setup.runners,
+        "runner_concurrency": setup.runner_concurrency,
+        "store": store,
+    }
     if variant == "apo":
         with served(engine, store) as policy:
-            llm = policy.llm(temperature=0.0, max_tokens=GRPO_SETTINGS["max_tokens"])
-            apo = ag.APO(
-                steps=1000,
-                beam_width=2,
-                prompts_per_step=8,
-                time_budget_s=budget,
-                seed=seed,
-                **APO_SETTINGS,
-                **critic or {},
-            )
-            trainer = ag.Trainer(
-                apo, n_runners=1, runner_concurrency=16, store=store, resources={"prompt": SEED_PROMPT, "llm": llm}
-            )
-            result = trainer.fit(prompted_calc_agent, train_set, val_set)
+            llm = policy.llm(temperature=0.0, max_tokens=setup.max_tokens)
+            apo = ag.APO(steps=1000, beam_width=2, prompts_per_step=8, time_budget_s=budget, seed=seed, **apo_settings)
+            trainer = ag.Trainer(apo, **runners, resources={"prompt": setup.seed_prompt, "llm": llm})
+            result = trainer.fit(setup.rollout, train_set, val_set)
             assert result.prompt is not None
             return result.prompt
-    grpo = ag.GRPO(local_engine=engine, time_budget_s=budget, seed=seed, **GRPO_SETTINGS)
+    grpo = ag.GRPO(local_engine=engine, time_budget_s=budget, seed=seed, steps=1000, val_every=0, **setup.grpo)
     algorithm: Any = grpo
     if variant == "joint":
-        algorithm = ag.Joint(
-            apo=ag.APO(seed=seed, **APO_SETTINGS, **critic or {}), grpo=grpo, prompt_every=prompt_every
-        )
-    trainer = ag.Trainer(algorithm, n_runners=1, runner_concurrency=16, store=store, resources={"prompt": SEED_PROMPT})
-    trainer.fit(prompted_calc_agent, train_set, val_set)
+        algorithm = ag.Joint(apo=ag.APO(seed=seed, **apo_settings), grpo=grpo, prompt_every=prompt_every)
+    trainer = ag.Trainer(algorithm, **runners, resources={"prompt": setup.seed_prompt})
+    trainer.fit(setup.rollout, train_set, val_set)
     latest = asyncio.run(store.get_latest_resources())
     assert latest is not None
     prompt = latest.resources["prompt"]
@@ -107,25 +191,34 @@ def train(
     return prompt
 
 
-def held_out(engine: Any, store: ag.Store, prompt: ag.PromptTemplate, tasks: list[Any]) -> float:
+def held_out(setup: Setup, engine: Any, store: ag.Store, prompt: ag.PromptTemplate, tasks: list[Any]) -> float:
     """Greedy accuracy of `prompt` and the engine's weights on `tasks`."""
     with served(engine, store) as policy:
-        llm = policy.llm(temperature=0.0, max_tokens=GRPO_SETTINGS["max_tokens"])
+        llm = policy.llm(temperature=0.0, max_tokens=setup.max_tokens)
         trainer = ag.Trainer(
-            ag.Baseline(), n_runners=1, runner_concurrency=16, store=store, resources={"prompt": prompt, "llm": llm}
+            ag.Baseline(),
+            n_runners=setup.runners,
+            runner_concurrency=setup.runner_concurrency,
+            store=store,
+            resources={"prompt": prompt, "llm": llm},
         )
-        result = trainer.fit(prompted_calc_agent, [], tasks)
+        result = trainer.fit(setup.rollout, [], tasks)
         assert result.final is not None
         return result.final.success_rate
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent", choices=sorted(SETUPS), default="calc", help="the calculator or the SQL agent")
     parser.add_argument("--budget", type=float, default=150.0, help="training seconds per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--held-out", type=int, default=256, help="held-out problems scored after training")
-    parser.add_argument("--val", type=int, default=32, help="validation problems (APO's and Joint's prompt scores)")
+    parser.add_argument("--held-out", type=int, help="held-out tasks scored after training (calc 256, sql 80)")
+    parser.add_argument(
+        "--val",
+        type=int,
+        help="validation tasks, apart from training (APO's and Joint's prompt scores; calc 32, sql 16)",
+    )
     parser.add_argument("--prompt-every", type=int, default=3, help="Joint: a prompt round after every k-th step")
     parser.add_argument("--out", default=".agentgrad/joint-bench", help="one store per run goes here")
     parser.add_argument(
@@ -135,6 +228,9 @@ def main() -> None:
         "by a second engine beside it (qwen2.5-coder-0.5b: `make qwen`)",
     )
     args = parser.parse_args()
+    setup = SETUPS[args.agent]()
+    args.held_out = args.held_out or setup.held_out
+    args.val = args.val or (32 if args.agent == "calc" else 16)
     from agentgrad.engine import Engine
     from agentgrad.engine.server import create_engine_app
     from agentgrad.serving import ServerThread
@@ -150,30 +246,29 @@ def main() -> None:
             critic_url = stack.enter_context(ServerThread(create_engine_app(critic_engine))).url
             critic = {"base_url": critic_url + "/v1", "api_key": "none", "critic_model": critic_engine.name}
         for seed in args.seeds:
-            rows += run_seed(args, seed, out, critic)
+            rows += run_seed(setup, args, seed, out, critic)
     print("\n| agent | critic | variant | seed | held-out accuracy | training wall time (s) |")
     print("|---|---|---|---|---|---|")
     for variant, seed, accuracy, trained, _ in rows:
         shown = "-" if variant == "grpo" else args.critic
-        print(f"| calculator (SmolLM2-135M) | {shown} | {variant} | {seed} | {accuracy:.3f} | {trained:.0f} |")
+        print(f"| {setup.label} | {shown} | {variant} | {seed} | {accuracy:.3f} | {trained:.0f} |")
 
 
-def run_seed(args: argparse.Namespace, seed: int, out: Path, critic: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+def run_seed(
+    setup: Setup, args: argparse.Namespace, seed: int, out: Path, critic: dict[str, Any] | None
+) -> list[tuple[Any, ...]]:
     """Each variant on one seed's tasks: (variant, seed, held-out accuracy, training seconds, final prompt) each."""
-    from agentgrad.engine import Engine
-
     rows = []
-    train_set, held = make_splits(n_train=2000, n_val=args.held_out, seed=seed)
-    train_set, val_set = train_set[args.val :], train_set[: args.val]  # validation apart from training tasks
+    train_set, val_set, held = setup.splits(seed, args.val, args.held_out)
     for variant in args.variants:
-        path = out / f"{variant}-seed{seed}.db"
+        path = out / f"{args.agent}-{variant}-seed{seed}.db"
         path.unlink(missing_ok=True)
         store = ag.SqliteStore(path)
-        engine = Engine()
+        engine = setup.engine()
         began = time.perf_counter()
-        prompt = train(variant, engine, store, seed, args.budget, train_set, val_set, args.prompt_every, critic)
+        prompt = train(setup, variant, engine, store, seed, args.budget, train_set, val_set, args.prompt_every, critic)
         trained = time.perf_counter() - began
-        accuracy = held_out(engine, store, prompt, held)
+        accuracy = held_out(setup, engine, store, prompt, held)
         engine.close()
         rows.append((variant, seed, accuracy, trained, prompt.template))
         print(

@@ -16,6 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+import agentgrad as ag
+from agentgrad.algorithms.apo_text import check_rewrite
 from agentgrad.serving import ServerThread
 from examples.sql import agent, db, generate, recovery, train
 
@@ -192,6 +194,20 @@ def test_an_agent_that_writes_no_final_block_is_judged_on_its_last_query_that_ra
     with served(replies) as (url, _):
         episode = agent.solve(question["question"], question["db"], model="m", base_url=url, api_key="k")
     assert episode.answer == question["gold"] and not episode.first_failed and not episode.recovered
+
+
+def test_a_prompt_resource_is_the_system_prompt_with_the_schema_and_a_rewrite_without_its_slot_is_refused(
+    question: dict[str, Any],
+) -> None:
+    prompt = ag.PromptTemplate(template="Answer in SQLite.\n{schema}\nRun the query with run_sql first.")
+    replies = [call(question["gold"], 1), {"content": f"```sql\n{question['gold']}\n```"}]
+    with served(replies) as (url, requests):
+        reward = train.sql_rollout(question, ag.LLM(base_url=url, model="m"), prompt)
+    assert reward == 1.0
+    assert requests[0]["messages"][0]["content"] == prompt.format(schema=db.schema(question["db"]))
+    seed = ag.PromptTemplate(template=agent.INSTRUCTIONS)  # what APO rewrites in `benchmarks/joint_vs_alone.py`
+    dropped = seed.model_copy(update={"template": agent.INSTRUCTIONS.replace("{schema}", "the tables")})
+    assert check_rewrite(seed, dropped) == "drops placeholder(s) schema, which the agent fills"
 
 
 def test_runner_threads_building_a_database_at_once_all_get_it_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

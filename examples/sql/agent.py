@@ -115,12 +115,14 @@ def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: 
 
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
           run_first: bool = False, retries: int = 0, first_query: str | None = None,
-          on_query: Callable[[str, bool], None] | None = None, **settings: Any) -> Episode:
+          on_query: Callable[[str, bool], None] | None = None, system_prompt: str | None = None,
+          **settings: Any) -> Episode:
     """Answer `question` on `database`. `run_first`: the first turn must call run_sql (`tool_choice="required"`,
     by LangGraph's dynamic model selection); `retries`: after a failed query, the next turn must run another, up
     to that many times; other turns choose. `first_query`: the episode starts with this query already called and
     answered, as if the model had written it (a training episode that starts from a mistake to fix). `on_query(sql,
-    failed)` is called as each query the model wrote has run."""
+    failed)` is called as each query the model wrote has run. `system_prompt`: the system prompt, rendered (by
+    default `INSTRUCTIONS` with the database's schema)."""
     queries: list[tuple[str, bool]] = []
     with closing(db.connect_readonly(database)) as connection:
 
@@ -149,7 +151,7 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
             return chat.bind_tools([run_sql], tool_choice="required" if must_run(state) else "auto")
 
         agent = create_react_agent(pick_model if run_first or retries else chat, [run_sql],
-                                   prompt=INSTRUCTIONS.format(schema=db.schema(database)))
+                                   prompt=system_prompt or INSTRUCTIONS.format(schema=db.schema(database)))
         try:
             state = agent.invoke({"messages": messages}, {"recursion_limit": RECURSION_LIMIT})
         except GraphRecursionError:  # still calling tools when the step budget ran out

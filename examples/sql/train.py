@@ -5,7 +5,8 @@ own execution match as an emitted reward, so under per-turn credit (`GRPOConfig(
 gamma=0.0)`) the call that wrote a query is paid for that query: a correcting query after a failed
 one is what gets reinforced, not the failure before it. Each episode is annotated with whether its
 first query failed (an error or nothing returned), whether a later one ran, and whether the final answer matched.
-A training task may carry a `first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if
+With a `PromptTemplate` resource named `prompt` (a `{schema}` slot, as `agent.INSTRUCTIONS`), that is the system
+prompt, so APO can rewrite it (`benchmarks/joint_vs_alone.py --agent sql`). A training task may carry a `first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if
 the model had run it, so that what is trained is the turn that fixes it.
 
     python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
@@ -36,13 +37,15 @@ def annotation(episode: agent.Episode, reward: float, from_mistake: bool = False
 
 
 @ag.rollout
-def sql_rollout(task: dict[str, Any], llm: ag.LLM) -> float:
+def sql_rollout(task: dict[str, Any], llm: ag.LLM, prompt: ag.PromptTemplate | None = None) -> float:
     def pay_query(sql: str, failed: bool) -> None:  # the call that wrote this query earns its execution match
         ag.emit_reward(0.0 if failed else db.execution_match(task["db"], sql, task["gold"]))
 
     episode = agent.solve(task["question"], task["db"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
                           run_first=bool(task.get("run_first")), retries=int(task.get("retries", 0)),
-                          first_query=task.get("first_query"), on_query=pay_query, **llm.sampling_parameters)
+                          first_query=task.get("first_query"), on_query=pay_query,
+                          system_prompt=prompt.format(schema=db.schema(task["db"])) if prompt else None,
+                          **llm.sampling_parameters)
     reward = db.execution_match(task["db"], episode.answer, task["gold"])
     ag.emit_annotation(annotation(episode, reward, from_mistake=task.get("first_query") is not None))
     return reward
