@@ -22,7 +22,7 @@ from agentgrad import semconv as sc
 from agentgrad.adapters import to_trajectories
 from agentgrad.algorithms.apo_text import check_rewrite, lenient
 from agentgrad.algorithms.base import beats
-from agentgrad.cli.run_views import TIMELINE_FIGURES
+from agentgrad.cli.run_views import TIMELINE_FIGURES, timeline_event
 from agentgrad.dashboard import STATIC
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
@@ -134,6 +134,15 @@ def test_runs_show_and_the_dashboard_lay_weight_and_prompt_versions_on_one_timel
     assert cells == [("0", "v0", "v0"), ("1", "v1", "v0"), ("2", "v2", "v1"), ("3", "v3", "v1"), ("4", "v4", "v1")]
     assert "prompt rewrite kept" in timeline and "prompt rewrite refused" in timeline
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_timeline_says_a_refused_rewrite_that_scored_higher_was_within_chance() -> None:
+    def event(kept: float, best: float) -> str:
+        return timeline_event({"prompt/kept": kept, "prompt/candidate_best": best, "prompt/score": 0.44})
+
+    assert event(0.0, 0.47) == "prompt rewrite refused (0.470 vs 0.440, within chance)"
+    assert event(0.0, 0.40) == "prompt rewrite refused (0.400 vs 0.440)"
+    assert event(1.0, 0.72) == "prompt rewrite kept (0.720 vs 0.440)"
 
 
 def test_a_joint_run_stops_after_the_step_that_ends_past_its_time_budget_validated(

@@ -167,11 +167,8 @@ def timeline_event(figures: dict[str, float]) -> str:
     if "prompt/kept" in figures:
         kept = figures["prompt/kept"] >= 1
         best, current = figures.get("prompt/candidate_best", 0.0), figures.get("prompt/score", 0.0)
-        events.append(
-            f"prompt rewrite kept ({best:.3f} >= {current:.3f})"
-            if kept
-            else f"prompt rewrite refused ({best:.3f} < {current:.3f})"
-        )
+        chance = ", within chance" if not kept and best > current else ""  # kept only past chance (`base.beats`)
+        events.append(f"prompt rewrite {'kept' if kept else 'refused'} ({best:.3f} vs {current:.3f}{chance})")
     if figures.get("train/rollback"):
         events.append(f"weights rolled back to step {figures.get('train/rollback_to_step', 0):.0f}")
     return "; ".join(events)

@@ -704,7 +704,9 @@ function timelineTable(run, points) {
     const events = [];
     if ("prompt/kept" in f) {
       const best = fmtNumber(f["prompt/candidate_best"] ?? 0), current = fmtNumber(f["prompt/score"] ?? 0);
-      events.push(f["prompt/kept"] >= 1 ? `prompt rewrite kept (${best} ≥ ${current})` : `prompt rewrite refused (${best} < ${current})`);
+      const kept = f["prompt/kept"] >= 1;  // kept only past chance: a higher score within chance is refused
+      const chance = !kept && (f["prompt/candidate_best"] ?? 0) > (f["prompt/score"] ?? 0) ? ", within chance" : "";
+      events.push(`prompt rewrite ${kept ? "kept" : "refused"} (${best} vs ${current}${chance})`);
     }
     if (f["train/rollback"]) events.push(`weights rolled back to step ${fmtNumber(f["train/rollback_to_step"] ?? 0)}`);
     return h("tr", {}, h("td", {}, String(step)), h("td", { class: "mono" }, `v${weights}`),
