@@ -58,6 +58,7 @@ class Setup:
     runners: int
     runner_concurrency: int
     held_out: int  # default held-out tasks
+    val: int  # default validation tasks
     splits: Callable[[int, int, int], Splits]  # (seed, validation tasks, held-out tasks) -> (train, val, held-out)
 
     @property
@@ -105,6 +106,7 @@ def calc_setup() -> Setup:
         runners=1,
         runner_concurrency=16,
         held_out=256,
+        val=32,
         splits=calc_splits,
     )
 
@@ -137,6 +139,7 @@ def sql_setup() -> Setup:
         runners=2,
         runner_concurrency=sql_demo.RUNNER_CONCURRENCY,
         held_out=80,
+        val=16,
         splits=sql_splits,
     )
 
@@ -230,7 +233,7 @@ def main() -> None:
     args = parser.parse_args()
     setup = SETUPS[args.agent]()
     args.held_out = args.held_out or setup.held_out
-    args.val = args.val or (32 if args.agent == "calc" else 16)
+    args.val = args.val or setup.val
     from agentgrad.engine import Engine
     from agentgrad.engine.server import create_engine_app
     from agentgrad.serving import ServerThread

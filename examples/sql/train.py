@@ -6,8 +6,9 @@ gamma=0.0)`) the call that wrote a query is paid for that query: a correcting qu
 one is what gets reinforced, not the failure before it. Each episode is annotated with whether its
 first query failed (an error or nothing returned), whether a later one ran, and whether the final answer matched.
 With a `PromptTemplate` resource named `prompt` (a `{schema}` slot, as `agent.INSTRUCTIONS`), that is the system
-prompt, so APO can rewrite it (`benchmarks/joint_vs_alone.py --agent sql`). A training task may carry a `first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if
-the model had run it, so that what is trained is the turn that fixes it.
+prompt, so APO can rewrite it (`benchmarks/joint_vs_alone.py --agent sql`). A training task may carry a
+`first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if the model had run it, so that
+what is trained is the turn that fixes it.
 
     python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
 """
