@@ -43,7 +43,7 @@ def joint_run(tmp_path_factory: pytest.TempPathFactory, tiny_smollm2_dir: Path) 
     fake, path = CriticEditor(), tmp_path_factory.mktemp("joint") / "joint.db"
     with ServerThread(fake.app()) as server:
         engine = tiny_engine_of(tiny_smollm2_dir)
-        fit(joint(engine, server.url + "/v1", success_threshold=1.5), SqliteStore(path))
+        fit(joint(engine, server.url + "/v1", success_threshold=1.5, rollout_timeout=300), SqliteStore(path))
         engine.close()
     yield path, fake
 
@@ -68,7 +68,7 @@ def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_
     store = SqliteStore(path)
 
     # weights every step, a prompt round every second step: the first rewrite kept, the second (worse) refused
-    assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    assert metric(store, "train/model_version") == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
     assert metric(store, "prompt/version") == [(1, 0.0), (2, 1.0), (3, 1.0), (4, 1.0)]
     assert metric(store, "prompt/kept") == [(2, 1.0), (4, 0.0)]
     (_, first_best), (_, second_best) = metric(store, "prompt/candidate_best")
@@ -99,6 +99,10 @@ def test_a_joint_run_alternates_weight_steps_and_prompt_rounds_and_records_both_
         assert calls and all(c.attributes[sc.WEIGHTS_VERSION] == step - (rollout.mode == "train") for c in calls)
         prompt_sent = str(calls[0].attributes[sc.GEN_AI_INPUT_MESSAGES])
         assert ("BETTER" in prompt_sent) == (version == 1)
+
+    # a round's validation rollouts run as the run's others do: GRPO's timeout (300 s here), not APO's (600 s)
+    scored = [r for r in rollouts(store, "val") if "apo_round" in r.metadata]
+    assert scored and {r.config.timeout_seconds for r in scored} == {300.0}
 
     # the run record holds both histories
     (run,) = asyncio.run(store.query_runs())
@@ -180,7 +184,7 @@ def test_the_policy_itself_can_be_critic_and_editor_recorded_through_its_gateway
     assert all(c.attributes[sc.WEIGHTS_VERSION] == 2 for c in critic_calls)  # after step 2's update
     assert to_trajectories(critic_calls, reward=1.0) == [], "adapters leave marked calls out of any batch"
     assert metric(store, "prompt/version") == [(1, 0.0), (2, 0.0)]  # a tiny model's critique is unusable: no change
-    assert metric(store, "train/model_version") == [(1, 1.0), (2, 2.0)]
+    assert metric(store, "train/model_version") == [(0, 0.0), (1, 1.0), (2, 2.0)]
 
 
 def test_the_guard_keeps_a_rewrite_only_when_it_wins_past_chance_as_the_best_of_those_compared() -> None:

@@ -45,6 +45,7 @@ from agentgrad.types import (
     PromptTemplate,
     ResourcesSnapshot,
     Rollout,
+    RolloutConfig,
     RolloutStatus,
 )
 
@@ -375,13 +376,16 @@ class APO(Algorithm["APOResult"]):
 
     # ------------------------------------------------------------------ rollouts and model calls
 
-    async def validate(self, resources_id: str, tasks: Sequence[Any], round_: int) -> list[Rollout]:
-        """Run the validation tasks with the prompt of snapshot `resources_id`; its score is their mean reward."""
+    async def validate(
+        self, resources_id: str, tasks: Sequence[Any], round_: int, config: RolloutConfig | None = None
+    ) -> list[Rollout]:
+        """Run the validation tasks with the prompt of snapshot `resources_id`; its score is their mean reward.
+        `config`: how each rollout runs (default APO's own settings; a joint run's are GRPO's)."""
         return await self.run_rollouts(
             tasks,
             mode="val",
             resources_id=resources_id,
-            config=self.config.rollout_config(),
+            config=config or self.config.rollout_config(),
             metadata=[{"apo_round": round_}] * len(tasks),
             timeout=self.config.batch_timeout,
         )

@@ -43,7 +43,7 @@ from agentgrad.algorithms.grpo import GRPO, GroupBatches
 from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.loop import RoundOutcome, TrainsWeights, Validation
 from agentgrad.algorithms.updates import ShardedTrain, Train
-from agentgrad.types import PromptTemplate
+from agentgrad.types import PromptTemplate, RolloutConfig
 
 
 class Joint(TrainsWeights):
@@ -87,16 +87,17 @@ class Joint(TrainsWeights):
         return self.grpo.reference()
 
     def rounds(self) -> PromptRounds:
-        return PromptRounds(self.apo, self.prompt_every)
+        return PromptRounds(self.apo, self.prompt_every, self.config.rollout_config())
 
 
 @dataclass
 class PromptRounds:
     """The prompt side of a joint run (`loop.Rounds`): the current prompt, its version, and a round every `every`
-    steps."""
+    steps, its rollouts run as the run's others (`rollout`: GRPO's timeout and attempts, not APO's)."""
 
     apo: APO
     every: int
+    rollout: RolloutConfig
     prompt_name: str = ""
     prompt: PromptTemplate | None = None
     version: int = 0
@@ -193,9 +194,7 @@ class PromptRounds:
             )
             for rewrite in rewrites.values()
         ]
-        runs = await asyncio.gather(
-            *(apo.validate(resources_id, tasks, step) for resources_id in [current.resources_id, *ids])
-        )
+        runs = await asyncio.gather(*(apo.validate(r, tasks, step, self.rollout) for r in [current.resources_id, *ids]))
         score, *scores = [Evaluation.of(r, cfg.success_threshold).reward_mean for r in runs]
         current_rewards, *rewrite_rewards = [Evaluation.rewards(r) for r in runs]
         best = max(range(len(ids)), key=lambda i: scores[i])

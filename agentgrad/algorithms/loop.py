@@ -203,6 +203,7 @@ async def train(
     validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
     guard = RollbackGuard.of(cfg, checkpoints.directory)
     validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
+    await algorithm.log_metrics(start, {"train/model_version": policy.version})  # what it ran (LoRA starts at v1)
     initial = Evaluation(**state["initial"]) if state.get("initial") else validated  # the run's, not the resume's
     stop, failed_steps, run_began = False, 0, time.perf_counter()
     with progress_bar(name, algorithm.console, cfg.steps, start) as progress:
