@@ -58,7 +58,7 @@ _EXPORTS = {
     "SFTResult": "agentgrad.algorithms.sft",
     "PolicyConfig": "agentgrad.policy.config",
     "APO": "agentgrad.algorithms.apo",
-    "APOConfig": "agentgrad.algorithms.apo",
+    "APOConfig": "agentgrad.algorithms.apo_config",
     "APOResult": "agentgrad.algorithms.apo",
     "Joint": "agentgrad.algorithms.joint",
     # stores
@@ -107,7 +107,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentgrad.algorithms.apo import APO, APOConfig, APOResult
+    from agentgrad.algorithms.apo import APO, APOResult
+    from agentgrad.algorithms.apo_config import APOConfig
     from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext
     from agentgrad.algorithms.baseline import Baseline, BaselineConfig
     from agentgrad.algorithms.config import RunConfig

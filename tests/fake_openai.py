@@ -8,7 +8,8 @@ score higher than others:
 - `critic-model` reads the failed runs it is shown and names the rule that is missing.
 - `editor-model` edits along the critique, differently for each edit style APO asks for: the
   smallest change adds the right rule, an explicit rule adds a useless one, a whole rewrite
-  drops the `{ticket}` placeholder (which APO must reject).
+  drops the `{ticket}` placeholder (which APO must reject). Told why its rewrite cannot be used, it
+  writes the same again, or with `repairs` set, puts the placeholder back on a last line.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class FakeLLM:
     base_url: str = ""  # set once served
     malformed: dict[str, int] = field(default_factory=dict)
     leak_key: dict[str, int] = field(default_factory=dict)  # the next replies of a model quote its API key, unusably
+    repairs: bool = False  # the editor, told its rewrite dropped a placeholder, puts it back
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -54,7 +56,8 @@ class FakeLLM:
         with self.lock:
             return [r["messages"][-1]["content"] for r in self.requests if r["model"] == model]
 
-    def reply(self, model: str, prompt: str) -> tuple[str, str]:
+    def reply(self, model: str, messages: list[dict[str, Any]]) -> tuple[str, str]:
+        prompt = messages[-1]["content"]
         with self.lock:
             if self.malformed.get(model, 0) > 0:
                 self.malformed[model] -= 1
@@ -64,6 +67,8 @@ class FakeLLM:
             return self.route(prompt), "stop"
         if model == "critic-model":
             return critique(prompt), "stop"
+        if prompt.startswith("That template cannot be used"):
+            return repair(messages, self.repairs), "stop"
         return edit(prompt), "stop"
 
     def route(self, prompt: str) -> str:
@@ -100,6 +105,16 @@ def edit(prompt: str) -> str:
     return f"Here is the new template:\n<new_prompt>\n{new}\n</new_prompt>"
 
 
+def repair(messages: list[dict[str, Any]], repairs: bool) -> str:
+    """The editor's answer to being told why its rewrite cannot be used: the same rewrite, or (`repairs`) with the
+    original template's placeholder on a last line."""
+    rewrite = re.search(r"<new_prompt>\n(.*)\n</new_prompt>", messages[-2]["content"], re.S).group(1)  # type: ignore[union-attr]
+    original = re.search(r"<template>\n(.*)\n</template>", messages[1]["content"], re.S).group(1)  # type: ignore[union-attr]
+    placeholder = re.search(r"\{\{ *ticket *\}\}|\{ticket\}", original).group(0)  # type: ignore[union-attr]
+    new = f"{rewrite}\nTicket: {placeholder}" if repairs else rewrite
+    return f"<new_prompt>\n{new}\n</new_prompt>"
+
+
 def app(fake: FakeLLM) -> Starlette:
     async def chat_completions(request: Request) -> JSONResponse:
         body = await request.json()
@@ -110,7 +125,7 @@ def app(fake: FakeLLM) -> Starlette:
             return JSONResponse({"error": error}, status_code=404)
         with fake.lock:
             fake.requests.append(body)
-        content, finish_reason = fake.reply(model, body["messages"][-1]["content"])
+        content, finish_reason = fake.reply(model, body["messages"])
         with fake.lock:
             if fake.leak_key.get(model, 0) > 0:
                 fake.leak_key[model] -= 1

@@ -21,7 +21,7 @@ from tests.fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, a
 
 import agentgrad as ag
 from agentgrad.cli import main as cli
-from agentgrad.algorithms.apo import APOError
+from agentgrad.algorithms.apo_critic import APOError
 from agentgrad.algorithms.apo_text import between_markers, check_rewrite
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
@@ -56,6 +56,7 @@ def fake(served: FakeLLM) -> FakeLLM:
     with served.lock:
         served.requests.clear()
         served.malformed.clear()
+        served.repairs = False
     return served
 
 
@@ -191,7 +192,7 @@ def test_malformed_critic_replies_are_retried(fake: FakeLLM, caplog: pytest.LogC
     assert result.score == pytest.approx(ONE_WORD_SCORE)
     assert len(fake.of("critic-model")) == 3
     assert metric(store, "apo/unusable_replies") == [2] and metric(store, "apo/skipped") == [0]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "agentgrad.algorithms.apo"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "agentgrad.algorithms.apo_critic"]
     assert len(warnings) == 2
     assert "(try 1 of 3): the reply has no <critique> ... </critique> block: 'I think the prompt" in warnings[0]
     assert "(try 2 of 3): the reply is empty" in warnings[1]
@@ -219,6 +220,35 @@ def test_malformed_editor_replies_are_retried_then_skipped_without_a_snapshot(fa
     assert metric(store, "apo/unusable_replies") == [6] and metric(store, "apo/skipped") == [3]
     assert metric(store, "apo/candidates") == [0]
     assert [s.metadata["status"] for s in history(store)] == ["seed", "best"]
+
+
+def test_a_rewrite_the_checks_refuse_goes_back_to_the_editor_with_the_reason_and_its_repair_is_scored(
+    fake: FakeLLM,
+) -> None:
+    fake.repairs = True  # the whole rewrite drops {ticket}; told so, the editor puts it back
+    store = ag.MemoryStore()
+    fit(fake, apo(rounds=1), store)
+    told = [m for m in fake.of("editor-model") if m.startswith("That template cannot be used")]
+    assert told == [
+        "That template cannot be used (drops placeholder(s) ticket, which the agent fills). Write the complete new "
+        "template again, along the critique, keeping every placeholder of the original exactly as it is written there "
+        "(its placeholders: ticket) and adding none. Reply with it between <new_prompt> and </new_prompt>."
+    ]
+    candidates = [s for s in history(store) if "edit_style" in s.metadata]  # the round's rewrites
+    assert [c.metadata["status"] for c in candidates] == ["scored"] * 3  # none rejected: the third was repaired
+    repaired = candidates[2].resources["prompt"].template
+    assert repaired.startswith("You route support tickets") and repaired.endswith("\nTicket: {ticket}")
+    assert metric(store, "apo/repaired") == [1] and metric(store, "apo/rejected") == [0]
+
+    # an editor that writes the same again: asked once (repair_tries=1), then the rewrite is rejected with the reason
+    fake.repairs = False
+    store = ag.MemoryStore()
+    fit(fake, apo(rounds=1), store)
+    rejected = [s for s in history(store) if s.metadata.get("status") == "rejected"]
+    assert [s.metadata["reason"] for s in rejected] == ["drops placeholder(s) ticket, which the agent fills"]
+    assert metric(store, "apo/repaired") == [0]
+    with pytest.raises(ValueError, match="repair_tries must be an integer of at least 0, got -1"):
+        ag.APO(repair_tries=-1)
 
 
 def test_an_unknown_critic_model_stops_with_an_error_naming_it(fake: FakeLLM) -> None:

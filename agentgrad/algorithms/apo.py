@@ -15,32 +15,21 @@ the seed past chance as the best of all those scored (`base.beats`); else the se
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from agentgrad import semconv as sc
-from agentgrad.algorithms.apo_text import (
-    CALLERS,
-    EDIT_STYLES,
-    between_markers,
-    changes,
-    check_rewrite,
-    critic_messages,
-    editor_messages,
-    lenient,
-)
+from agentgrad.algorithms.apo_config import APOConfig
+from agentgrad.algorithms.apo_critic import APOError, Critic, Tally
+from agentgrad.algorithms.apo_text import EDIT_STYLES, changes, check_rewrite
 from agentgrad.algorithms.base import Algorithm, Evaluation, Result, RunContext, beats
-from agentgrad.algorithms.config import RunConfig, check_time_budget, configured
-from agentgrad.redact import redact, redact_known
+from agentgrad.algorithms.config import configured
 from agentgrad.types import (
-    LLM,
     NamedResources,
     PromptTemplate,
     ResourcesSnapshot,
@@ -48,45 +37,6 @@ from agentgrad.types import (
     RolloutConfig,
     RolloutStatus,
 )
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class APOConfig(RunConfig):
-    """Every setting of an APO run; `APO(config, name=value)` overrides copy it, never change it."""
-
-    steps: int = 3  # search rounds after the seed prompt is scored
-    prompts_per_step: int = 8  # training tasks each prompt in the beam runs per round; the critic reads their failures
-    beam_width: int = 2  # prompts kept after each round, old and new together
-    branch_factor: int = 3  # rewrites the editor writes for each prompt in the beam, each round
-    critic_examples: int = 4  # failed runs the critic reads, lowest reward first
-    critic_model: str | None = None  # model writing the critique; None: the agent's model
-    editor_model: str | None = None  # model rewriting the prompt; None: the critic's model
-    critic_temperature: float = 0.7  # sampling temperature of the critic
-    editor_temperature: float = 1.0  # of the editor: higher gives more varied rewrites
-    max_tokens: int | None = None  # tokens per critic or editor reply (None: the endpoint's limit)
-    lenient_replies: bool = False  # a reply without its markers (or cut off): the critique is the whole text, the
-    # rewrite the first ``` block (else the whole text); for small local critics, whose rewrites a guard scores (Joint)
-    base_url: str | None = None  # OpenAI-compatible endpoint of critic and editor; None: the agent's LLM resource
-    api_key: str | None = None  # its key; None: the LLM resource's when its endpoint is used, else OPENAI_API_KEY
-    prompt_name: str | None = None  # the resource to optimize; None: the only PromptTemplate among the resources
-    max_tries: int = 3  # tries for a critic or editor reply (malformed, or an API error) before giving it up
-    batch_timeout: float | None = None  # seconds to wait for a batch of rollouts; unfinished ones score 0
-    time_budget_s: float | None = None  # no round starts past this many seconds of the search (None: no limit)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_time_budget(self.time_budget_s)
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(
-                f"APO max_tokens must be at least 1 (or None: the endpoint's limit), got {self.max_tokens}"
-            )
-        for name in ("steps", "beam_width", "branch_factor", "prompts_per_step", "critic_examples", "max_tries"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < (0 if name == "steps" else 1):
-                least = 0 if name == "steps" else 1
-                raise ValueError(f"APO {name} must be an integer of at least {least}, got {value!r}")
 
 
 class APO(Algorithm["APOResult"]):
@@ -105,8 +55,6 @@ class APO(Algorithm["APOResult"]):
         self.history: list[dict[str, float]] = []  # each round's figures, round 0 the seed's
 
     async def run(self, ctx: RunContext, train_data: Sequence[Any], val_data: Sequence[Any] | None) -> APOResult:
-        from openai import AsyncOpenAI
-
         self.bind(ctx)
         # ---- setup: the seed snapshot, the prompt to optimize, the data, the critic/editor endpoint
         if not train_data:
@@ -128,15 +76,8 @@ class APO(Algorithm["APOResult"]):
         train_order = list(train_data)
         rng.shuffle(train_order)
         batch_size = min(cfg.prompts_per_step, len(train_order))
-        base_url, api_key, critic_model = cfg.base_url, cfg.api_key, cfg.critic_model
-        if base_url is None or critic_model is None:
-            llm = agent_llm(seed_snapshot.resources)
-            if base_url is None:
-                base_url, api_key = llm.base_url, api_key or llm.api_key
-            critic_model = critic_model or llm.model
-        editor_model = cfg.editor_model or critic_model
-        client = AsyncOpenAI(base_url=base_url, api_key=api_key)
-        search = Search(client, critic_model, editor_model, name, seed_snapshot, val_tasks, train_order, batch_size)
+        critic = Critic.of(cfg, seed_snapshot.resources)
+        search = Search(critic, name, seed_snapshot, val_tasks, train_order, batch_size)
         try:
             seed = best = await self.score_seed(search, seed_prompt)
             beam, round_best, compared = [seed], [seed.score], 0
@@ -153,7 +94,7 @@ class APO(Algorithm["APOResult"]):
                 round_best.append(max(outcome.scores) if outcome.scores else None)
                 await self.report_round(round_, outcome, best, time.monotonic() - started)
         finally:
-            await client.close()
+            await critic.close()
         return await self.publish_best(search, seed, best, round_best, compared)
 
     # ------------------------------------------------------------------ the phases of a run
@@ -211,10 +152,7 @@ class APO(Algorithm["APOResult"]):
 
         # ---- textual gradient: the critic reads each prompt's failures and says what to change
         critiques = await asyncio.gather(
-            *(
-                self.criticize(search.client, search.critic_model, parent.prompt, runs)
-                for parent, runs in zip(beam, train_runs)
-            )
+            *(search.critic.criticize(self.store, parent.prompt, runs) for parent, runs in zip(beam, train_runs))
         )
 
         # ---- edit: the editor rewrites each criticized prompt `branch_factor` times
@@ -225,10 +163,7 @@ class APO(Algorithm["APOResult"]):
             for i in range(self.config.branch_factor)
         ]
         rewrites = await asyncio.gather(
-            *(
-                self.edit(search.client, search.editor_model, parent.prompt, critique, style)
-                for parent, critique, style in edits
-            )
+            *(search.critic.edit(parent.prompt, critique, style) for parent, critique, style in edits)
         )
 
         # ---- check and publish, then score the candidates that passed on the validation tasks
@@ -316,6 +251,7 @@ class APO(Algorithm["APOResult"]):
             "apo/rejected": tally.rejected,
             "apo/unusable_replies": tally.unusable,
             "apo/skipped": tally.skipped,
+            "apo/repaired": tally.repaired,
             "apo/no_failures": tally.no_failures,
             "perf/round_seconds": seconds,
         }
@@ -327,7 +263,7 @@ class APO(Algorithm["APOResult"]):
         self.console.print(
             f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
             f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · scored {len(outcome.scored)}, "
-            f"rejected {tally.rejected}, critic/editor replies given up {tally.skipped}, "
+            f"rejected {tally.rejected}, repaired by the editor {tally.repaired}, critic/editor replies given up {tally.skipped}, "
             f"prompts without failures to learn from {tally.no_failures}"
         )
 
@@ -390,72 +326,6 @@ class APO(Algorithm["APOResult"]):
             timeout=self.config.batch_timeout,
         )
 
-    async def criticize(self, client: Any, model: str, prompt: PromptTemplate, runs: Sequence[Rollout]) -> Reply:
-        """The critic's textual gradient of `prompt` from its failed runs; no text when none failed or
-        the critic gave no usable reply."""
-        failed = sorted(
-            (
-                r
-                for r in runs
-                if r.status is not RolloutStatus.SUCCEEDED
-                or r.reward is None
-                or r.reward < self.config.success_threshold
-            ),
-            key=lambda r: r.reward if r.status is RolloutStatus.SUCCEEDED and r.reward is not None else float("-inf"),
-        )[: self.config.critic_examples]
-        if not failed:
-            return Reply(None, Tally(no_failures=1))
-        spans_of = await self.store.query_spans_of([run.rollout_id for run in failed])
-        messages = critic_messages(prompt, [(run, spans_of[run.rollout_id]) for run in failed], len(runs))
-        return await self.ask(client, model, messages, "critique", self.config.critic_temperature)
-
-    async def edit(self, client: Any, model: str, prompt: PromptTemplate, critique: str, style: str) -> Reply:
-        """The editor's rewrite of `prompt` along `critique`; no text when it gave no usable reply."""
-        messages = editor_messages(prompt, critique, style)
-        return await self.ask(client, model, messages, "new_prompt", self.config.editor_temperature)
-
-    async def ask(self, client: Any, model: str, messages: list[dict[str, str]], tag: str, temperature: float) -> Reply:
-        """The text between `<tag>` markers of the model's reply, tried up to `max_tries` times.
-
-        A malformed reply or a passing API error costs a try; a wrong model name or key stops the run.
-        """
-        import openai
-
-        # through a gateway (the policy's own, say) the call is recorded under the critic's or editor's name, and
-        # marked as no training data, so GRPO never trains on it
-        headers = {sc.NOT_TRAINED_HEADER: "apo", sc.AGENT_HEADER: CALLERS[tag]}
-        limit = {"max_tokens": self.config.max_tokens} if self.config.max_tokens else {}
-        for attempt in range(1, self.config.max_tries + 1):
-            try:
-                reply = await client.chat.completions.create(
-                    model=model, messages=messages, temperature=temperature, extra_headers=headers, **limit
-                )
-                choice = reply.choices[0] if reply.choices else None
-                if choice is not None and choice.finish_reason == "length" and not self.config.lenient_replies:
-                    raise ValueError(f"the reply was cut off at the token limit before </{tag}>")
-                content = redact_known(choice.message.content or "") if choice else None
-                text = lenient(content, tag) if self.config.lenient_replies else between_markers(content, tag)
-                return Reply(text, Tally(unusable=attempt - 1))  # the tries before this one were unusable
-            except openai.APIStatusError as exc:
-                if exc.status_code in (401, 403, 404):  # wrong key, URL or model name: no retry will help
-                    raise APOError(redact(f"APO cannot call model {model!r} at {client.base_url}: {exc}")) from exc
-                problem = f"{type(exc).__name__}: {exc}"
-            except (openai.APIError, ValueError) as exc:
-                problem = str(exc)
-            log.warning(
-                "APO %s reply from %s unusable (try %d of %d): %s",
-                tag,
-                model,
-                attempt,
-                self.config.max_tries,
-                redact(problem),
-            )
-        return Reply(None, Tally(unusable=self.config.max_tries, skipped=1))
-
-
-class APOError(RuntimeError):
-    """APO cannot go on: the critic/editor endpoint refuses the calls, or the agent fails on every task."""
-
 
 @dataclass
 class Candidate:
@@ -478,34 +348,10 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Tally:
-    """What became of one round's critic and editor replies and rewrites: counts that add up across the round."""
-
-    candidates: int = 0  # rewrites published as snapshots
-    rejected: int = 0  # of them, those `check_rewrite` (or a repeated template) rejected
-    unusable: int = 0  # critic/editor replies that could not be used (malformed, or an API error): each cost a try
-    skipped: int = 0  # critiques and rewrites given up after `max_tries` unusable replies
-    no_failures: int = 0  # prompts of the beam whose training runs all succeeded: nothing for the critic to read
-
-    def __add__(self, other: Tally) -> Tally:
-        return Tally(*(a + b for a, b in zip(astuple(self), astuple(other))))
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A critic's or editor's answer: the text between its markers (None when there is none), and its counts."""
-
-    text: str | None
-    tally: Tally
-
-
-@dataclass(frozen=True)
 class Search:
     """What every round of one run shares: the critic's and editor's endpoint, the seed, the tasks."""
 
-    client: Any  # openai.AsyncOpenAI
-    critic_model: str
-    editor_model: str
+    critic: Critic
     prompt_name: str
     seed: ResourcesSnapshot
     val_tasks: list[Any]  # every prompt is scored on these same tasks
@@ -568,17 +414,6 @@ def prompt_resource(resources: NamedResources, name: str | None) -> tuple[str, P
             f"APO optimizes one PromptTemplate resource; the resources hold {len(prompts)} ({sorted(prompts)}): {fix}"
         )
     return next(iter(prompts.items()))
-
-
-def agent_llm(resources: NamedResources) -> LLM:
-    """The agent's only LLM resource, whose endpoint and model the critic and editor use by default."""
-    llms = [r for r in resources.values() if isinstance(r, LLM)]
-    if len(llms) != 1:
-        raise ValueError(
-            f"APO calls the critic and editor at the agent's LLM endpoint by default, but the resources hold "
-            f"{len(llms)} LLM resources: pass APO(base_url=..., critic_model=...)"
-        )
-    return llms[0]
 
 
 def round_table(round_: int, rows: Sequence[Sequence[str]]) -> Table:

@@ -76,6 +76,16 @@ def editor_messages(prompt: PromptTemplate, critique: str, style: str) -> Messag
     return [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": content}]
 
 
+def repair_request(prompt: PromptTemplate, reason: str) -> str:
+    """What the editor is told when `check_rewrite` refuses its rewrite of `prompt`: why, and what to keep."""
+    names = ", ".join(sorted(prompt.placeholders())) or "none"
+    return (
+        f"That template cannot be used ({reason}). Write the complete new template again, along the critique, "
+        f"keeping every placeholder of the original exactly as it is written there (its placeholders: {names}) and "
+        "adding none. Reply with it between <new_prompt> and </new_prompt>."
+    )
+
+
 def between_markers(text: str | None, tag: str) -> str:
     """The text between the last `</tag>` and the `<tag>` before it; ValueError saying what is wrong otherwise."""
     if not text or not text.strip():

@@ -6,7 +6,8 @@ round (`PromptRounds`) runs on the same store:
 - criticize: APO's critic reads the failures among the rollouts the step just trained on (sampled under the
   current prompt);
 - edit: APO's editor rewrites the prompt along the critique, `branch_factor` times (one edit style each); a rewrite
-  that breaks the template (`apo_text.check_rewrite`) is dropped;
+  that breaks the template (`apo_text.check_rewrite`) goes back to the editor with the reason (`repair_tries`), and
+  is dropped if it still does;
 - guard: the current prompt and each rewrite run the validation tasks under the weights just updated; the best
   rewrite replaces the prompt only if it beats the current one by more than chance (`base.beats`: the mean of the
   per-task reward differences, both prompts on the same tasks, past 1.645 standard errors for one rewrite, 1.96 for
@@ -35,7 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgrad.algorithms.apo import APO, agent_llm, prompt_resource
+from agentgrad.algorithms.apo import APO, prompt_resource
+from agentgrad.algorithms.apo_critic import Critic
 from agentgrad.algorithms.apo_text import EDIT_STYLES, changes, check_rewrite
 from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext, beats
@@ -141,30 +143,23 @@ class PromptRounds:
         return outcome
 
     async def round(self, step: int, collected: StepRollouts, validation: Validation) -> RoundOutcome:
-        """Criticize, edit, score under the current weights, keep the best rewrite if it is at least as good."""
-        from openai import AsyncOpenAI
-
+        """Criticize, edit, score under the current weights, keep the best rewrite if it beats the current prompt."""
         apo, cfg, store = self.apo, self.apo.config, self.apo.store
         assert self.prompt is not None
         current = await store.get_resources(validation.resources_id)  # the policy (greedy) and the current prompt
-        llm = agent_llm(current.resources) if cfg.base_url is None or cfg.critic_model is None else None
-        base_url = cfg.base_url or (llm.base_url if llm else None)
-        api_key = cfg.api_key or (llm.api_key if llm and cfg.base_url is None else None)
-        critic = cfg.critic_model or (llm.model if llm else "")
-        editor = cfg.editor_model or critic
-        client = AsyncOpenAI(base_url=base_url, api_key=api_key or "none")  # a local endpoint takes no key
+        critic = Critic.of(cfg, current.resources)
         try:
             # ---- criticize the failures among the rollouts the step just trained on
-            critique = await apo.criticize(client, critic, self.prompt, collected.rollouts)
+            critique = await critic.criticize(store, self.prompt, collected.rollouts)
             if critique.text is None:
                 why = "no failures" if critique.tally.no_failures else "no usable critique"
                 counts = {"prompt/candidates": 0.0, "prompt/unusable_replies": float(critique.tally.unusable)}
                 return RoundOutcome(metrics=counts, summary=f"prompt v{self.version}: {why}")
-            # ---- edit along it, one edit style per rewrite
+            # ---- edit along it, one edit style per rewrite (a rewrite that breaks the template goes back once)
             styles = [EDIT_STYLES[i % len(EDIT_STYLES)] for i in range(cfg.branch_factor)]
-            replies = await asyncio.gather(*(apo.edit(client, editor, self.prompt, critique.text, s) for s in styles))
+            replies = await asyncio.gather(*(critic.edit(self.prompt, critique.text, s) for s in styles))
         finally:
-            await client.close()
+            await critic.close()
         rewrites: dict[str, PromptTemplate] = {}
         for reply in replies:
             if reply.text is not None:
@@ -174,6 +169,7 @@ class PromptRounds:
         metrics = {
             "prompt/candidates": float(len(rewrites)),
             "prompt/unusable_replies": float(sum(r.tally.unusable for r in (critique, *replies))),
+            "prompt/repaired": float(sum(r.tally.repaired for r in replies)),
         }
         if not rewrites:
             return RoundOutcome(metrics=metrics, summary=f"prompt v{self.version}: no usable rewrite")

@@ -47,7 +47,7 @@ def load_agent_file(path: Path) -> Any:
 def apo_command(args: argparse.Namespace) -> None:
     """Optimize the prompt of the agent in `--agent-file` with APO against an OpenAI-compatible endpoint."""
     import agentgrad as ag
-    from agentgrad.algorithms.apo import APOError
+    from agentgrad.algorithms.apo_critic import APOError
 
     api_key = os.environ.get("OPENAI_API_KEY")
     if not api_key:
