@@ -8,11 +8,15 @@ starts from the same weights and the same seed prompt, trains for `--budget` sec
 Joint stop after the step that ends past it, APO starts no round past it), then the prompt and weights it ends with
 are scored greedily on `--held-out` tasks no variant trained or validated on (a Baseline run): for the SQL agent,
 questions on the databases training never sees, half the project's held-out ones and half the real-world ones.
-The critic and editor of APO and Joint are the policy model itself, through its gateway (no API key). Variants are
-interleaved seed by seed, so the machine's other load hits them alike; run it under `nice -n 19`.
+The critic and editor of APO and Joint are the policy model itself, through its gateway (no API key); `--critic`
+names a second built-in model, or with `--critic-url` a model of any OpenAI-compatible endpoint (an API's, its key
+from OPENAI_API_KEY). Variants are interleaved seed by seed, so the machine's other load hits them alike; run it
+under `nice -n 19`.
 
     nice -n 19 .venv/bin/python benchmarks/joint_vs_alone.py --budget 150 --seeds 0 1
-    nice -n 19 .venv/bin/python benchmarks/joint_vs_alone.py --agent sql --budget 480 --seeds 0 1
+    nice -n 19 .venv/bin/python benchmarks/joint_vs_alone.py --agent sql --budget 900 --prompt-every 2 --seeds 0 1
+    OPENAI_API_KEY=... .venv/bin/python benchmarks/joint_vs_alone.py --agent sql --budget 900 --prompt-every 2 \
+        --critic-url https://api.openai.com/v1 --critic gpt-4o
 """
 
 from __future__ import annotations
@@ -228,7 +232,12 @@ def main() -> None:
         "--critic",
         default="policy",
         help="APO's and Joint's critic and editor: the policy itself (through its gateway), or a built-in model served "
-        "by a second engine beside it (qwen2.5-coder-0.5b: `make qwen`)",
+        "by a second engine beside it (qwen2.5-coder-0.5b: `make qwen`), or with --critic-url the model of that name there",
+    )
+    parser.add_argument(
+        "--critic-url",
+        help="an OpenAI-compatible endpoint (its /v1 root) serving --critic, its key from OPENAI_API_KEY: "
+        "--critic-url https://api.openai.com/v1 --critic gpt-4o (its time counts in each budget)",
     )
     args = parser.parse_args()
     setup = SETUPS[args.agent]()
@@ -243,7 +252,9 @@ def main() -> None:
     rows = []
     with contextlib.ExitStack() as stack:
         critic: dict[str, Any] | None = None
-        if args.critic != "policy":  # a second engine serves the critic and editor; its time counts in each budget
+        if args.critic_url:  # the key stays in the environment (`apo_critic.Critic.of`), out of every store
+            critic = {"base_url": args.critic_url, "critic_model": args.critic}
+        elif args.critic != "policy":  # a second engine serves the critic and editor; its time counts in each budget
             critic_engine = Engine(args.critic)
             stack.callback(critic_engine.close)
             critic_url = stack.enter_context(ServerThread(create_engine_app(critic_engine))).url
