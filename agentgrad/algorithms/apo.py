@@ -263,7 +263,8 @@ class APO(Algorithm["APOResult"]):
         self.console.print(
             f"[bold]APO[/bold] round {round_}: best candidate {'-' if not scores else f'{max(scores):.3f}'}, "
             f"best so far {best.score_or_zero:.3f} ({best.resources_id}) · scored {len(outcome.scored)}, "
-            f"rejected {tally.rejected}, repaired by the editor {tally.repaired}, critic/editor replies given up {tally.skipped}, "
+            f"rejected {tally.rejected}, repaired by the editor {tally.repaired}, "
+            f"critic/editor replies given up {tally.skipped}, "
             f"prompts without failures to learn from {tally.no_failures}"
         )
 

@@ -117,24 +117,25 @@ class Critic:
         """The editor's rewrite of `prompt` along `critique`; a rewrite `check_rewrite` refuses goes back to the editor
         with the reason (`repair_tries` times); no text when it gave no usable reply."""
         messages = editor_messages(prompt, critique, style)
-        reply = await self.ask(self.editor_model, messages, "new_prompt", self.config.editor_temperature)
+        temperature = self.config.editor_temperature
+        reply = await self.ask(self.editor_model, messages, "new_prompt", temperature)
+        text, tally = reply.text, reply.tally
+        reason = None if text is None else check_rewrite(prompt, prompt.model_copy(update={"template": text}))
         for _ in range(self.config.repair_tries):
-            if reply.text is None:
-                break
-            reason = check_rewrite(prompt, prompt.model_copy(update={"template": reply.text}))
-            if reason is None:
+            if text is None or reason is None:
                 break
             messages = [
                 *messages,
-                {"role": "assistant", "content": f"<new_prompt>\n{reply.text}\n</new_prompt>"},
+                {"role": "assistant", "content": f"<new_prompt>\n{text}\n</new_prompt>"},
                 {"role": "user", "content": repair_request(prompt, reason)},
             ]
-            again = await self.ask(self.editor_model, messages, "new_prompt", self.config.editor_temperature)
-            if again.text is None:  # keep the first rewrite: its refusal is recorded where it is published
-                return Reply(reply.text, reply.tally + again.tally)
-            fixed = check_rewrite(prompt, prompt.model_copy(update={"template": again.text})) is None
-            reply = Reply(again.text, reply.tally + again.tally + Tally(repaired=int(fixed)))
-        return reply
+            again = await self.ask(self.editor_model, messages, "new_prompt", temperature)
+            tally += again.tally
+            if again.text is None:  # keep the rewrite refused: its refusal is recorded where it is published
+                break
+            text, reason = again.text, check_rewrite(prompt, prompt.model_copy(update={"template": again.text}))
+            tally += Tally(repaired=int(reason is None))
+        return Reply(text, tally)
 
     async def ask(self, model: str, messages: Messages, tag: str, temperature: float) -> Reply:
         """The text between `<tag>` markers of the model's reply, tried up to `max_tries` times.
