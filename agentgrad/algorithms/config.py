@@ -100,6 +100,10 @@ class LoopConfig(RunConfig):
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
     gradient_checkpointing: bool = False  # recompute each layer's activations in backward instead of keeping them
     train_processes: int = 1  # > 1: the update sharded with FSDP2 over this many processes (Ray actors under "ray")
+    # ---- a warm start: SFT on demonstrations (`Algorithm(demonstrations=...)`) before the first step
+    warm_start_epochs: int = 1  # passes over the demonstrations
+    warm_start_learning_rate: float = 2e-4  # an AdamW of its own: SFT's rate, not the RL step's
+    warm_start_batch_size: int = 8  # demonstrations per optimizer step
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -132,7 +136,10 @@ class LoopConfig(RunConfig):
                     "rollback_on_drop needs synchronous training (max_staleness None or 0): rollouts queued ahead "
                     "were sampled by the weights a rollback discards"
                 )
-        for name, least in (("steps", 0), ("prompts_per_step", 1), ("group_size", 1)):
+        for name, least in (
+            ("steps", 0), ("prompts_per_step", 1), ("group_size", 1), ("warm_start_epochs", 1),
+            ("warm_start_batch_size", 1),
+        ):  # fmt: skip
             if getattr(self, name) < least:
                 raise ValueError(f"{name} must be at least {least}, got {getattr(self, name)}")
         for name, zero in (("max_failed_steps", "never stop"), ("checkpoint_every", "only at the end")):
@@ -143,6 +150,8 @@ class LoopConfig(RunConfig):
         if self.val_every < 0:
             raise ValueError("val_every must be >= 0 (0: before the first step and after the last only)")
         check_time_budget(self.time_budget_s)
+        if not self.warm_start_learning_rate > 0:
+            raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate}")
         if self.train_processes < 1:
             raise ValueError(f"train_processes must be at least 1, got {self.train_processes}")
         if self.train_processes > 1 and self.policy.lora_rank > 0:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts
 from agentgrad.algorithms.base import (
     Algorithm,
@@ -33,8 +34,9 @@ from agentgrad.algorithms.base import (
     no_model_calls_error,
 )
 from agentgrad.algorithms.config import LoopConfig, configured
+from agentgrad.algorithms.demonstrations import Demonstration, one_process_only, to_trajectories, warm_start
 from agentgrad.algorithms.rollback import RollbackGuard
-from agentgrad.algorithms.updates import ShardedTrain, Train, Update, open_update
+from agentgrad.algorithms.updates import LocalUpdate, ShardedTrain, Train, Update, open_update
 from agentgrad.distributed.group import follow
 from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
@@ -112,7 +114,8 @@ class TrainsWeights(Algorithm[Result]):
     `Algorithm(config, local_engine=..., model=..., name=value)`: keyword overrides copy the config, never change
     it; a `PolicyConfig` field name (`engine="vllm"`, `lora_rank=8`) sets `config.policy`'s. `local_engine` is a
     built-in `Engine` already loaded in this process, whose weights are trained; without it `model` is loaded
-    (default SmolLM2).
+    (default SmolLM2). `demonstrations`: chats in OpenAI's fine-tuning format the policy is fine-tuned on (SFT,
+    `config.warm_start_*`) after the first validation and before the first step (`demonstrations.py`).
     """
 
     serves_gateway = True
@@ -125,11 +128,13 @@ class TrainsWeights(Algorithm[Result]):
         *,
         local_engine: Engine | None = None,
         model: str | None = None,
+        demonstrations: Sequence[Demonstration] = (),
         **overrides: Any,
     ) -> None:
         self.config = configured(config, self.config_type, overrides, type(self).__name__)
         self.local_engine = local_engine
         self.model_name = model
+        self.demonstrations = list(demonstrations)
 
     def batches(self) -> BatchBuilder:
         """How this algorithm turns a step's rollouts into a batch."""
@@ -170,7 +175,12 @@ class TrainsWeights(Algorithm[Result]):
             update = open_update(policy, cfg, ctx.launcher, *self.losses(), reference=self.reference())
             try:
                 data, val = list(train_data), list(val_data or [])
-                return await train(self, cfg, policy, self.batches(), update, data, val, self.rounds())
+                shown: list[Trajectory] = []
+                if self.demonstrations:  # rendered now: a bad one is an error before the first validation
+                    if not isinstance(update, LocalUpdate):
+                        raise ValueError(one_process_only(update))
+                    shown = to_trajectories(self.demonstrations, policy.engine.tokenizer)
+                return await train(self, cfg, policy, self.batches(), update, data, val, self.rounds(), shown)
             finally:
                 update.close()
 
@@ -190,9 +200,11 @@ async def train(
     train_data: Sequence[Any],
     val_data: Sequence[Any],
     rounds: Rounds | None = None,
+    demonstrations: Sequence[Trajectory] = (),
 ) -> Result:
     """Run `cfg.steps` steps of `algorithm` (its context bound) on the policy, `rounds` changing the agent's other
-    resources between them (none by default); the run's `Result`."""
+    resources between them (none by default), after a warm start on `demonstrations` when the run starts at step 0;
+    the run's `Result`."""
     name = type(algorithm).__name__
     rounds = rounds or NoRounds()
     checkpoints = Checkpoints(cfg)
@@ -204,6 +216,15 @@ async def train(
     guard = RollbackGuard.of(cfg, checkpoints.directory)
     validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
     await algorithm.log_metrics(start, {"train/model_version": policy.version})  # what it ran (LoRA starts at v1)
+    if demonstrations and start == 0:  # a resumed run's checkpoint holds the warm-started weights
+        began = time.perf_counter()
+        stats = await asyncio.to_thread(in_own_thread, warm_start, update, demonstrations, cfg)
+        await algorithm.log_metrics(0, {f"warm_start/{k}": v for k, v in stats.items()})
+        algorithm.console.print(
+            f"warm start: SFT on {len(demonstrations)} demonstrations ({int(stats['trained_tokens'])} trained tokens, "
+            f"{cfg.warm_start_epochs} epoch(s)), loss {stats['loss']:.3f}, {time.perf_counter() - began:.0f} s; "
+            f"serving v{policy.version}"
+        )
     initial = Evaluation(**state["initial"]) if state.get("initial") else validated  # the run's, not the resume's
     stop, failed_steps, run_began = False, 0, time.perf_counter()
     with progress_bar(name, algorithm.console, cfg.steps, start) as progress:

@@ -46,6 +46,10 @@ ShardedTrain = Callable[[ShardedPolicy, Any, int], dict[str, float]]
 rank takes its share and the ranks' statistics are reduced to the one-process figures."""
 
 
+WarmStart = Callable[[torch.nn.Module, torch.optim.Optimizer, int], dict[str, float]]
+"""Optimizer steps before the first step (`LocalUpdate.warm_start`): (the model, its own AdamW, pad id)."""
+
+
 class Update(Protocol):
     """What the loop asks of an update: a step, checkpoints, and the learning rate a rollback lowers."""
 
@@ -81,6 +85,14 @@ class LocalUpdate:
         with self.policy.training() as model:
             pad = self.policy.engine.tokenizer.pad_token_id
             stats = self.train(model, self.optimizer, data, pad_token_id=pad, reference=self.reference)
+        return {**stats, "sync_seconds": _served(self.policy)}
+
+    def warm_start(self, train: WarmStart, learning_rate: float) -> dict[str, float]:
+        """`train` with an AdamW of its own (a warm start's SFT before the first step: its own learning rate, no
+        moments carried into the RL steps), then the engine serves the new weights; its statistics."""
+        optimizer = torch.optim.AdamW(self.policy.trainable_parameters(), lr=learning_rate, weight_decay=0.0)
+        with self.policy.training() as model:
+            stats = train(model, optimizer, self.policy.engine.tokenizer.pad_token_id)
         return {**stats, "sync_seconds": _served(self.policy)}
 
     @property
