@@ -14,7 +14,7 @@ import pytest
 from agentgrad.cli.main import build_parser
 from agentgrad.cli.sql_demo import curve_table, episodes, learning_curve, point, spread, training_share, write_curve
 from agentgrad.store import SqliteStore
-from examples.sql import db
+from examples.sql import db, recovery
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ async def test_the_curve_is_read_from_the_stored_rollouts_and_annotations_and_dr
         assert {(r["step"], r["scope"]) for r in csv.DictReader(f)} == {(str(s), c) for s, c in at}
 
 
-def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_adapter_and_the_curve(
+def test_a_warm_start_then_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_adapter_and_the_curve(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, tiny_default_models: Path
 ) -> None:
     """The demo's wiring end to end on the tiny Qwen2 (the real 0.5B's run is `benchmarks/sql_demo_run.py`)."""
@@ -109,13 +109,15 @@ def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_a
     run = tmp_path / "run"
     command = [sys.executable, "-m", "agentgrad.cli", "demo", "--task", "sql", "--steps", "1", "--val-size", "1",
                "--val-every", "1", "--prompts-per-step", "2", "--group-size", "2", "--runners", "1",
-               "--run-dir", str(run)]  # fmt: skip
+               "--sql-warm-start", "--run-dir", str(run)]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200", "AGENTGRAD_SQL_DIR": str(tmp_path_factory.getbasetemp() / "sql")}  # as tests/test_sql_example.py's
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False, cwd=ROOT)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "training the text-to-SQL agent" in out and "qwen2.5-coder-0.5b" in out and "self-corrected" in out
     assert "training episodes whose first query failed" in out
+    shown = len(recovery.demonstrations(db.load_questions("train")))
+    assert f"warm start on {shown} demonstrations of fixes" in out and f"warm start: SFT on {shown} demonstrations" in out
 
     with open(run / "curve.csv") as f:
         rows = list(csv.DictReader(f))
@@ -132,9 +134,9 @@ def test_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_rollouts_writes_an_a
     targets = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in adapter}
     assert {"q_proj", "v_proj", "gate_proj", "down_proj"} <= targets
     assert all(".lora_A." in name or ".lora_B." in name for name in adapter), sorted(adapter)[:5]
-    # LoRA's B matrices start at zero: they moved iff the step had a group whose rewards differed
-    moved = any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)
+    # LoRA's B matrices start at zero: the warm start moved them before step 1
+    assert any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)
     store = SqliteStore(run / "store.db")
-    (groups,) = asyncio.run(store.query_metrics("train/groups_used"))
+    (warm,) = asyncio.run(store.query_metrics("warm_start/demonstrations"))
     asyncio.run(store.close())
-    assert moved == (groups.value > 0), (groups.value, out)
+    assert (warm.step, warm.value) == (0, shown)

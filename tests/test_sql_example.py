@@ -408,3 +408,31 @@ def test_an_episode_can_start_from_a_given_mistake_that_the_model_sees_answered_
     assert reported == [(trap["gold"], False)]  # only the model's own queries are paid
     labels = train.annotation(episode, db.execution_match("library", episode.answer, trap["gold"]), from_mistake=True)
     assert labels["sql.from_mistake"] and labels["sql.first_failed"] and labels["sql.matched"]
+
+
+def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that_mistake() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
+    mistake = trap["gold"].replace("IS NULL", "= NULL")
+    with served([call(trap["gold"], 1), {"content": f"```sql\n{trap['gold']}\n```"}]) as (url, requests):
+        agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k", run_first=True, retries=2,
+                    first_query=mistake)
+    shown = recovery.demonstration(trap, mistake)
+    ids = {"call_first": "call_mistake", "call1": "call_fix"}  # the ids a chat gives its calls are its own
+
+    def plain(message: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in message.items() if k != "weight" and v is not None}
+        for call_ in out.get("tool_calls", []):
+            call_["id"] = ids.get(call_["id"], call_["id"])
+        if "tool_call_id" in out:
+            out["tool_call_id"] = ids.get(out["tool_call_id"], out["tool_call_id"])
+        return out
+
+    assert [plain(m) for m in requests[1]["messages"]] == [plain(m) for m in shown["messages"][:-1]]
+    assert requests[0]["tools"] == shown["tools"]
+    assert shown["messages"][-1] == {"role": "assistant", "content": f"```sql\n{trap['gold']}\n```"}
+    assert [m.get("weight") for m in shown["messages"] if m["role"] == "assistant"] == [0, None, None]
+    every = recovery.demonstrations(db.load_questions("train"))  # each training question's every failing mistake
+    given = [json.loads(d["messages"][2]["tool_calls"][0]["function"]["arguments"])["query"] for d in every]
+    assert len(every) >= 100 and mistake in given
+    assert all(db.query_fails(q["db"], sql) for q, sql in zip(
+        (q for q in db.load_questions("train") for m in recovery.mistakes(q["gold"]) if db.query_fails(q["db"], m)), given))

@@ -19,6 +19,7 @@ import torch
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.config import LoopConfig
+from agentgrad.algorithms.nll import Kept, sft_update
 from agentgrad.algorithms.updates import LocalUpdate, Update
 from agentgrad.engine.tools import calls_text, format_for, template_history
 from agentgrad.engine.turns import SampledTurns
@@ -85,8 +86,6 @@ def to_trajectories(demonstrations: Sequence[Demonstration], tokenizer: Any) -> 
 def warm_start(update: Update, trajectories: Sequence[Trajectory], cfg: LoopConfig) -> dict[str, float]:
     """SFT on the demonstrations' trajectories before the first step (`cfg.warm_start_*`), in this process; the
     engine then serves the new weights. The mean loss, how many demonstrations and trained tokens."""
-    from agentgrad.algorithms.sft import Kept, sft_update  # sft builds on the loop, which calls this
-
     if not isinstance(update, LocalUpdate):
         raise ValueError(one_process_only(update))
     data = Kept(list(trajectories), f"{cfg.seed}/warm-start")

@@ -10,9 +10,8 @@ rollouts, sharding and the checkpoints are the loop's and the update's, as for G
 
 from __future__ import annotations
 
-import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -23,9 +22,9 @@ from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Result
 from agentgrad.algorithms.config import LoopConfig
 from agentgrad.algorithms.loop import Batch, TrainsWeights
+from agentgrad.algorithms.nll import Kept, sft_update
 from agentgrad.algorithms.updates import ShardedTrain, Train
-from agentgrad.distributed.fsdp import ShardedPolicy, clip_grad_norm, idle_trajectory
-from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.distributed.fsdp import ShardedPolicy
 from agentgrad.types import RolloutStatus, Span
 
 SFTResult = Result
@@ -69,24 +68,6 @@ class SFT(TrainsWeights):
 
     def losses(self) -> tuple[Train, ShardedTrain]:
         return partial(fine_tune, cfg=self.config), partial(sharded_fine_tune, cfg=self.config)
-
-
-@dataclass(frozen=True)
-class Kept:
-    """One step's SFT data: the kept trajectories, and the seed their batches are shuffled with."""
-
-    trajectories: list[Trajectory]
-    shuffle_seed: str
-
-    def batches(self, epochs: int, batch_size: int) -> list[list[Trajectory]]:
-        """`epochs` passes over the trajectories in a fresh order each, in batches of `batch_size`."""
-        shuffle, order, batches = random.Random(self.shuffle_seed), list(range(len(self.trajectories))), []
-        for _ in range(epochs):
-            shuffle.shuffle(order)
-            batches += [
-                [self.trajectories[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)
-            ]
-        return batches
 
 
 @dataclass
@@ -157,35 +138,3 @@ def sharded_fine_tune(sharded: ShardedPolicy, data: Kept, pad_token_id: int, cfg
         torch.distributed.all_reduce(summed)
         losses.append(float(summed))
     return {"loss": statistics.fmean(losses) if losses else float("nan")}
-
-
-def sft_update(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: Sequence[Trajectory],
-    max_grad_norm: float,
-    pad_token_id: int = 0,
-    *,
-    total_tokens: int | None = None,
-) -> float:
-    """One AdamW step on the NLL of the model-written tokens of `batch`, the mean over those tokens.
-
-    One rank of a sharded update passes its share as `batch` and the whole batch's `total_tokens`
-    (an empty share runs an idle sequence with zero weight, to join the collectives).
-    """
-
-    items = list(batch) or [idle_trajectory(pad_token_id)]
-    logprobs = sequence_logprobs(
-        model, [ScoredSequence(t.token_ids, t.prompt_length) for t in items], 1.0, pad_token_id
-    )
-    masks = [
-        torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
-        for t, lp in zip(items, logprobs)
-    ]
-    tokens = total_tokens or sum(float(m.sum()) for m in masks)
-    loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()  # type: ignore[union-attr]
-    clip_grad_norm([p for p in model.parameters() if p.requires_grad], max_grad_norm)
-    optimizer.step()
-    return float(loss.detach())  # type: ignore[union-attr]

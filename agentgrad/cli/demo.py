@@ -257,6 +257,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run, with the tool's answer), added to the training questions (default: 0)",
     )
     parser.add_argument(
+        "--sql-warm-start",
+        action="store_true",
+        help="sql: before the first GRPO step, fine-tune (SFT) on demonstrations of fixes: each training question's "
+        "mistakes that fail, the tool's answer, then the gold query (examples/sql/recovery.py; ~15 min more)",
+    )
+    parser.add_argument(
         "--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)"
     )
     parser.add_argument(

@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
@@ -111,6 +112,18 @@ def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: 
     if ran[-1][1] and [sql for sql, _ in ran[:-1]].count(query):
         text += ". You ran this same query before: change it"
     return text
+
+
+def tool_definitions() -> list[dict[str, Any]]:
+    """`run_sql` as the agent's chat model sends it (LangChain's OpenAI form): for chats written in advance, such as
+    the recovery demonstrations (`recovery.demonstration`)."""
+
+    @tool
+    def run_sql(query: str) -> str:
+        """Run one SQLite query on the database and return its rows, or the error."""
+        raise RuntimeError("a definition only: `solve` runs the queries")
+
+    return [convert_to_openai_tool(run_sql)]
 
 
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,

@@ -18,13 +18,15 @@ month (`{month}`, from `YYYY-MM`); the gold query sees `{x}` as is and `{q}` as 
 from __future__ import annotations
 
 import calendar
+import json
 import random
 import re
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
-from examples.sql import db
+from examples.sql import agent, db
 
 KINDS = ("join3", "ambiguous", "having", "date_text", "null", "synonym", "literal_case")
 VALUES_PER_TEMPLATE = 2
@@ -243,3 +245,38 @@ def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
     `rng`; None when none does."""
     failing = [sql for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
     return rng.choice(failing) if failing else None
+
+
+# ----------------------------------------------------------------------------- fixes shown before RL
+
+
+def demonstration(task: dict[str, Any], mistake: str) -> dict[str, Any]:
+    """The fix of `mistake` as a chat in OpenAI's fine-tuning format, the messages the agent sends: its system prompt
+    and the question, the mistake run (weight 0: context, not taught) and the tool's real answer to it, then the gold
+    query run, its rows, and the final block. What a warm start shows the model before RL (`--sql-warm-start`)."""
+    with closing(db.connect_readonly(task["db"])) as connection:
+        ran: list[tuple[str, bool]] = []
+        failed = agent.tool_answer(connection, task["db"], mistake, ran)
+        rows = agent.tool_answer(connection, task["db"], task["gold"], ran)
+    return {
+        "messages": [
+            {"role": "system", "content": agent.INSTRUCTIONS.format(schema=db.schema(task["db"]))},
+            {"role": "user", "content": task["question"]},
+            {**_call("call_mistake", mistake), "weight": 0},
+            {"role": "tool", "tool_call_id": "call_mistake", "content": failed},
+            _call("call_fix", task["gold"]),
+            {"role": "tool", "tool_call_id": "call_fix", "content": rows},
+            {"role": "assistant", "content": f"```sql\n{task['gold']}\n```"},
+        ],
+        "tools": agent.tool_definitions(),
+    }
+
+
+def demonstrations(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`demonstration` of each task's every mistake that fails on its database (an error or nothing returned)."""
+    return [demonstration(task, sql) for task in tasks for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
+
+
+def _call(call_id: str, sql: str) -> dict[str, Any]:
+    function = {"name": "run_sql", "arguments": json.dumps({"query": sql})}
+    return {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": function}]}
