@@ -139,7 +139,8 @@ def test_no_setting_shares_a_name_with_a_constructor_argument() -> None:
     for algorithm, config in ((GRPO, GRPOConfig), (SFT, SFTConfig)):
         arguments = set(inspect.signature(algorithm.__init__).parameters) - {"self", "overrides"}
         settings = {f.name for f in dataclasses.fields(config)} | {f.name for f in dataclasses.fields(PolicyConfig)}
-        assert arguments == {"config", "local_engine", "model", *own[algorithm]} and not arguments & settings
+        assert arguments == {"config", "local_engine", "model", "demonstrations", *own[algorithm]}
+        assert not arguments & settings
 
 
 def test_the_engine_kind_is_a_setting_and_a_loaded_engine_has_its_own_argument() -> None:

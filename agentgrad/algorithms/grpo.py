@@ -22,6 +22,7 @@ from agentgrad.adapters import final_answer, to_trajectories
 from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Result
 from agentgrad.algorithms.credit import CreditRule, Member, credit_rule, unpaid_reward
+from agentgrad.algorithms.demonstrations import Demonstration
 from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.grpo_update import grpo_update, sharded_grpo_step
 from agentgrad.algorithms.loop import Batch, TrainsWeights
@@ -58,10 +59,11 @@ class GRPO(TrainsWeights):
         *,
         local_engine: Engine | None = None,
         model: str | None = None,
+        demonstrations: Sequence[Demonstration] = (),
         group_reward: GroupReward | None = None,
         **overrides: Any,
     ) -> None:
-        super().__init__(config, local_engine=local_engine, model=model, **overrides)
+        super().__init__(config, local_engine=local_engine, model=model, demonstrations=demonstrations, **overrides)
         self.group_reward = group_reward
 
     def batches(self) -> GroupBatches:

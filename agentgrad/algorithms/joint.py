@@ -67,6 +67,7 @@ class Joint(TrainsWeights):
             )
         self.prompt_every = prompt_every
         self.config, self.local_engine, self.model_name = self.grpo.config, self.grpo.local_engine, self.grpo.model_name
+        self.demonstrations = self.grpo.demonstrations  # its weights' warm start, as GRPO alone would run it
 
     def settings(self) -> dict[str, Any]:
         return {"config": self.config, "prompt_every": self.prompt_every, "apo": self.apo.config}
