@@ -33,7 +33,7 @@ QUESTIONS = db.load_questions("train") + db.load_questions("held_out")  # the pr
 def test_the_committed_databases_and_questions_are_what_the_generator_writes() -> None:
     scripts, questions = generate.build()
     for name, text in scripts.items():
-        assert (db.HERE / "databases" / f"{name}.sql").read_text() == text, f"run python -m examples.sql.generate"
+        assert (db.HERE / "databases" / f"{name}.sql").read_text() == text, "run python -m examples.sql.generate"
     assert json.loads((db.HERE / "questions.json").read_text()) == questions
 
 
@@ -104,9 +104,8 @@ def test_the_tool_refuses_writes(statement: str) -> None:
 
 
 def test_the_tool_cannot_attach_another_database_file(tmp_path: Path) -> None:
-    with closing(db.connect_readonly("library")) as connection:
-        with pytest.raises(sqlite3.Error):
-            db.execute(connection, f"ATTACH DATABASE '{tmp_path / 'new.db'}' AS other")
+    with closing(db.connect_readonly("library")) as connection, pytest.raises(sqlite3.Error):
+        db.execute(connection, f"ATTACH DATABASE '{tmp_path / 'new.db'}' AS other")
     assert not (tmp_path / "new.db").exists()
 
 
@@ -431,8 +430,11 @@ def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that
     assert requests[0]["tools"] == shown["tools"]
     assert shown["messages"][-1] == {"role": "assistant", "content": f"```sql\n{trap['gold']}\n```"}
     assert [m.get("weight") for m in shown["messages"] if m["role"] == "assistant"] == [0, None, None]
-    every = recovery.demonstrations(db.load_questions("train"))  # each training question's every failing mistake
+    train_questions = {q["question"]: q for q in db.load_questions("train")}
+    every = recovery.demonstrations(list(train_questions.values()))  # each training question's every failing mistake
     given = [json.loads(d["messages"][2]["tool_calls"][0]["function"]["arguments"])["query"] for d in every]
     assert len(every) >= 100 and mistake in given
-    assert all(db.query_fails(q["db"], sql) for q, sql in zip(
-        (q for q in db.load_questions("train") for m in recovery.mistakes(q["gold"]) if db.query_fails(q["db"], m)), given))
+    for chat, sql in zip(every, given):  # each is a mistake of its own question, failing on its database, fixed by its gold
+        question = train_questions[chat["messages"][1]["content"]]
+        assert sql in recovery.mistakes(question["gold"]) and db.query_fails(question["db"], sql)
+        assert chat["messages"][-1]["content"] == f"```sql\n{question['gold']}\n```"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
@@ -114,16 +114,25 @@ def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: 
     return text
 
 
-def tool_definitions() -> list[dict[str, Any]]:
-    """`run_sql` as the agent's chat model sends it (LangChain's OpenAI form): for chats written in advance, such as
-    the recovery demonstrations (`recovery.demonstration`)."""
+def sql_tool(run: Callable[[str], str]) -> BaseTool:
+    """The agent's `run_sql` tool, answering each query with `run(query)`: the one definition the model is shown."""
 
     @tool
     def run_sql(query: str) -> str:
         """Run one SQLite query on the database and return its rows, or the error."""
+        return run(query)
+
+    return run_sql
+
+
+def tool_definitions() -> list[dict[str, Any]]:
+    """`run_sql` as the agent's chat model sends it (LangChain's OpenAI form): for chats written in advance, such as
+    the recovery demonstrations (`recovery.demonstration`)."""
+
+    def never(query: str) -> str:
         raise RuntimeError("a definition only: `solve` runs the queries")
 
-    return [convert_to_openai_tool(run_sql)]
+    return [convert_to_openai_tool(sql_tool(never))]
 
 
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
@@ -139,13 +148,13 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
     queries: list[tuple[str, bool]] = []
     with closing(db.connect_readonly(database)) as connection:
 
-        @tool
-        def run_sql(query: str) -> str:
-            """Run one SQLite query on the database and return its rows, or the error."""
+        def run(query: str) -> str:
             text = tool_answer(connection, database, query, queries)
             if on_query is not None:
                 on_query(*queries[-1])
             return text
+
+        run_sql = sql_tool(run)
 
         messages: list[Any] = [HumanMessage(question)]
         if first_query is not None:
