@@ -43,8 +43,9 @@ from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Algorithm, Evaluation, RunContext, beats
 from agentgrad.algorithms.grpo import GRPO, GroupBatches
 from agentgrad.algorithms.grpo_config import GRPOConfig
-from agentgrad.algorithms.loop import RoundOutcome, TrainsWeights, Validation
+from agentgrad.algorithms.loop import RoundOutcome, TrainsWeights
 from agentgrad.algorithms.updates import ShardedTrain, Train
+from agentgrad.algorithms.validation import Validation
 from agentgrad.types import PromptTemplate, RolloutConfig
 
 

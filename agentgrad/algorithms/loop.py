@@ -5,7 +5,8 @@ when asynchronous), read their spans in one query, turn them into a batch (the a
 the policy (its `Update`: local, sharded or per role), log; validate on schedule, roll back on a regression,
 checkpoint, and stop after `max_failed_steps` steps in which every rollout failed. A run with a checkpoint in its
 `checkpoint_dir` resumes after it. An algorithm supplies only the two objects that differ; modes (roles,
-per-turn credit, sharding, judges) live inside them, so this file tests none.
+per-turn credit, sharding, judges) live inside them, so this file tests none. Validation, checkpoints and the
+progress line are their own modules (`validation.py`, `checkpoints.py`, `progress.py`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,9 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts
@@ -33,16 +29,18 @@ from agentgrad.algorithms.base import (
     flag_no_model_calls,
     no_model_calls_error,
 )
+from agentgrad.algorithms.checkpoints import Checkpoints
 from agentgrad.algorithms.config import LoopConfig, configured
 from agentgrad.algorithms.demonstrations import Demonstration, one_process_only, to_trajectories, warm_start
+from agentgrad.algorithms.progress import progress_bar
 from agentgrad.algorithms.rollback import RollbackGuard
 from agentgrad.algorithms.updates import LocalUpdate, ShardedTrain, Train, Update, open_update
+from agentgrad.algorithms.validation import Validation
 from agentgrad.distributed.group import follow
 from agentgrad.engine import Engine
 from agentgrad.engine.threads import in_own_thread
 from agentgrad.gateway.sampling import SamplingPlan
 from agentgrad.policy.base import Policy
-from agentgrad.policy.checkpoints import BestCheckpoint, complete_checkpoints, latest_checkpoint, prune_checkpoints
 from agentgrad.policy.config import make_policy
 from agentgrad.semconv import is_llm_call
 from agentgrad.types import Rollout, RolloutStatus, Span
@@ -376,137 +374,6 @@ def describe(metrics: Mapping[str, float], batch: Batch) -> str:
         f"{metrics['perf/step_seconds']:.1f}s",
     ]
     return " ".join(part for part in parts if part)
-
-
-class Validation:
-    """Validation on the held-out tasks before the first step, every `val_every` steps and after the last; after
-    each, the rollback guard's verdict (`stop` when it says so). Remembers the first, the last and the best."""
-
-    def __init__(self, algorithm: Algorithm[Any], cfg: LoopConfig, tasks: Sequence[Any], resources_id: str) -> None:
-        self.algorithm, self.cfg, self.tasks, self.resources_id = algorithm, cfg, list(tasks), resources_id
-        self.final: Evaluation | None = None
-        self.best: Evaluation | None = None
-        self.stop = False
-
-    def due(self, step: int) -> bool:
-        return bool(self.cfg.val_every and step % self.cfg.val_every == 0) or step == self.cfg.steps
-
-    async def run(
-        self, step: int, guard: RollbackGuard | None, update: Update, *, announce: bool = False
-    ) -> Evaluation | None:
-        """Validate after `step` (the run's start: `announce` prints it); None when there are no validation tasks."""
-        if not self.tasks:
-            return None
-        rollouts = await self.algorithm.run_rollouts(
-            self.tasks,
-            mode="val",
-            resources_id=self.resources_id,
-            config=self.cfg.rollout_config(),
-            metadata=[{"step": step}] * len(self.tasks),
-        )
-        result = self.final = Evaluation.of(rollouts, self.cfg.success_threshold)
-        if self.best is None or result.success_rate > self.best.success_rate:
-            self.best = result
-        await self.algorithm.log_metrics(
-            step,
-            {
-                "val/accuracy": result.success_rate,
-                "val/reward_mean": result.reward_mean,
-                "val/no_reward": result.no_reward,
-            },
-        )
-        if announce:
-            self.algorithm.console.print(
-                f"validation before step {step}: accuracy {result.success_rate:.3f} "
-                f"reward {result.reward_mean:.3f} ({result.n} tasks)"
-            )
-        if guard is not None:
-            self.stop = await guard.after_validation(self.algorithm, step, result.success_rate, update)
-        return result
-
-
-class Checkpoints:
-    """`step-N` checkpoints under `checkpoint_dir`: where a run resumes, when to save, the newest kept and the
-    best-validated one spared."""
-
-    def __init__(self, cfg: LoopConfig) -> None:
-        self.cfg = cfg
-        self.directory = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        self.best = BestCheckpoint()
-
-    def resume(self, update: Update, algorithm: Algorithm[Any]) -> tuple[int, list[dict[str, float]], dict[str, Any]]:
-        """From the newest checkpoint, if any: (the step it saved, the run's history, its state); else a new run."""
-        found = latest_checkpoint(self.directory)
-        if found is None:
-            return 0, [], {}
-        state = in_own_thread(update.load, found)
-        self.best = BestCheckpoint.restored(state.get("best_checkpoint"))  # kept from pruning; serve it
-        algorithm.console.print(f"resumed from {found} (step {state['step']})")
-        return int(state["step"]), list(state.get("history", [])), state
-
-    def due(self, step: int) -> bool:
-        every = self.cfg.checkpoint_every
-        return self.directory is not None and (bool(every and step % every == 0) or step == self.cfg.steps)
-
-    async def save(
-        self, algorithm: Algorithm[Any], update: Update, step: int, score: float | None, state: dict[str, Any]
-    ) -> None:
-        """`step-N`, scored by this step's validation (None: none ran); the best is spared from pruning."""
-        assert self.directory is not None
-        saved = self.directory / f"step-{step}"
-        improved = self.best.consider(saved, step, score)
-        await asyncio.to_thread(in_own_thread, update.save, saved, {**state, "best_checkpoint": self.best.state()})
-        prune_checkpoints(self.directory, self.cfg.keep_checkpoints, spare=self.best.path)
-        if improved:
-            await algorithm.note_best_checkpoint(self.best)
-
-    def result(
-        self,
-        steps: int,
-        initial: Evaluation | None,
-        validation: Validation,
-        guard: RollbackGuard | None,
-        history: list[dict[str, float]],
-    ) -> Result:
-        if guard is not None and guard.best_path is not None and guard.best_step is not None:
-            self.best.consider(guard.best_path, guard.best_step, guard.best)  # rollback's copy of the best weights
-        last = latest_checkpoint(self.directory)
-        return Result(
-            steps=steps,
-            initial=initial,
-            final=validation.final,
-            best=validation.best,
-            checkpoint=str(last) if last else None,
-            best_checkpoint=self.best if self.best.path else None,
-            checkpoints=[str(p) for p in complete_checkpoints(self.directory)],
-            history=history,
-        )
-
-
-class StepProgress:
-    """A progress bar over the run's steps, and a line per step that stays on the console."""
-
-    def __init__(self, progress: Progress, total: int, completed: int) -> None:
-        self.progress, self.total = progress, total
-        self.bar = progress.add_task("", total=total, completed=completed)
-
-    def step(self, step: int, line: str) -> None:
-        self.progress.update(self.bar, advance=1, description=line)
-        self.progress.console.print(f"step {step}/{self.total}: {line}", highlight=False)
-
-
-@contextmanager
-def progress_bar(name: str, console: Console, steps: int, start: int) -> Iterator[StepProgress]:
-    """`with progress_bar(...) as progress: progress.step(step, line)`: the bar starts at `start` of `steps`."""
-    columns = (
-        TextColumn(name),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        yield StepProgress(progress, steps, start)
 
 
 def _ok(rollout: Rollout) -> bool:
