@@ -4,36 +4,31 @@ Every write is one `BEGIN IMMEDIATE` transaction, so a claim by `dequeue_rollout
 even when several processes share the file, and everything committed survives the writer
 being killed. Statements run directly on the calling thread: they take microseconds, less
 than a hop to a thread pool would. The state machine is `transitions`; this module finds
-rows, hands them to it as models and writes back what it changed.
+rows, hands them to it as models and writes back what it changed. How its calls run (the
+connection, its transactions, a full disk, `run_once`) is `sqlite_transactions`; the file's
+schema is `sqlite_schema`, and the statements of spans are in `sqlite_spans`.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import logging
-import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import agentgrad.store.transitions as t
-from agentgrad.store.errors import DiskFullError, StoreError
-from agentgrad.store.idempotency import REPLY_SECONDS, Answer, finish_now
+from agentgrad.store.errors import StoreError
+from agentgrad.store.idempotency import Answer
 from agentgrad.store.local import SWEEP_SECONDS, AttemptChange, LocalStore, RolloutChange, RolloutQuery, WorkerChange
 from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
-    BUSY_TIMEOUT_MS,
-    CACHE_KIB,
-    CHECKPOINT_PAGES,
     ROLLOUT_COLUMNS,
-    SCHEMA,
     attempt_of,
     checkpoint_until,
+    migrate,
     rollout_changes,
     rollout_of,
     rollout_row,
@@ -42,6 +37,7 @@ from agentgrad.store.sqlite_schema import (
     select_rollout,
 )
 from agentgrad.store.sqlite_spans import span_bodies, span_bodies_of, write_spans
+from agentgrad.store.sqlite_transactions import Transactions, open_reason
 from agentgrad.store.transitions import Clock
 from agentgrad.types import (
     Attempt,
@@ -57,30 +53,28 @@ from agentgrad.types import (
     Worker,
 )
 
-log = logging.getLogger(__name__)
-
-SQLITE_FULL = 13
-"""SQLite's result code for "database or disk is full"."""
-
 WAITING_SQL = "status IN ('queuing', 'requeuing')"
 """The waiting rollouts, spelt exactly as the partial index `rollouts_waiting` is, so the planner uses it."""
 
 
 class SqliteStore(LocalStore):
+    """The store in the SQLite file at `path`, created (with its folder) if missing, brought up to date if older."""
+
     def __init__(
         self, path: str | Path, clock: Clock | None = None, *, sweep_seconds: float | None = SWEEP_SECONDS
     ) -> None:
         super().__init__(clock)
         self.path = Path(path)
         try:
-            self._open()
+            self._transactions = Transactions(self.path, self.clock)
+            with self._transactions.write() as db:
+                migrate(db)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(
-                f"cannot open the store {self.path}: {exc}{_open_reason(self.path)}; give a path where "
+                f"cannot open the store {self.path}: {exc}{open_reason(self.path)}; give a path where "
                 "this user can create and write files (the store also writes <name>-wal and "
                 "<name>-shm beside it)"
             ) from exc
-        self._last_prune = 0.0
         self._checkpoints = threading.Event()
         weakref.finalize(self, self._checkpoints.set)  # a store dropped without close() stops its thread too
         threading.Thread(
@@ -91,116 +85,17 @@ class SqliteStore(LocalStore):
         ).start()
         self._start_sweeper(sweep_seconds)
 
-    def _open(self) -> None:
-        """Open (or create) the file and bring its schema up to date."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        self._depth = 0  # nesting of `_write` on the thread holding the lock
-        self._full = False  # the last write found the disk full (logged once until a write succeeds)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        self._conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
-        with self._write() as db:
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            if "run_id" not in {row[1] for row in db.execute("PRAGMA table_info(metrics)")}:
-                db.execute("ALTER TABLE metrics ADD COLUMN run_id TEXT")  # a file from before runs were recorded
-            if "span_id" not in {row[1] for row in db.execute("PRAGMA table_info(spans)")}:
-                db.execute("ALTER TABLE spans ADD COLUMN span_id TEXT")  # a file from before spans had ids here
-            db.execute(
-                "CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL"
-            )
-
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, holding the file's write lock from its first statement. Nested in
-        another (`run_once` around an operation), it is a savepoint: it undoes only itself on error."""
-        with self._lock:
-            nested = self._depth > 0
-            self._conn.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
-            self._depth += 1
-            try:
-                yield self._conn
-            except BaseException as exc:
-                if self._conn.in_transaction:  # SQLite rolls a transaction back itself on some errors (a full disk)
-                    if nested:
-                        self._conn.execute("ROLLBACK TO nested")
-                        self._conn.execute("RELEASE nested")
-                    else:
-                        self._conn.execute("ROLLBACK")
-                if (full := self._disk_full(exc)) is not None and full is not exc:
-                    raise full from exc
-                raise
-            finally:
-                self._depth -= 1
-            if not self._conn.in_transaction:
-                return  # an error inside, answered there, made SQLite roll it all back: nothing to commit
-            try:
-                self._conn.execute("RELEASE nested" if nested else "COMMIT")
-            except sqlite3.Error as exc:
-                if not nested and self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if (full := self._disk_full(exc)) is not None:
-                    raise full from exc
-                raise
-            if self._full and not nested:
-                self._full = False
-                log.warning("store %s: writes succeed again (the disk has room)", self.path)
-
-    def _disk_full(self, exc: BaseException) -> DiskFullError | None:
-        """The error to raise for `exc` when it says the disk is full, logged once per incident (not once per write)."""
-        if isinstance(exc, DiskFullError):
-            return exc
-        full = (isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL) or (
-            isinstance(exc, OSError) and exc.errno == errno.ENOSPC
-        )
-        if not full:
-            return None
-        if not self._full:
-            self._full = True
-            log.error(
-                "store %s: the disk is full (%s); writes fail until there is room, reads still work", self.path, exc
-            )
-        return DiskFullError(
-            f"the disk holding the store {self.path} is full ({exc}): nothing was written; free space "
-            f"on it (or move the store to a disk with room) and try again; reads still work"
-        )
-
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
 
     async def close(self) -> None:
         await super().close()
         self._checkpoints.set()
-        with self._lock:
-            self._conn.close()
+        self._transactions.close()
 
     async def run_once(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
-        """The call and its answer commit in one transaction, so a retry with `key` after a crash gets the
-        first answer back and nothing is applied twice. `work` must not wait on anything (store calls don't)."""
-        with self._write() as db:
-            row = db.execute("SELECT status, body FROM replies WHERE key = ?", (key,)).fetchone()
-            if row is not None:
-                return row[0], bytes(row[1])
-            status, body = finish_now(work())
-            if status < 300:
-                at = self.clock()
-                db.execute("INSERT INTO replies (key, time, status, body) VALUES (?, ?, ?, ?)", (key, at, status, body))
-                if at - self._last_prune > REPLY_SECONDS / 10:
-                    self._last_prune = at
-                    db.execute(
-                        "DELETE FROM replies WHERE id < (SELECT id FROM replies WHERE time >= ? ORDER BY id LIMIT 1)",
-                        (at - REPLY_SECONDS,),
-                    )
-        return status, body
+        """The call and its answer commit in one transaction (`sqlite_transactions.py`)."""
+        return await self._transactions.run_once(key, work)
 
     # ------------------------------------------------------------------ rollouts and attempts
 
@@ -234,7 +129,7 @@ class SqliteStore(LocalStore):
         )
 
     async def _queue_rollouts(self, rollouts: list[Rollout]) -> None:
-        with self._write() as db:
+        with self._transactions.write() as db:
             for rollout in rollouts:
                 self._insert_rollout(db, rollout)
 
@@ -255,10 +150,10 @@ class SqliteStore(LocalStore):
 
     async def dequeue_rollout(self, worker_id: str | None = None) -> AttemptedRollout | None:
         await self.check_attempts()
-        with self._lock:  # a cheap look first, so idle workers do not take the write lock
-            if not self._conn.execute(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1").fetchone():
+        with self._transactions.reading() as db:  # a cheap look first, so idle workers do not take the write lock
+            if not db.execute(f"SELECT 1 FROM rollouts WHERE {WAITING_SQL} LIMIT 1").fetchone():
                 return None
-            with self._write() as db:
+            with self._transactions.write() as db:
                 row = db.execute(
                     f"SELECT {ROLLOUT_COLUMNS} FROM rollouts INDEXED BY rollouts_waiting WHERE {WAITING_SQL} "
                     "ORDER BY queue_position LIMIT 1"
@@ -266,13 +161,13 @@ class SqliteStore(LocalStore):
                 return None if row is None else self._open_attempt(db, rollout_of(row), worker_id)
 
     async def _start_rollout(self, rollout: Rollout, worker_id: str | None) -> AttemptedRollout:
-        with self._write() as db:
+        with self._transactions.write() as db:
             self._insert_rollout(db, rollout)
             return self._open_attempt(db, rollout, worker_id)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        with self._lock:
-            return select_rollout(self._conn, rollout_id)
+        with self._transactions.reading() as db:
+            return select_rollout(db, rollout_id)
 
     async def _query_rollouts(self, query: RolloutQuery) -> list[Rollout]:
         where: list[str] = []
@@ -291,19 +186,19 @@ class SqliteStore(LocalStore):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY enqueue_time, rowid LIMIT ? OFFSET ?"
         params += [-1 if query.limit is None else query.limit, query.offset]
-        return [rollout_of(row) for row in self._read(sql, params)]
+        return [rollout_of(row) for row in self._transactions.read(sql, params)]
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._transactions.reading() as db:
+            rows = db.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE rollout_id = ? ORDER BY sequence", (rollout_id,)
             ).fetchall()
             if not rows:
-                select_rollout(self._conn, rollout_id)
+                select_rollout(db, rollout_id)
         return [attempt_of(row) for row in rows]
 
     async def _change_attempt(self, rollout_id: str, attempt_id: str, change: AttemptChange) -> Attempt:
-        with self._write() as db:
+        with self._transactions.write() as db:
             rollout = select_rollout(db, rollout_id)
             attempt = select_attempt(db, rollout_id, attempt_id)
             before = rollout.status
@@ -315,7 +210,7 @@ class SqliteStore(LocalStore):
         return attempt
 
     async def _change_rollout(self, rollout_id: str, change: RolloutChange) -> Rollout:
-        with self._write() as db:
+        with self._transactions.write() as db:
             rollout = select_rollout(db, rollout_id)
             before = rollout.status
             change(rollout)
@@ -325,7 +220,7 @@ class SqliteStore(LocalStore):
         return rollout
 
     async def _expire_attempts(self, at: float) -> None:
-        candidates = self._read(  # what may have expired, found by index; `transitions.expiry` decides
+        candidates = self._transactions.read(  # what may have expired, found by index; `transitions.expiry` decides
             "SELECT rollout_id, attempt_id FROM attempts WHERE status = 'running' AND ("
             "(timeout_seconds IS NOT NULL AND start_time + timeout_seconds < ?) OR "
             "(unresponsive_seconds IS NOT NULL AND last_heartbeat_time + unresponsive_seconds < ?))",
@@ -334,7 +229,7 @@ class SqliteStore(LocalStore):
         if not candidates:
             return
         finished = []
-        with self._write() as db:
+        with self._transactions.write() as db:
             for rollout_id, attempt_id in candidates:
                 rollout = select_rollout(db, rollout_id)
                 attempt = select_attempt(db, rollout_id, attempt_id)  # read again: another process may have won
@@ -354,20 +249,20 @@ class SqliteStore(LocalStore):
             return []
         at = self.clock()
         t.check_spans(spans)
-        with self._write() as db:
+        with self._transactions.write() as db:
             return write_spans(db, spans, at)
 
     async def query_spans(
         self, rollout_id: str | None, attempt_id: str | None = None, *, all_attempts: bool = False
     ) -> list[Span]:
-        with self._lock:
-            bodies = span_bodies(self._conn, rollout_id, attempt_id, all_attempts=all_attempts)
+        with self._transactions.reading() as db:
+            bodies = span_bodies(db, rollout_id, attempt_id, all_attempts=all_attempts)
         return [Span.model_validate_json(body) for body in bodies]
 
     async def query_spans_of(self, rollout_ids: Sequence[str]) -> dict[str, list[Span]]:
         wanted = list(dict.fromkeys(rollout_ids))
-        with self._lock:
-            found = span_bodies_of(self._conn, wanted)
+        with self._transactions.reading() as db:
+            found = span_bodies_of(db, wanted)
         return {rid: [Span.model_validate_json(body) for body in bodies] for rid, bodies in found.items()}
 
     # ------------------------------------------------------------------ resources
@@ -375,7 +270,7 @@ class SqliteStore(LocalStore):
     async def add_resources(
         self, resources: NamedResources, metadata: dict[str, Any] | None = None
     ) -> ResourcesSnapshot:
-        with self._write() as db:
+        with self._transactions.write() as db:
             version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM resources").fetchone()[0]
             snapshot = t.new_snapshot(version, resources, metadata, self.clock())
             db.execute(
@@ -384,7 +279,7 @@ class SqliteStore(LocalStore):
         return snapshot
 
     async def update_resources(self, resources_id: str, metadata: dict[str, Any]) -> ResourcesSnapshot:
-        with self._write() as db:
+        with self._transactions.write() as db:
             snapshot = self._get_resources(db, resources_id)
             snapshot.metadata = {**snapshot.metadata, **metadata}
             db.execute(
@@ -399,17 +294,17 @@ class SqliteStore(LocalStore):
         return ResourcesSnapshot.model_validate_json(row[0])
 
     async def get_resources(self, resources_id: str) -> ResourcesSnapshot:
-        with self._lock:
-            return self._get_resources(self._conn, resources_id)
+        with self._transactions.reading() as db:
+            return self._get_resources(db, resources_id)
 
     async def get_latest_resources(self) -> ResourcesSnapshot | None:
-        rows = self._read("SELECT body FROM resources ORDER BY version DESC LIMIT 1")
+        rows = self._transactions.read("SELECT body FROM resources ORDER BY version DESC LIMIT 1")
         return ResourcesSnapshot.model_validate_json(rows[0][0]) if rows else None
 
     async def query_resources(self) -> list[ResourcesSnapshot]:
         return [
             ResourcesSnapshot.model_validate_json(row[0])
-            for row in self._read("SELECT body FROM resources ORDER BY version")
+            for row in self._transactions.read("SELECT body FROM resources ORDER BY version")
         ]
 
     # ------------------------------------------------------------------ workers, metrics, stats
@@ -417,7 +312,7 @@ class SqliteStore(LocalStore):
     async def _heartbeat(
         self, worker_id: str, change: WorkerChange, active_attempts: list[tuple[str, str]], at: float
     ) -> Worker:
-        with self._write() as db:
+        with self._transactions.write() as db:
             for rollout_id, attempt_id in active_attempts:
                 updated = db.execute(
                     "UPDATE attempts SET last_heartbeat_time = ? WHERE attempt_id = ? AND rollout_id = ?",
@@ -431,10 +326,13 @@ class SqliteStore(LocalStore):
         return worker
 
     async def query_workers(self) -> list[Worker]:
-        return [Worker.model_validate_json(row[0]) for row in self._read("SELECT body FROM workers ORDER BY worker_id")]
+        return [
+            Worker.model_validate_json(row[0])
+            for row in self._transactions.read("SELECT body FROM workers ORDER BY worker_id")
+        ]
 
     async def add_metrics(self, metrics: Sequence[Metric]) -> None:
-        with self._write() as db:
+        with self._transactions.write() as db:
             db.executemany(
                 "INSERT INTO metrics (name, step, value, time, run_id) VALUES (?, ?, ?, ?, ?)",
                 # SQLite turns a NaN into NULL; as text it reads back as NaN (a diverged loss is a figure too)
@@ -458,16 +356,16 @@ class SqliteStore(LocalStore):
         sql = "SELECT name, step, value, time, run_id FROM metrics"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        rows = self._read(sql + " ORDER BY step, time, id", params)
+        rows = self._transactions.read(sql + " ORDER BY step, time, id", params)
         return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
 
     async def latest_metrics(self) -> list[Metric]:
         # SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum
-        rows = self._read("SELECT name, step, value, MAX(time), run_id FROM metrics GROUP BY name", ())
+        rows = self._transactions.read("SELECT name, step, value, MAX(time), run_id FROM metrics GROUP BY name", ())
         return [Metric(name=r[0], step=r[1], value=r[2], time=r[3], run_id=r[4]) for r in rows]
 
     async def put_run(self, run: Run) -> Run:
-        with self._write() as db:
+        with self._transactions.write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO runs (run_id, start_time, body) VALUES (?, ?, ?)",
                 (run.run_id, run.start_time, run.model_dump_json()),
@@ -475,22 +373,25 @@ class SqliteStore(LocalStore):
         return run.model_copy(deep=True)
 
     async def get_run(self, run_id: str) -> Run:
-        rows = self._read("SELECT body FROM runs WHERE run_id = ?", (run_id,))
+        rows = self._transactions.read("SELECT body FROM runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise t.no_run(run_id)
         return Run.model_validate_json(rows[0][0])
 
     async def query_runs(self) -> list[Run]:
-        return [Run.model_validate_json(row[0]) for row in self._read("SELECT body FROM runs ORDER BY start_time")]
+        return [
+            Run.model_validate_json(row[0])
+            for row in self._transactions.read("SELECT body FROM runs ORDER BY start_time")
+        ]
 
     async def stats(self) -> StoreStats:
-        with self._lock:
-            rollouts = dict(self._conn.execute("SELECT status, COUNT(*) FROM rollouts GROUP BY status").fetchall())
-            attempts = dict(self._conn.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())
-            spans = self._conn.execute("SELECT COUNT(*) FROM spans").fetchone()[0]
-            workers = self._conn.execute("SELECT COUNT(*) FROM workers").fetchone()[0]
-            resources = self._conn.execute("SELECT COUNT(*) FROM resources").fetchone()[0]
-            requeues = self._conn.execute(
+        with self._transactions.reading() as db:
+            rollouts = dict(db.execute("SELECT status, COUNT(*) FROM rollouts GROUP BY status").fetchall())
+            attempts = dict(db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())
+            spans = db.execute("SELECT COUNT(*) FROM spans").fetchone()[0]
+            workers = db.execute("SELECT COUNT(*) FROM workers").fetchone()[0]
+            resources = db.execute("SELECT COUNT(*) FROM resources").fetchone()[0]
+            requeues = db.execute(
                 "SELECT COALESCE(SUM(num_attempts - 1 + (status = 'requeuing')), 0) FROM rollouts WHERE num_attempts > 0"
             ).fetchone()[0]
         return StoreStats(
@@ -501,19 +402,3 @@ class SqliteStore(LocalStore):
             resources=resources,
             requeues=requeues,
         )
-
-
-def _open_reason(path: Path) -> str:
-    """Why SQLite could not open `path`, where it is plain to see (SQLite says only `unable to open database file`)."""
-    if path.is_dir():
-        return f" ({path} is a folder: name a file inside it, like {path / 'store.db'})"
-    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
-    if folder is not None and folder != path.parent:
-        return f" ({path.parent} does not exist and cannot be created in {folder})"
-    if folder is not None and not folder.is_dir():
-        return f" ({folder} is a file, not a folder)"
-    if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
-        return f" (the folder {folder} is read-only for this user)"
-    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-        return f" ({path} is read-only for this user)"
-    return ""

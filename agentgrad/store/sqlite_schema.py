@@ -1,4 +1,4 @@
-"""The SQLite file's layout: tables and indexes, the rows ↔ models mapping (a rollout or an attempt read by id), and
+"""The SQLite file's layout: tables and indexes (and how an older file is brought up to date, `migrate`), the rows ↔ models mapping (a rollout or an attempt read by id), and
 the checkpoint thread."""
 
 from __future__ import annotations
@@ -96,6 +96,20 @@ CREATE TABLE IF NOT EXISTS replies (
 """
 """`replies` holds the answer of each mutating HTTP call by its idempotency key, committed with the change;
 ids grow with time, so old answers are pruned from the front without an index on time."""
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring the file's schema up to date (in the caller's write transaction): a new file gets `SCHEMA`, a file
+    from an earlier agentgrad the columns and indexes added since."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    if "run_id" not in {row[1] for row in db.execute("PRAGMA table_info(metrics)")}:
+        db.execute("ALTER TABLE metrics ADD COLUMN run_id TEXT")  # a file from before runs were recorded
+    if "span_id" not in {row[1] for row in db.execute("PRAGMA table_info(spans)")}:
+        db.execute("ALTER TABLE spans ADD COLUMN span_id TEXT")  # a file from before spans had ids here
+    db.execute("CREATE INDEX IF NOT EXISTS spans_by_span_id ON spans(rollout_key, span_id) WHERE span_id IS NOT NULL")
+
 
 UNATTACHED = ""
 """`rollout_key` of spans recorded outside any rollout."""

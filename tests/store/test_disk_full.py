@@ -24,8 +24,8 @@ from agentgrad.types import AttemptedRollout, Span
 
 def fill_up(store: SqliteStore) -> None:
     """Leave the store's file room for only a couple more pages, as a full disk would."""
-    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
-    store._conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+    pages = store._transactions.conn.execute("PRAGMA page_count").fetchone()[0]
+    store._transactions.conn.execute(f"PRAGMA max_page_count = {pages + 2}")
 
 
 def big_span(started: AttemptedRollout, i: int) -> Span:

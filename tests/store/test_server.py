@@ -138,7 +138,7 @@ def test_a_retried_span_write_is_applied_once_with_or_without_span_ids(served) -
         again = httpx.post(server.url + "/api/spans", json={"spans": spans}, headers={"idempotency-key": key})
         assert first.json() == again.json() == {"sequence_ids": sequence_ids}
     assert [s.name for s in asyncio.run(store.query_spans(rid))] == ["s0", "s1", "s2", "anonymous"]
-    stored_answers = [row[0] for row in store._read("SELECT key FROM replies")]
+    stored_answers = [row[0] for row in store._transactions.read("SELECT key FROM replies")]
     assert stored_answers == ["add_spans:k-mixed"]
 
 
