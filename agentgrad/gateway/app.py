@@ -11,14 +11,12 @@ built. Calls with neither are recorded outside any rollout.
 The gateway asks an upstream that can give them (the engine, vLLM) for token ids and logprobs
 (vLLM's `return_token_ids`, `logprobs`), records them, and strips what it added, so the client
 gets the response it asked for; any other upstream gets the client's request as it was.
-Responses API calls are recorded in the shape chat completions are (`responses.py`). Answers go back to the agent through `relay.py`; spans are built after the last byte went to the client and written in
-background batches (`recording.py`). The hot path is a bare ASGI app: no framework routing, orjson, one
-pooled aiohttp session.
-
-Each call has one deadline (connect, first byte, total: `upstreams.Deadline`); retries happen within it,
-only where no byte of an answer exists yet. Whatever goes wrong upstream, the agent gets an OpenAI-style
-JSON error (502 broken, 504 too slow; an error event ending a stream already begun) and the call is a span
-with that error. A call the agent hangs up on is cancelled upstream, and recorded as such.
+Responses API calls are recorded in the shape chat completions are (`responses.py`). Calls go upstream through
+`forwarding.py` (each within one deadline, retried only where no byte of an answer exists yet; whatever goes wrong
+there, the agent gets an OpenAI-style JSON error) and answers come back through `relay.py`; spans are built after the
+last byte went to the client and written in background batches (`recording.py`). The hot path is a bare ASGI app: no
+framework routing, orjson, one pooled aiohttp session. A call the agent hangs up on is cancelled upstream, and
+recorded as such.
 
 With a sampling plan (`set_sampling`, `sampling.RolloutSampling`), calls made inside a rollout run with the
 trainer's temperature, top-p and `max_tokens` for that rollout's mode (read from the store once per rollout).
@@ -49,21 +47,14 @@ import agentgrad.gateway.routing as routing
 from agentgrad import semconv as sc
 from agentgrad.gateway.ab import ABSplit
 from agentgrad.gateway.admin import HEALTH_PATH, ROUTES_PATH
-from agentgrad.gateway.checks import request_problem
+from agentgrad.gateway.forwarding import forward
 from agentgrad.gateway.metrics import GatewayMetrics
-from agentgrad.gateway.recording import Call, GatewaySink, upstream_headers
-from agentgrad.gateway.relay import Recorder, fail, reject, relay_answer, relay_stream, send_error, send_json
+from agentgrad.gateway.recording import Call, GatewaySink
+from agentgrad.gateway.relay import Recorder, reject, send_error, send_json
 from agentgrad.gateway.replicas import ReplicaPool
 from agentgrad.gateway.sampling import RolloutSampling, SamplingPlan
 from agentgrad.gateway.table import LiveRoutes, RouteTable
-from agentgrad.gateway.upstreams import (
-    MAX_RETRIES,
-    RETRY_BACKOFF_SECONDS,
-    Backend,
-    Deadline,
-    GatewayError,
-    post_with_retries,
-)
+from agentgrad.gateway.upstreams import MAX_RETRIES, RETRY_BACKOFF_SECONDS, Backend, GatewayError
 from agentgrad.semconv import CHAT_COMPLETIONS_API, COMPLETIONS_API, MESSAGES_API, RESPONSES_API
 from agentgrad.serving.guard import MAX_BODY_BYTES, BodyTooLarge, bearer_ok, expected_authorization, read_body
 from agentgrad.serving.metrics import METRICS_PATH, ROUTE_KEY, ServerMetrics, counted
@@ -156,9 +147,6 @@ class Gateway:
         """What records the calls (made by `start`, which runs before any call is proxied)."""
         assert self._recorder is not None, "the gateway records calls once started"
         return self._recorder
-
-    async def _fail(self, send: Any, call: Call, error: GatewayError) -> None:
-        await fail(send, call, error, self._recording)
 
     @property
     def table(self) -> RouteTable:
@@ -367,7 +355,19 @@ class Gateway:
             call.sampling[sc.NOT_TRAINED] = headers[_NOT_TRAINED_KEY].decode("utf-8", "replace") or "yes"
         # The call runs as its own task while this one waits for the agent to hang up: if it does, the
         # upstream request is cancelled (its connection closed) rather than left running for nobody.
-        work = asyncio.ensure_future(self._forward(call, send, self.table))  # the table it keeps to its end
+        work = asyncio.ensure_future(  # with the table it keeps to its end
+            forward(
+                call,
+                send,
+                self.table,
+                session=self._session,
+                recorder=self._recording,
+                cache=self.cache,
+                timeouts=self.timeouts,
+                max_retries=self.max_retries,
+                backoff_s=self.retry_backoff_s,
+            )
+        )
         self.counts.in_flight += 1
         gone = asyncio.ensure_future(_disconnected(receive))
         try:
@@ -397,110 +397,6 @@ class Gateway:
                     )
         if not work.cancelled():
             work.result()  # a failure of the gateway's own surfaces as before (the server answers 500)
-
-    async def _forward(self, call: Call, send: Any, table: RouteTable) -> None:
-        """Send the call upstream, as `table` routes it, within its deadline and relay the answer; every outcome is
-        recorded."""
-        import aiohttp
-
-        model, request = call.request["model"], call.request
-        named, router = table.route(model)
-        lease = await router.acquire(call.rollout_id, call.agent) if router is not None else None  # held through a sync
-        upstream = lease.upstream if lease is not None else (named or table.default)
-        call.upstream = upstream
-        call.arm = getattr(lease, "arm", None)  # an A/B split's (agentgrad.gateway.ab)
-        call.adapter = getattr(lease, "adapter", None)  # a pool of LoRA adapters': the agent's (vLLM names none)
-        try:
-            if upstream is None:
-                await self._fail(
-                    send,
-                    call,
-                    GatewayError(
-                        404,
-                        f"model {model!r} is not served by this gateway; known models: {sorted(table.upstreams)}",
-                        "invalid_request_error",
-                        "model_not_found",
-                    ),
-                )
-                return
-            problem = (
-                messages.request_problem(request) if call.api == MESSAGES_API else request_problem(call.api, request)
-            )
-            if problem is not None:
-                return await self._fail(
-                    send, call, GatewayError(400, problem, "invalid_request_error", "invalid_request")
-                )
-            try:
-                outgoing, added = upstream.prepare(request, call.api)
-            except orjson.JSONEncodeError as exc:  # nested too deep to re-encode
-                return await self._fail(
-                    send, call, GatewayError(400, f"cannot forward this request: {exc}", "invalid_request_error")
-                )
-            call.token_ids_asked = added.asked
-            backend = upstream.backend
-            url = upstream.urls[call.api]
-            cache_key = (url, call.api, outgoing) if backend.cache and not request.get("stream") else None
-            cached = self.cache.get(cache_key) if cache_key is not None else None
-            if cached is not None:
-                call.sampling[sc.CACHE_HIT] = True
-                return await relay_answer(send, call, cached, added, None, 0, self._recording)
-            limiter = table.limiters.get(upstream.name)
-            connect_s, first_byte_s, total_s = (
-                ours if ours is not None else theirs
-                for ours, theirs in zip(
-                    self.timeouts, (backend.connect_timeout_s, backend.first_byte_timeout_s, backend.timeout_s)
-                )
-            )
-            deadline = Deadline.start(connect_s, first_byte_s, total_s)
-            retries, response = 0, None
-            try:
-                try:
-                    async with asyncio.timeout_at(deadline.ends):  # a wait for the rate limit counts too
-                        if limiter is not None:
-                            await limiter.acquire(routing.request_tokens(request, len(outgoing)))
-                        response, retries = await post_with_retries(
-                            self._session,
-                            upstream,
-                            call.api,
-                            outgoing,
-                            deadline=deadline,
-                            max_retries=self.max_retries if backend.max_retries is None else backend.max_retries,
-                            backoff_s=self.retry_backoff_s,
-                            headers=upstream_headers(call),
-                        )
-                        streamed = (
-                            bool(request.get("stream"))
-                            and response.content_type == "text/event-stream"
-                            and response.status < 400
-                        )
-                        if not streamed:
-                            payload = await response.read()  # a stall or a cut here: a 504 / 502 below
-                except GatewayError as error:
-                    return await self._fail(send, call, error)
-                except TimeoutError as exc:
-                    return await self._fail(send, call, deadline.error(upstream, url, exc, retries))
-                except aiohttp.ClientError as exc:
-                    message = f"upstream {upstream.name!r} at {url} broke off its answer: {type(exc).__name__}: {exc}"
-                    interrupted = GatewayError(502, message, "upstream_error", "upstream_interrupted", retries)
-                    return await self._fail(send, call, interrupted)
-                version = response.headers.get(sc.VERSION_HEADER) or (str(lease.version) if lease else None)
-                call.adapter = response.headers.get(sc.ADAPTER_HEADER) or call.adapter  # the built-in engine's
-                if streamed:
-                    return await relay_stream(send, call, response, added, version, retries, deadline, self._recording)
-            finally:
-                if response is not None:
-                    response.release()
-            if response.status >= 400:
-                refused = GatewayError.from_response(upstream, response.status, payload)
-                refused.retries = retries
-                await self._fail(send, call, refused)
-            else:
-                if cache_key is not None:
-                    self.cache.put(cache_key, payload)
-                await relay_answer(send, call, payload, added, version, retries, self._recording)
-        finally:
-            if router is not None and lease is not None:
-                router.release(lease)
 
 
 async def _disconnected(receive: Any) -> None:

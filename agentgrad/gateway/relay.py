@@ -1,9 +1,9 @@
 """The answer's way back to the agent: relayed whole or event by event, stripped of what the gateway added, then
 recorded; and the gateway's own refusals in each API's error shape.
 
-`app.Gateway` routes a call and sends it upstream (`_forward`); what comes back goes through here. Every outcome,
-an answer, a stream, an error, is recorded once, after the agent got it: a `Recorder` counts the answers on their
-way (so `Gateway.flush` can wait for them) and queues each call's span for the store.
+`app.Gateway` routes a call and `forwarding.forward` sends it upstream; what comes back goes through here. Every
+outcome, an answer, a stream, an error, is recorded once, after the agent got it: a `Recorder` counts the answers on
+their way (so `Gateway.flush` can wait for them) and queues each call's span for the store.
 """
 
 from __future__ import annotations
