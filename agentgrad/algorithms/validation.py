@@ -14,7 +14,8 @@ from agentgrad.algorithms.updates import Update
 
 class Validation:
     """Validation on the held-out tasks before the first step, every `val_every` steps and after the last; after
-    each, the rollback guard's verdict (`stop` when it says so). Remembers the first, the last and the best."""
+    each, the rollback guard's verdict (`stop` when it says so). Remembers the last and the best (`train` keeps
+    the first)."""
 
     def __init__(self, algorithm: Algorithm[Any], cfg: LoopConfig, tasks: Sequence[Any], resources_id: str) -> None:
         self.algorithm, self.cfg, self.tasks, self.resources_id = algorithm, cfg, list(tasks), resources_id

@@ -16,8 +16,8 @@ import pytest
 
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
-DiskFullError = Exception  # before: no such error
 from agentgrad.store.client import StoreClient
+from agentgrad.store.errors import DiskFullError
 from agentgrad.store.server import create_app
 from agentgrad.types import AttemptedRollout, Span
 
