@@ -438,3 +438,32 @@ def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that
         question = train_questions[chat["messages"][1]["content"]]
         assert sql in recovery.mistakes(question["gold"]) and db.query_fails(question["db"], sql)
         assert chat["messages"][-1]["content"] == f"```sql\n{question['gold']}\n```"
+
+
+def test_join_mistakes_write_the_join_after_where_or_leave_it_out_and_the_tool_says_what_to_fix() -> None:
+    gold = "SELECT c.title FROM books AS c JOIN authors AS p ON c.author_id = p.id WHERE p.name = 'Liam Patel'"
+    after, left_out = recovery.join_mistakes(gold)
+    assert after == "SELECT c.title FROM books AS c WHERE p.name = 'Liam Patel' JOIN authors AS p ON c.author_id = p.id"
+    assert left_out == "SELECT title FROM books WHERE name = 'Liam Patel'"
+    assert recovery.join_mistakes("SELECT COUNT(*) FROM books WHERE year > 2000") == []
+    assert recovery.join_mistakes(gold.replace(" WHERE", " JOIN loans AS l ON l.book_id = c.id WHERE")) == []
+    with closing(db.connect_readonly("library")) as connection:
+        assert "JOIN goes right after FROM" in agent.tool_answer(connection, "library", after, [])
+        assert agent.tool_answer(connection, "library", left_out, []).startswith(
+            "Error: no such column: name. The columns of the tables you used: books(")
+
+
+def test_the_demonstration_mix_draws_each_kind_from_training_questions_only_and_the_same_each_time() -> None:
+    train_questions = db.load_questions("train")
+    mix = recovery.demonstration_mix(train_questions)
+    assert mix == recovery.demonstration_mix(train_questions)
+    by_question = {q["question"]: q for q in train_questions}
+    assert all(chat["messages"][1]["content"] in by_question for chat in mix)  # no held-out question among them
+    first_calls = [json.loads(chat["messages"][2]["tool_calls"][0]["function"]["arguments"])["query"] for chat in mix]
+    starts_right = [sql == by_question[chat["messages"][1]["content"]]["gold"] for chat, sql in zip(mix, first_calls)]
+    joins = [any(sql in recovery.join_mistakes(q["gold"]) for q in train_questions) for sql in first_calls]
+    assert (len(mix), sum(joins), sum(starts_right)) == (sum(recovery.MIX.values()), recovery.MIX["joins"],
+                                                         recovery.MIX["right"])
+    right = mix[starts_right.index(True)]["messages"]
+    assert [m["role"] for m in right] == ["system", "user", "assistant", "tool", "assistant"]
+    assert all("weight" not in m for m in right)  # every turn of a chat that starts right is taught

@@ -18,6 +18,7 @@ month (`{month}`, from `YYYY-MM`); the gold query sees `{x}` as is and `{q}` as 
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import random
 import re
@@ -217,6 +218,10 @@ _LITERAL = re.compile(r"(=\s*)'((?:[^']|'')*)'")
 _MONTH_PATTERN = re.compile(r"LIKE '(\d{4}-\d{2})-%'")
 _HAVING = re.compile(r"\s+GROUP BY (\S+) HAVING (.+)$", re.S)
 _QUALIFIED = re.compile(r"\b\w+\.(\w+)(\s*=)")
+_TWO_TABLES = re.compile(r"^SELECT (.+?) FROM (\w+(?: AS \w+)?) JOIN (\w+(?: AS \w+)?) ON (.+?) WHERE (.+)$", re.S)
+_QUALIFIER = re.compile(r"\b\w+\.(\w+)")
+MIX = {"fixes": 100, "joins": 80, "right": 60}
+"""How many chats of each kind `demonstration_mix` draws."""
 
 
 def mistakes(gold: str) -> list[str]:
@@ -250,31 +255,64 @@ def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
 # ----------------------------------------------------------------------------- fixes shown before RL
 
 
-def demonstration(task: dict[str, Any], mistake: str) -> dict[str, Any]:
-    """The fix of `mistake` as a chat in OpenAI's fine-tuning format, the messages the agent sends: its system prompt
-    and the question, the mistake run (weight 0: context, not taught) and the tool's real answer to it, then the gold
-    query run, its rows, and the final block. What a warm start shows the model before RL (`--sql-warm-start`)."""
+def join_mistakes(gold: str) -> list[str]:
+    """For a two-table join `gold`, the first queries a model writes when it has not seen where a value is kept: the
+    JOIN written after the WHERE (a syntax error), and the join left out, the other table's column compared as if the
+    first table held it (no such column). What `join_demonstrations` shows fixed."""
+    match = _TWO_TABLES.match(gold)
+    if match is None or gold.count(" JOIN ") != 1:
+        return []
+    select, first, second, on, where = match.groups()
+    unqualified = functools.partial(_QUALIFIER.sub, r"\1")
+    return [f"SELECT {select} FROM {first} WHERE {where} JOIN {second} ON {on}",
+            f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
+
+
+def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
+    """The chat the agent sends when it answers `task` right, in OpenAI's fine-tuning format: its system prompt and the
+    question; `mistake` run first (weight 0: context, not taught) with the tool's real answer to it, when given; then
+    the gold query run, its rows, and the final block. What a warm start shows the model before RL
+    (`--sql-warm-start`)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": agent.INSTRUCTIONS.format(schema=db.schema(task["db"]))},
+        {"role": "user", "content": task["question"]},
+    ]
     with closing(db.connect_readonly(task["db"])) as connection:
         ran: list[tuple[str, bool]] = []
-        failed = agent.tool_answer(connection, task["db"], mistake, ran)
+        if mistake is not None:
+            failed = agent.tool_answer(connection, task["db"], mistake, ran)
+            messages += [{**_call("call_mistake", mistake), "weight": 0},
+                         {"role": "tool", "tool_call_id": "call_mistake", "content": failed}]
         rows = agent.tool_answer(connection, task["db"], task["gold"], ran)
-    return {
-        "messages": [
-            {"role": "system", "content": agent.INSTRUCTIONS.format(schema=db.schema(task["db"]))},
-            {"role": "user", "content": task["question"]},
-            {**_call("call_mistake", mistake), "weight": 0},
-            {"role": "tool", "tool_call_id": "call_mistake", "content": failed},
-            _call("call_fix", task["gold"]),
-            {"role": "tool", "tool_call_id": "call_fix", "content": rows},
-            {"role": "assistant", "content": f"```sql\n{task['gold']}\n```"},
-        ],
-        "tools": agent.tool_definitions(),
-    }
+    messages += [
+        _call("call_fix", task["gold"]),
+        {"role": "tool", "tool_call_id": "call_fix", "content": rows},
+        {"role": "assistant", "content": f"```sql\n{task['gold']}\n```"},
+    ]
+    return {"messages": messages, "tools": agent.tool_definitions()}
 
 
 def demonstrations(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`demonstration` of each task's every mistake that fails on its database (an error or nothing returned)."""
     return [demonstration(task, sql) for task in tasks for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
+
+
+def join_demonstrations(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`demonstration` of each task's every `join_mistakes` that fails on its database."""
+    return [demonstration(task, sql) for task in tasks for sql in join_mistakes(task["gold"])
+            if db.query_fails(task["db"], sql)]
+
+
+def demonstration_mix(tasks: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
+    """The warm start `benchmarks/sql_sft_probe.py` measured: 100 fixes of the five kinds (`demonstrations`), 80 of
+    the two join kinds (`join_demonstrations`) and 60 chats that start right (the gold query first), drawn by `seed`.
+    The fixes alone made the first query fail more often (docs/frameworks.md); the chats that start right keep it."""
+    rng = random.Random(seed)
+    fixes, joins = demonstrations(tasks), join_demonstrations(tasks)
+    right = [demonstration(task, None) for task in rng.sample(tasks, min(MIX["right"], len(tasks)))]
+    rng.shuffle(fixes)
+    rng.shuffle(joins)
+    return fixes[: MIX["fixes"]] + joins[: MIX["joins"]] + right
 
 
 def _call(call_id: str, sql: str) -> dict[str, Any]:
