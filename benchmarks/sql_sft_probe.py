@@ -4,11 +4,9 @@ start right), each evaluated greedily through the real agent on the SQL demo's v
 project's held-out databases, 60 of the real-world ones): accuracy, failed-first share, self-corrected share, side
 by side, with the training's time and the process's peak RSS.
 
-The training step runs each chat's context (everything before its first taught token) under no_grad into a KV
-cache and back-propagates through the rest only: no gradient reaches the context's keys and values through the
-LoRA weights, where the loop's warm start (`demonstrations.warm_start`, SFT's `nll.sft_update`) sends it there
-too, at 2.4x the time on these ~550-token chats (36 min for 158 of them in the demo). This probe measures what the
-data does in the time a demo can spend; whether the full step does better is not measured here.
+The training step is the warm start's with `frozen_context` (`nll.sft_update`, as `--sql-warm-start` runs it):
+each chat's context (everything before its first taught token) runs under no_grad into a KV cache and only the rest
+is back-propagated, 2.4x faster than the full step on these ~550-token chats.
 
     .venv/bin/python benchmarks/sql_sft_probe.py                   # ~25 min of SFT, two evaluations of ~6-9 min
     .venv/bin/python benchmarks/sql_sft_probe.py --skip-base       # the trained model only
@@ -32,10 +30,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import agentgrad as ag  # noqa: E402
-from agentgrad.adapters import Trajectory  # noqa: E402
 from agentgrad.algorithms.baseline import Baseline  # noqa: E402
 from agentgrad.algorithms.demonstrations import to_trajectories  # noqa: E402
-from agentgrad.algorithms.nll import Kept  # noqa: E402
+from agentgrad.algorithms.nll import Kept, sft_update  # noqa: E402
 from agentgrad.cli import sql_demo  # noqa: E402
 from agentgrad.engine import Engine  # noqa: E402
 from agentgrad.engine.model import load_model  # noqa: E402
@@ -46,28 +43,6 @@ from examples.sql.train import sql_rollout  # noqa: E402
 
 MODEL = "qwen2.5-coder-0.5b"
 LORA_RANK, LORA_ALPHA, LEARNING_RATE, BATCH_SIZE, MAX_GRAD_NORM = 16, 32, 2e-4, 8, 1.0
-
-
-def context_cached_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: list[Trajectory]) -> float:
-    """One AdamW step on the mean NLL of the batch's taught tokens, each chat's context run under no_grad."""
-    from transformers import DynamicCache
-
-    tokens = sum(sum(t.loss_mask) for t in batch)
-    total = 0.0
-    optimizer.zero_grad(set_to_none=True)
-    for t in batch:
-        cache = DynamicCache()
-        with torch.no_grad():
-            model(input_ids=torch.tensor([t.token_ids[: t.prompt_length - 1]]), past_key_values=cache, use_cache=True)
-        rest = torch.tensor([t.token_ids[t.prompt_length - 1 :]])  # the context's last token predicts the first taught
-        logits = model(input_ids=rest[:, :-1], past_key_values=cache, use_cache=True).logits[0]
-        nll = torch.nn.functional.cross_entropy(logits.float(), rest[0, 1:], reduction="none")
-        loss = (nll * torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32)).sum() / tokens
-        loss.backward()
-        total += float(loss.detach())
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], MAX_GRAD_NORM)
-    optimizer.step()
-    return total
 
 
 def fine_tune(out: Path) -> dict[str, float]:
@@ -84,7 +59,7 @@ def fine_tune(out: Path) -> dict[str, float]:
     peft_model.train()
     began, losses = time.perf_counter(), []
     for i, batch in enumerate(data.batches(1, BATCH_SIZE)):
-        losses.append(context_cached_step(peft_model, optimizer, batch))
+        losses.append(sft_update(peft_model, optimizer, batch, MAX_GRAD_NORM, frozen_context=True))
         print(f"  batch {i}: loss {losses[-1]:.3f} ({time.perf_counter() - began:.0f} s)", flush=True)
     peft_model.merge_and_unload().save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -116,8 +116,8 @@ def test_a_warm_start_then_one_lora_grpo_step_of_the_sql_agent_on_2_tasks_x_2_ro
     assert done.returncode == 0, out
     assert "training the text-to-SQL agent" in out and "qwen2.5-coder-0.5b" in out and "self-corrected" in out
     assert "training episodes whose first query failed" in out
-    shown = len(recovery.demonstrations(db.load_questions("train")))
-    assert f"warm start on {shown} demonstrations of fixes" in out and f"warm start: SFT on {shown} demonstrations" in out
+    shown = len(recovery.demonstration_mix(db.load_questions("train")))
+    assert f"warm start on {shown} demonstrations (fixes, joins, right starts)" in out and f"warm start: SFT on {shown} demonstrations" in out
 
     with open(run / "curve.csv") as f:
         rows = list(csv.DictReader(f))

@@ -104,6 +104,7 @@ class LoopConfig(RunConfig):
     warm_start_epochs: int = 1  # passes over the demonstrations
     warm_start_learning_rate: float = 2e-4  # an AdamW of its own: SFT's rate, not the RL step's
     warm_start_batch_size: int = 8  # demonstrations per optimizer step
+    warm_start_frozen_context: bool = False  # each one's context under no_grad: its answer trained, ~2.4x faster
     # ---- the policy: serving engine, LoRA, truncated importance sampling (`GRPO(engine="vllm")` sets policy.engine)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 

@@ -92,7 +92,10 @@ def warm_start(update: Update, trajectories: Sequence[Trajectory], cfg: LoopConf
 
     def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, pad_token_id: int) -> dict[str, float]:
         batches = data.batches(cfg.warm_start_epochs, cfg.warm_start_batch_size)
-        losses = [sft_update(model, optimizer, batch, cfg.max_grad_norm, pad_token_id) for batch in batches]
+        frozen = cfg.warm_start_frozen_context
+        losses = [
+            sft_update(model, optimizer, b, cfg.max_grad_norm, pad_token_id, frozen_context=frozen) for b in batches
+        ]
         return {
             "loss": statistics.fmean(losses),
             "demonstrations": float(len(data.trajectories)),

@@ -11,7 +11,7 @@ import torch
 
 from agentgrad.adapters import Trajectory
 from agentgrad.distributed.fsdp import clip_grad_norm, idle_trajectory
-from agentgrad.engine.training import ScoredSequence, sequence_logprobs
+from agentgrad.engine.training import ScoredSequence, frozen_context_logprobs, sequence_logprobs
 
 
 @dataclass(frozen=True)
@@ -40,25 +40,34 @@ def sft_update(
     pad_token_id: int = 0,
     *,
     total_tokens: int | None = None,
+    frozen_context: bool = False,
 ) -> float:
     """One AdamW step on the NLL of the model-written tokens of `batch`, the mean over those tokens.
 
     One rank of a sharded update passes its share as `batch` and the whole batch's `total_tokens`
-    (an empty share runs an idle sequence with zero weight, to join the collectives).
+    (an empty share runs an idle sequence with zero weight, to join the collectives). `frozen_context`: each
+    trajectory's context runs under no_grad, one trajectory at a time (`frozen_context_logprobs`).
     """
 
     items = list(batch) or [idle_trajectory(pad_token_id)]
-    logprobs = sequence_logprobs(
-        model, [ScoredSequence(t.token_ids, t.prompt_length) for t in items], 1.0, pad_token_id
-    )
-    masks = [
-        torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)
-        for t, lp in zip(items, logprobs)
-    ]
-    tokens = total_tokens or sum(float(m.sum()) for m in masks)
-    loss = -sum((lp * m).sum() for lp, m in zip(logprobs, masks)) / tokens
+    tokens = total_tokens or sum(sum(t.loss_mask[t.prompt_length :]) for t in items)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()  # type: ignore[union-attr]
+    loss = 0.0
+    for group in [[t] for t in items] if frozen_context else [items]:
+        scored = [ScoredSequence(t.token_ids, t.prompt_length) for t in group]
+        if frozen_context:
+            logprobs = frozen_context_logprobs(model, scored, 1.0, pad_token_id)
+        else:
+            logprobs = sequence_logprobs(model, scored, 1.0, pad_token_id)
+        nll = (
+            -sum(
+                (lp * torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.float32, device=lp.device)).sum()
+                for t, lp in zip(group, logprobs)
+            )
+            / tokens
+        )
+        nll.backward()  # type: ignore[union-attr]
+        loss += float(nll.detach())  # type: ignore[union-attr]
     clip_grad_norm([p for p in model.parameters() if p.requires_grad], max_grad_norm)
     optimizer.step()
-    return float(loss.detach())  # type: ignore[union-attr]
+    return loss

@@ -259,8 +259,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sql-warm-start",
         action="store_true",
-        help="sql: before the first GRPO step, fine-tune (SFT) on demonstrations of fixes: each training question's "
-        "mistakes that fail, the tool's answer, then the gold query (examples/sql/recovery.py; ~15 min more)",
+        help="sql: before the first GRPO step, fine-tune (SFT) on 240 demonstrations: fixes of mistakes that fail "
+        "(the tool's answer, then the gold query), of the two join mistakes, and chats that start right "
+        "(examples/sql/recovery.py; ~25 min more on 2 CPU cores)",
     )
     parser.add_argument(
         "--algorithm", choices=["grpo", "sft"], default="grpo", help="what trains the model (default: grpo)"

@@ -55,9 +55,9 @@ LORA_RANK = 16
 """LoRA on every linear projection (attention and MLP): the update's memory is the adapters' plus activations."""
 LEARNING_RATE = 2e-5
 WARM_START_LEARNING_RATE = 4e-4
-"""`--sql-warm-start`'s SFT: one pass over the demonstrations of fixes. Under LoRA's scale of 1 here (alpha = rank) as
-under the scale of 2 (alpha 32) its probe trained at 2e-4 (a fixed 1-epoch SFT then greedy evaluation: self-corrected
-2/21 and 4/36 against the base model's 0/16 and 2/36)."""
+"""`--sql-warm-start`'s SFT: one pass over `recovery.demonstration_mix` (fixes, joins, right starts), each chat's context
+frozen (`warm_start_frozen_context`). Under LoRA's scale of 1 here (alpha = rank) as under the scale of 2 (alpha 32)
+its probe, `benchmarks/sql_sft_probe.py`, trained at 2e-4."""
 RUNNER_CONCURRENCY = 8
 """Episodes each runner thread runs at once (16 with the default two runners): at 32, the first calls of 32
 episodes (the real-world schemas make prompts of up to ~1,500 tokens) prefilled together past the gateway's
@@ -303,7 +303,7 @@ def main(args: argparse.Namespace) -> None:
     # fp32 weights under the adapters; sampling merges the adapter into a packed twin (`Engine.replace_model`)
     engine = Engine(model, sampling_dtype="float32", name=Path(model).name)
     steps = demo_steps(args)
-    demonstrations = recovery.demonstrations(db.load_questions("train")) if args.sql_warm_start else []
+    demonstrations = recovery.demonstration_mix(db.load_questions("train")) if args.sql_warm_start else []
     algorithm = GRPO(
         GRPOConfig(
             steps=steps,
@@ -314,6 +314,7 @@ def main(args: argparse.Namespace) -> None:
             rollout_timeout=ROLLOUT_TIMEOUT,
             learning_rate=LEARNING_RATE,
             warm_start_learning_rate=WARM_START_LEARNING_RATE,
+            warm_start_frozen_context=True,  # the chats' schemas and questions under no_grad: 25 min, not ~55
             credit="per_turn",  # each call paid by the query it wrote (examples/sql/train.py): the fix, not the failure
             gamma=0.0,
             micro_batch_size=2,  # the run's peak RSS 15.1-16.2 GB with logits in chunks (engine/training.py); 4: untried
@@ -333,7 +334,11 @@ def main(args: argparse.Namespace) -> None:
         f"training the text-to-SQL agent (seed {args.seed}) with LoRA GRPO on {engine.name} ({engine.device}): "
         f"{len(train)} training questions, {len(val)} held out on databases training never sees (the project's "
         f"and {len(db.real_world_names())} real-world ones); first call {args.sql_first_call}; "
-        + (f"warm start on {len(demonstrations)} demonstrations of fixes; " if demonstrations else "")
+        + (
+            f"warm start on {len(demonstrations)} demonstrations (fixes, joins, right starts); "
+            if demonstrations
+            else ""
+        )
         + f"store: {run.store}"
     )
     result = trainer.fit(example.sql_rollout, train, val)

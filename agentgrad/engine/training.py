@@ -155,6 +155,29 @@ def sequence_logprobs(
     return [token_logprobs[row, kept - 1 - n :] for row, n in enumerate(scored)]
 
 
+def frozen_context_logprobs(
+    model: torch.nn.Module, sequences: Sequence[ScoredSequence], temperature: float = 1.0, pad_token_id: int = 0
+) -> list[torch.Tensor]:
+    """`sequence_logprobs` of each sequence alone, its context (the tokens before the first scored one) run under
+    no_grad into a KV cache: the gradient reaches the weights through the scored tokens only, not through the
+    context's keys and values. On a short answer after a long prompt (a demonstration's fix after a schema) that
+    costs about the context's forward alone, without its backward or activations; gradient checkpointing is off
+    meanwhile (its layers drop a cache in training), having only the scored part's activations to save."""
+    layers: list[Any] = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    try:
+        logprobs = []
+        for sequence in sequences:
+            with torch.no_grad():
+                context = StepPrefix(model, [sequence])  # its keys and values, leaves without gradient
+            logprobs += sequence_logprobs(model, [sequence], temperature, pad_token_id, prefix=context)
+        return logprobs
+    finally:
+        for layer in layers:
+            layer.gradient_checkpointing = True
+
+
 def _logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
     """The log-probability of each target under the logits at its position, softmax in fp32."""
     logits = logits.float()

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from agentgrad.engine import training
-from agentgrad.engine.training import ScoredSequence, StepPrefix, checkpoint_activations, sequence_logprobs
+from agentgrad.engine.training import (
+    ScoredSequence,
+    StepPrefix,
+    checkpoint_activations,
+    frozen_context_logprobs,
+    sequence_logprobs,
+)
 from tests.tiny_models import tiny_network
 
 
@@ -105,3 +111,26 @@ def test_with_gradient_checkpointing_the_prefix_runs_in_each_sequence_and_gives_
         assert torch.allclose(a, b, atol=1e-5)
     for a, b in zip(grads, expected_grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_frozen_context_gives_the_same_values_and_no_gradient_through_the_context(checkpointing: bool) -> None:
+    context = list(range(3, 15))  # tokens no scored position reads except through the context's keys and values
+    sequences = [ScoredSequence(context + [20, 21, 22, 30], 13), ScoredSequence(context[:10] + [23, 31, 32], 11)]
+    model = tiny_model()
+    if checkpointing:
+        checkpoint_activations(model)
+    model.train()
+    logprobs = frozen_context_logprobs(model, sequences, 0.7)
+    torch.stack([x.sum() for x in logprobs]).sum().backward()
+    embeddings = model.get_input_embeddings().weight
+    assert embeddings.grad is not None
+    assert embeddings.grad[3:15].abs().sum() == 0  # tokens of the contexts only: frozen
+    assert embeddings.grad[[20, 21, 22, 23, 31]].abs().sum() > 0
+    with torch.no_grad():
+        for a, s in zip(logprobs, sequences):
+            assert torch.allclose(a, full_forward(model, s, 0.7), atol=1e-5)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules()) == checkpointing  # restored
+    model.zero_grad()
+    torch.stack([x.sum() for x in sequence_logprobs(model, sequences, 0.7)]).sum().backward()
+    assert embeddings.grad[3:15].abs().sum() > 0  # the full step sends it there
