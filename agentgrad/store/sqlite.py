@@ -27,7 +27,6 @@ from agentgrad.store.sqlite_schema import (
     ATTEMPT_COLUMNS,
     ROLLOUT_COLUMNS,
     attempt_of,
-    checkpoint_until,
     migrate,
     rollout_changes,
     rollout_of,
@@ -37,7 +36,7 @@ from agentgrad.store.sqlite_schema import (
     select_rollout,
 )
 from agentgrad.store.sqlite_spans import span_bodies, span_bodies_of, write_spans
-from agentgrad.store.sqlite_transactions import Transactions, open_reason
+from agentgrad.store.sqlite_transactions import Transactions, checkpoint_until, open_reason
 from agentgrad.store.transitions import Clock
 from agentgrad.types import (
     Attempt,

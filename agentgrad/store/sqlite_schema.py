@@ -1,11 +1,10 @@
-"""The SQLite file's layout: tables and indexes (and how an older file is brought up to date, `migrate`), the rows ↔ models mapping (a rollout or an attempt read by id), and
-the checkpoint thread."""
+"""The SQLite file's layout: its tables and indexes, how an older file is brought up to date (`migrate`), and the
+mapping between rows and models (a rollout or an attempt read by id)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,9 +14,6 @@ from agentgrad.types import Attempt, Rollout, RolloutConfig
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's transaction before giving up."""
 
-CHECKPOINT_SECONDS = 0.5
-"""How often a background thread copies the WAL into the database file. Checkpoints fsync; done by
-the writer that crosses SQLite's threshold, they stall it (and a server's event loop) for tens of ms."""
 
 CACHE_KIB = 64 * 1024
 """Page cache per connection (SQLite's default is 2 MiB): a 100k-rollout queue's indexes stay in memory,
@@ -219,18 +215,3 @@ def running_attempt_row(rollout: Rollout, attempt: Attempt, worker_id: str | Non
         rollout.config.timeout_seconds,
         rollout.config.unresponsive_seconds,
     )
-
-
-def checkpoint_until(conn: sqlite3.Connection, stop: threading.Event) -> None:
-    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers.
-
-    `conn` is opened by the caller (`check_same_thread=False`) while the file surely exists: a thread
-    opening it later could find its folder gone with a short-lived store, and die on it."""
-    try:
-        while not stop.wait(CHECKPOINT_SECONDS):
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:  # the file went away, or is busy: the writers' own checkpoints still run
-                pass
-    finally:
-        conn.close()

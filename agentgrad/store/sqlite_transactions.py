@@ -1,6 +1,6 @@
 """How the SQLite store's calls run: on one connection to the file, shared by the store's threads under a lock, each
 write one `BEGIN IMMEDIATE` transaction (a savepoint inside another), and inside `run_once` part of its transaction,
-which commits a call and its answer together.
+which commits a call and its answer together; a thread of its own checkpoints the WAL (`checkpoint_until`).
 
 A write that finds the disk full fails with `DiskFullError`, which names the file and is logged once per incident
 (not once per write); reads still work meanwhile.
@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 SQLITE_FULL = 13
 """SQLite's result code for "database or disk is full"."""
+CHECKPOINT_SECONDS = 0.5
+"""How often a background thread copies the WAL into the database file. Checkpoints fsync; done by
+the writer that crosses SQLite's threshold, they stall it (and a server's event loop) for tens of ms."""
 
 
 class Transactions:
@@ -152,3 +155,18 @@ def open_reason(path: Path) -> str:
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
         return f" ({path} is read-only for this user)"
     return ""
+
+
+def checkpoint_until(conn: sqlite3.Connection, stop: threading.Event) -> None:
+    """Move committed WAL frames into the database file every `CHECKPOINT_SECONDS`, never blocking writers.
+
+    `conn` is opened by the caller (`check_same_thread=False`) while the file surely exists: a thread
+    opening it later could find its folder gone with a short-lived store, and die on it."""
+    try:
+        while not stop.wait(CHECKPOINT_SECONDS):
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:  # the file went away, or is busy: the writers' own checkpoints still run
+                pass
+    finally:
+        conn.close()
