@@ -246,9 +246,9 @@ def mistakes(gold: str) -> list[str]:
 
 
 def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
-    """One of `mistakes(task["gold"])` that fails on the task's database (an error or nothing returned), chosen by
-    `rng`; None when none does."""
-    failing = [sql for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
+    """One of `mistakes(task["gold"])` or `join_mistakes` that fails on the task's database (an error or nothing
+    returned), chosen by `rng`; None when none does."""
+    failing = [sql for sql in mistakes(task["gold"]) + join_mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
     return rng.choice(failing) if failing else None
 
 
