@@ -2,8 +2,8 @@
 
 The SQL agent's training can only reinforce a fix that the model's samples sometimes make. This probe gives the
 model each training question's first mistake (`recovery.first_mistake`: a trap of `recovery.py` sprung on the
-gold query, or a join mistake) as its own call, answered by the tool in one of two ways, and samples its next turn with the rerun
-forced (`tool_choice="required"`, as the agent forces it):
+gold query, or a join mistake) as its own call, answered by the tool in one of two ways, and samples its next
+turn with the rerun forced (`tool_choice="required"`, as the agent forces it):
 
 - `rows`: an empty result's rows alone (the tool before `db.value_hint`; errors answered as now);
 - `hint`: the tool as it is (`agent.tool_answer`): the comparison to write where one stored value matches case

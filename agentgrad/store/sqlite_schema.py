@@ -14,7 +14,6 @@ from agentgrad.types import Attempt, Rollout, RolloutConfig
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's transaction before giving up."""
 
-
 CACHE_KIB = 64 * 1024
 """Page cache per connection (SQLite's default is 2 MiB): a 100k-rollout queue's indexes stay in memory,
 so a dequeue costs the same at 100k queued as at 1k."""

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 SQLITE_FULL = 13
 """SQLite's result code for "database or disk is full"."""
+
 CHECKPOINT_SECONDS = 0.5
 """How often a background thread copies the WAL into the database file. Checkpoints fsync; done by
 the writer that crosses SQLite's threshold, they stall it (and a server's event loop) for tens of ms."""
