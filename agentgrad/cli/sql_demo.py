@@ -55,9 +55,9 @@ LORA_RANK = 16
 """LoRA on every linear projection (attention and MLP): the update's memory is the adapters' plus activations."""
 LEARNING_RATE = 2e-5
 WARM_START_LEARNING_RATE = 4e-4
-"""`--sql-warm-start`'s SFT: one pass over `recovery.demonstration_mix` (fixes, joins, right starts), each chat's context
-frozen (`warm_start_frozen_context`). Under LoRA's scale of 1 here (alpha = rank) as under the scale of 2 (alpha 32)
-its probe, `benchmarks/sql_sft_probe.py`, trained at 2e-4."""
+"""`--sql-warm-start`'s SFT: one pass over `recovery.demonstration_mix` (fixes, a third of them after a refused rerun,
+joins, right starts), each chat's context frozen (`warm_start_frozen_context`). Under LoRA's scale of 1 here (alpha =
+rank) as under the scale of 2 (alpha 32) its probe, `benchmarks/sql_sft_probe.py`, trained at 2e-4."""
 RUNNER_CONCURRENCY = 8
 """Episodes each runner thread runs at once (16 with the default two runners): at 32, the first calls of 32
 episodes (the real-world schemas make prompts of up to ~1,500 tokens) prefilled together past the gateway's

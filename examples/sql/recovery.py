@@ -222,6 +222,8 @@ _TWO_TABLES = re.compile(r"^SELECT (.+?) FROM (\w+(?: AS \w+)?) JOIN (\w+(?: AS 
 _QUALIFIER = re.compile(r"\b\w+\.(\w+)")
 MIX = {"fixes": 100, "joins": 80, "right": 60}
 """How many chats of each kind `demonstration_mix` draws."""
+REPEATED = 60
+"""How many of the mix's fixes run their mistake twice before fixing it (`demonstration(..., repeated=True)`)."""
 
 
 def mistakes(gold: str) -> list[str]:
@@ -258,7 +260,7 @@ def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
 def join_mistakes(gold: str) -> list[str]:
     """For a two-table join `gold`, the first queries a model writes when it has not seen where a value is kept: the
     JOIN written after the WHERE (a syntax error), and the join left out, the other table's column compared as if the
-    first table held it (no such column). What `join_demonstrations` shows fixed."""
+    first table held it (no such column). What `demonstration_mix` shows fixed."""
     match = _TWO_TABLES.match(gold)
     if match is None or gold.count(" JOIN ") != 1:
         return []
@@ -268,11 +270,12 @@ def join_mistakes(gold: str) -> list[str]:
             f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
 
 
-def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
+def demonstration(task: dict[str, Any], mistake: str | None, *, repeated: bool = False) -> dict[str, Any]:
     """The chat the agent sends when it answers `task` right, in OpenAI's fine-tuning format: its system prompt and the
-    question; `mistake` run first (weight 0: context, not taught) with the tool's real answer to it, when given; then
-    the gold query run, its rows, and the final block. What a warm start shows the model before RL
-    (`--sql-warm-start`)."""
+    question; `mistake` run first (weight 0: context, not taught) with the tool's real answer to it, when given, and
+    run again when `repeated` (answered "You ran this same query before: change it", as the agent's tool answers a
+    rerun unchanged); then the gold query run, its rows, and the final block. What a warm start shows the model
+    before RL (`--sql-warm-start`)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": agent.INSTRUCTIONS.format(schema=db.schema(task["db"]))},
         {"role": "user", "content": task["question"]},
@@ -280,9 +283,10 @@ def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
     with closing(db.connect_readonly(task["db"])) as connection:
         ran: list[tuple[str, bool]] = []
         if mistake is not None:
-            failed = agent.tool_answer(connection, task["db"], mistake, ran)
-            messages += [{**_call("call_mistake", mistake), "weight": 0},
-                         {"role": "tool", "tool_call_id": "call_mistake", "content": failed}]
+            for call_id in ("call_mistake", "call_repeat")[: 1 + repeated]:
+                failed = agent.tool_answer(connection, task["db"], mistake, ran)
+                messages += [{**_call(call_id, mistake), "weight": 0},
+                             {"role": "tool", "tool_call_id": call_id, "content": failed}]
         rows = agent.tool_answer(connection, task["db"], task["gold"], ran)
     messages += [
         _call("call_fix", task["gold"]),
@@ -292,27 +296,27 @@ def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
     return {"messages": messages, "tools": agent.tool_definitions()}
 
 
-def demonstrations(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`demonstration` of each task's every mistake that fails on its database (an error or nothing returned)."""
-    return [demonstration(task, sql) for task in tasks for sql in mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
-
-
-def join_demonstrations(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`demonstration` of each task's every `join_mistakes` that fails on its database."""
-    return [demonstration(task, sql) for task in tasks for sql in join_mistakes(task["gold"])
-            if db.query_fails(task["db"], sql)]
+def failing_mistakes(tasks: list[dict[str, Any]],
+                     written: Callable[[str], list[str]]) -> list[tuple[dict[str, Any], str]]:
+    """(task, mistake) for each of `written(gold)` that fails on the task's database (an error or nothing returned)."""
+    return [(task, sql) for task in tasks for sql in written(task["gold"]) if db.query_fails(task["db"], sql)]
 
 
 def demonstration_mix(tasks: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
-    """The warm start `benchmarks/sql_sft_probe.py` measured: 100 fixes of the five kinds (`demonstrations`), 80 of
-    the two join kinds (`join_demonstrations`) and 60 chats that start right (the gold query first), drawn by `seed`.
-    The fixes alone made the first query fail more often (docs/frameworks.md); the chats that start right keep it."""
+    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the two join kinds (`join_mistakes`) and
+    60 chats that start right (the gold query first), drawn by `seed`; `REPEATED` of the fixes run their mistake
+    twice first. The fixes alone made the first query fail more often (docs/frameworks.md); the chats that start
+    right keep it. The repeated ones show a rerun refused by the tool followed by a change: the trained model
+    otherwise reran its failed query word for word in two thirds of its failed-first episodes."""
     rng = random.Random(seed)
-    fixes, joins = demonstrations(tasks), join_demonstrations(tasks)
-    right = [demonstration(task, None) for task in rng.sample(tasks, min(MIX["right"], len(tasks)))]
+    fixes, joins = failing_mistakes(tasks, mistakes), failing_mistakes(tasks, join_mistakes)
+    right = rng.sample(tasks, min(MIX["right"], len(tasks)))
     rng.shuffle(fixes)
     rng.shuffle(joins)
-    return fixes[: MIX["fixes"]] + joins[: MIX["joins"]] + right
+    drawn = fixes[: MIX["fixes"]] + joins[: MIX["joins"]]
+    repeated = set(rng.sample(range(len(drawn)), min(REPEATED, len(drawn))))
+    return [demonstration(task, sql, repeated=i in repeated) for i, (task, sql) in enumerate(drawn)] + [
+        demonstration(task, None) for task in right]
 
 
 def _call(call_id: str, sql: str) -> dict[str, Any]:
