@@ -83,11 +83,10 @@ def to_trajectories(demonstrations: Sequence[Demonstration], tokenizer: Any) -> 
     return [to_trajectory(d, tokenizer, i) for i, d in enumerate(demonstrations)]
 
 
-def warm_start(update: Update, trajectories: Sequence[Trajectory], cfg: LoopConfig) -> dict[str, float]:
-    """SFT on the demonstrations' trajectories before the first step (`cfg.warm_start_*`), in this process; the
-    engine then serves the new weights. The mean loss, how many demonstrations and trained tokens."""
-    if not isinstance(update, LocalUpdate):
-        raise ValueError(one_process_only(update))
+def warm_start(update: LocalUpdate, trajectories: Sequence[Trajectory], cfg: LoopConfig) -> dict[str, float]:
+    """SFT on the demonstrations' trajectories before the first step (`cfg.warm_start_*`), in this process (the loop
+    refuses other updates, `one_process_only`); the engine then serves the new weights. The mean loss, how many
+    demonstrations and trained tokens."""
     data = Kept(list(trajectories), f"{cfg.seed}/warm-start")
 
     def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, pad_token_id: int) -> dict[str, float]:

@@ -12,13 +12,13 @@ progress line are their own modules (`validation.py`, `checkpoints.py`, `progres
 from __future__ import annotations
 
 import asyncio
+import functools
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from agentgrad.adapters import Trajectory
 from agentgrad.algorithms.async_rollouts import RolloutPipeline, StepRollouts
 from agentgrad.algorithms.base import (
     Algorithm,
@@ -173,12 +173,13 @@ class TrainsWeights(Algorithm[Result]):
             update = open_update(policy, cfg, ctx.launcher, *self.losses(), reference=self.reference())
             try:
                 data, val = list(train_data), list(val_data or [])
-                shown: list[Trajectory] = []
+                warm: Callable[[], dict[str, float]] | None = None
                 if self.demonstrations:  # rendered now: a bad one is an error before the first validation
                     if not isinstance(update, LocalUpdate):
                         raise ValueError(one_process_only(update))
                     shown = to_trajectories(self.demonstrations, policy.engine.tokenizer)
-                return await train(self, cfg, policy, self.batches(), update, data, val, self.rounds(), shown)
+                    warm = functools.partial(warm_start, update, shown, cfg)
+                return await train(self, cfg, policy, self.batches(), update, data, val, self.rounds(), warm)
             finally:
                 update.close()
 
@@ -198,11 +199,11 @@ async def train(
     train_data: Sequence[Any],
     val_data: Sequence[Any],
     rounds: Rounds | None = None,
-    demonstrations: Sequence[Trajectory] = (),
+    warm: Callable[[], dict[str, float]] | None = None,
 ) -> Result:
     """Run `cfg.steps` steps of `algorithm` (its context bound) on the policy, `rounds` changing the agent's other
-    resources between them (none by default), after a warm start on `demonstrations` when the run starts at step 0;
-    the run's `Result`."""
+    resources between them (none by default), after `warm` (a warm start's SFT, `demonstrations.warm_start` bound)
+    when the run starts at step 0; the run's `Result`."""
     name = type(algorithm).__name__
     rounds = rounds or NoRounds()
     checkpoints = Checkpoints(cfg)
@@ -214,12 +215,12 @@ async def train(
     guard = RollbackGuard.of(cfg, checkpoints.directory)
     validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
     await algorithm.log_metrics(start, {"train/model_version": policy.version})  # what it ran (LoRA starts at v1)
-    if demonstrations and start == 0:  # a resumed run's checkpoint holds the warm-started weights
+    if warm is not None and start == 0:  # a resumed run's checkpoint holds the warm-started weights
         began = time.perf_counter()
-        stats = await asyncio.to_thread(in_own_thread, warm_start, update, demonstrations, cfg)
+        stats = await asyncio.to_thread(in_own_thread, warm)
         await algorithm.log_metrics(0, {f"warm_start/{k}": v for k, v in stats.items()})
         algorithm.console.print(
-            f"warm start: SFT on {len(demonstrations)} demonstrations ({int(stats['trained_tokens'])} trained tokens, "
+            f"warm start: SFT on {int(stats['demonstrations'])} demonstrations ({int(stats['trained_tokens'])} trained tokens, "
             f"{cfg.warm_start_epochs} epoch(s)), loss {stats['loss']:.3f}, {time.perf_counter() - began:.0f} s; "
             f"serving v{policy.version}"
         )
