@@ -410,16 +410,28 @@ def test_an_episode_can_start_from_a_given_mistake_that_the_model_sees_answered_
     assert labels["sql.from_mistake"] and labels["sql.first_failed"] and labels["sql.matched"]
 
 
-@pytest.mark.parametrize("repeated", [False, True])
-def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that_mistake(repeated: bool) -> None:
+def test_the_retries_a_failure_forces_are_sampled_at_the_retry_temperature_seeded_only_in_a_greedy_episode() -> None:
     trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
     mistake = trap["gold"].replace("IS NULL", "= NULL")
-    reruns = [call(mistake, 0)] if repeated else []  # the model runs its failed query again, then fixes it
-    with served([*reruns, call(trap["gold"], 1), {"content": f"```sql\n{trap['gold']}\n```"}]) as (url, requests):
+    for temperature, retry_seed in ((0.0, agent.RETRY_SEED), (0.7, None)):
+        replies = [call(mistake, 1), call(mistake, 2), call(trap["gold"], 3), {"content": f"```sql\n{trap['gold']}\n```"}]
+        with served(replies) as (url, requests):
+            episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k", run_first=True,
+                                  retries=2, retry_temperature=1.0, temperature=temperature)
+        assert [failed for _, failed in episode.queries] == [True, True, False] and episode.answer == trap["gold"]
+        sent = [(r.get("temperature"), r.get("seed"), r.get("tool_choice")) for r in requests]
+        assert sent == [(temperature, None, "required"), (1.0, retry_seed, "required"), (1.0, retry_seed, "required"),
+                        (temperature, None, "auto")]
+
+
+def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that_mistake() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
+    mistake = trap["gold"].replace("IS NULL", "= NULL")
+    with served([call(trap["gold"], 1), {"content": f"```sql\n{trap['gold']}\n```"}]) as (url, requests):
         agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k", run_first=True, retries=2,
                     first_query=mistake)
-    shown = recovery.demonstration(trap, mistake, repeated=repeated)
-    ids = {"call_first": "call_mistake", "call0": "call_repeat", "call1": "call_fix"}  # a chat's call ids are its own
+    shown = recovery.demonstration(trap, mistake)
+    ids = {"call_first": "call_mistake", "call1": "call_fix"}  # the ids a chat gives its calls are its own
 
     def plain(message: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in message.items() if k != "weight" and v is not None}
@@ -432,9 +444,7 @@ def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that
     assert [plain(m) for m in requests[-1]["messages"]] == [plain(m) for m in shown["messages"][:-1]]
     assert requests[0]["tools"] == shown["tools"]
     assert shown["messages"][-1] == {"role": "assistant", "content": f"```sql\n{trap['gold']}\n```"}
-    assert [m.get("weight") for m in shown["messages"] if m["role"] == "assistant"] == [0, *[0] * repeated, None, None]
-    refused = [m["content"] for m in shown["messages"] if m["role"] == "tool"][:-1]
-    assert ["You ran this same query before: change it" in text for text in refused] == [False, *[True] * repeated]
+    assert [m.get("weight") for m in shown["messages"] if m["role"] == "assistant"] == [0, None, None]
     train_questions = db.load_questions("train")
     every = recovery.failing_mistakes(train_questions, recovery.mistakes)  # every failing mistake of the training set
     assert len(every) >= 100 and mistake in [sql for q, sql in every if q["question"] == trap["question"]]
@@ -466,9 +476,6 @@ def test_the_demonstration_mix_draws_each_kind_from_training_questions_only_and_
     joins = [any(sql in recovery.join_mistakes(q["gold"]) for q in train_questions) for sql in first_calls]
     assert (len(mix), sum(joins), sum(starts_right)) == (sum(recovery.MIX.values()), recovery.MIX["joins"],
                                                          recovery.MIX["right"])
-    repeats = [len(m := chat["messages"]) == 9 and m[4]["tool_calls"][0]["function"] == m[2]["tool_calls"][0]["function"]
-               for chat in mix]
-    assert sum(repeats) == recovery.REPEATED and not any(r and s for r, s in zip(repeats, starts_right))
     right = mix[starts_right.index(True)]["messages"]
     assert [m["role"] for m in right] == ["system", "user", "assistant", "tool", "assistant"]
     assert all("weight" not in m for m in right)  # every turn of a chat that starts right is taught

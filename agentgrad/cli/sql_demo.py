@@ -10,7 +10,8 @@ databases and the real-world ones, the execution accuracy, the share of episodes
 (an error or nothing returned), and the share of those that ended right (self-corrected).
 The agent's first turn must call `run_sql` unless `--sql-first-call auto` (the untrained 0.5B model
 almost never calls it by itself); after a failed query its next turn must run another, `RETRIES` times at
-most; other turns are the model's choice. Credit is per turn: each query the agent runs is paid its own
+most, sampled at `RETRY_TEMPERATURE` (in validation too, where the first query is greedy); other turns are
+the model's choice. Credit is per turn: each query the agent runs is paid its own
 execution match, so the query that fixed a failed one is what GRPO reinforces.
 
 The run folder (`.agentgrad/demo-sql-grpo/`) is the calculator demo's, plus `curve.csv`, `curve.md` and
@@ -46,6 +47,10 @@ about ±6 at 60); `--val-size 103` takes every real-world question."""
 RETRIES = 2
 """After a failed query the agent's next turn must run another, this many times at most: the untrained 0.5B
 model otherwise answers at once with the failed query (0 of 7 failed held-out episodes reran one)."""
+RETRY_TEMPERATURE = 1.0
+"""Those forced retries are sampled at this temperature, in validation too (seeded: `agent.RETRY_SEED`); the first
+query stays greedy there. Greedy, the warm-started model sent the failed query again word for word as its second
+query in 33 of 45 failed-first episodes and as its third in 41 of 42 (docs/frameworks.md)."""
 PROMPTS_PER_STEP = 4
 GROUP_SIZE = 4
 VAL_EVERY = 3
@@ -55,9 +60,9 @@ LORA_RANK = 16
 """LoRA on every linear projection (attention and MLP): the update's memory is the adapters' plus activations."""
 LEARNING_RATE = 2e-5
 WARM_START_LEARNING_RATE = 4e-4
-"""`--sql-warm-start`'s SFT: one pass over `recovery.demonstration_mix` (fixes, a third of them after a refused rerun,
-joins, right starts), each chat's context frozen (`warm_start_frozen_context`). Under LoRA's scale of 1 here (alpha =
-rank) as under the scale of 2 (alpha 32) its probe, `benchmarks/sql_sft_probe.py`, trained at 2e-4."""
+"""`--sql-warm-start`'s SFT: one pass over `recovery.demonstration_mix` (fixes, joins, right starts), each chat's context
+frozen (`warm_start_frozen_context`). Under LoRA's scale of 1 here (alpha = rank) as under the scale of 2 (alpha 32)
+its probe, `benchmarks/sql_sft_probe.py`, trained at 2e-4."""
 RUNNER_CONCURRENCY = 8
 """Episodes each runner thread runs at once (16 with the default two runners): at 32, the first calls of 32
 episodes (the real-world schemas make prompts of up to ~1,500 tokens) prefilled together past the gateway's
@@ -95,7 +100,7 @@ def task_lists(
     held-out databases and as many of the real-world ones, which no training task touches."""
     from examples.sql import recovery
 
-    agent = {"run_first": run_first, "retries": RETRIES}
+    agent = {"run_first": run_first, "retries": RETRIES, "retry_temperature": RETRY_TEMPERATURE}
     size = val_size if val_size is not None else VAL_SIZE
     train = [{**q, **agent} for q in db.load_questions("train")]
     if not 0.0 <= from_mistakes < 1.0:

@@ -222,8 +222,6 @@ _TWO_TABLES = re.compile(r"^SELECT (.+?) FROM (\w+(?: AS \w+)?) JOIN (\w+(?: AS 
 _QUALIFIER = re.compile(r"\b\w+\.(\w+)")
 MIX = {"fixes": 100, "joins": 80, "right": 60}
 """How many chats of each kind `demonstration_mix` draws."""
-REPEATED = 60
-"""How many of the mix's fixes run their mistake twice before fixing it (`demonstration(..., repeated=True)`)."""
 
 
 def mistakes(gold: str) -> list[str]:
@@ -270,12 +268,11 @@ def join_mistakes(gold: str) -> list[str]:
             f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
 
 
-def demonstration(task: dict[str, Any], mistake: str | None, *, repeated: bool = False) -> dict[str, Any]:
+def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
     """The chat the agent sends when it answers `task` right, in OpenAI's fine-tuning format: its system prompt and the
-    question; `mistake` run first (weight 0: context, not taught) with the tool's real answer to it, when given, and
-    run again when `repeated` (answered "You ran this same query before: change it", as the agent's tool answers a
-    rerun unchanged); then the gold query run, its rows, and the final block. What a warm start shows the model
-    before RL (`--sql-warm-start`)."""
+    question; `mistake` run first (weight 0: context, not taught) with the tool's real answer to it, when given; then
+    the gold query run, its rows, and the final block. What a warm start shows the model before RL
+    (`--sql-warm-start`)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": agent.INSTRUCTIONS.format(schema=db.schema(task["db"]))},
         {"role": "user", "content": task["question"]},
@@ -283,10 +280,9 @@ def demonstration(task: dict[str, Any], mistake: str | None, *, repeated: bool =
     with closing(db.connect_readonly(task["db"])) as connection:
         ran: list[tuple[str, bool]] = []
         if mistake is not None:
-            for call_id in ("call_mistake", "call_repeat")[: 1 + repeated]:
-                failed = agent.tool_answer(connection, task["db"], mistake, ran)
-                messages += [{**_call(call_id, mistake), "weight": 0},
-                             {"role": "tool", "tool_call_id": call_id, "content": failed}]
+            failed = agent.tool_answer(connection, task["db"], mistake, ran)
+            messages += [{**_call("call_mistake", mistake), "weight": 0},
+                         {"role": "tool", "tool_call_id": "call_mistake", "content": failed}]
         rows = agent.tool_answer(connection, task["db"], task["gold"], ran)
     messages += [
         _call("call_fix", task["gold"]),
@@ -304,19 +300,15 @@ def failing_mistakes(tasks: list[dict[str, Any]],
 
 def demonstration_mix(tasks: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
     """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the two join kinds (`join_mistakes`) and
-    60 chats that start right (the gold query first), drawn by `seed`; `REPEATED` of the fixes run their mistake
-    twice first. The fixes alone made the first query fail more often (docs/frameworks.md); the chats that start
-    right keep it. The repeated ones show a rerun refused by the tool followed by a change: the trained model
-    otherwise reran its failed query word for word in two thirds of its failed-first episodes."""
+    60 chats that start right (the gold query first), drawn by `seed`. The fixes alone made the first query fail more
+    often (docs/frameworks.md); the chats that start right keep it."""
     rng = random.Random(seed)
     fixes, joins = failing_mistakes(tasks, mistakes), failing_mistakes(tasks, join_mistakes)
     right = rng.sample(tasks, min(MIX["right"], len(tasks)))
     rng.shuffle(fixes)
     rng.shuffle(joins)
-    drawn = fixes[: MIX["fixes"]] + joins[: MIX["joins"]]
-    repeated = set(rng.sample(range(len(drawn)), min(REPEATED, len(drawn))))
-    return [demonstration(task, sql, repeated=i in repeated) for i, (task, sql) in enumerate(drawn)] + [
-        demonstration(task, None) for task in right]
+    drawn = fixes[: MIX["fixes"]] + joins[: MIX["joins"]] + [(task, None) for task in right]
+    return [demonstration(task, sql) for task, sql in drawn]
 
 
 def _call(call_id: str, sql: str) -> dict[str, Any]:
