@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, app, is_parcel_refund
 
 import agentgrad as ag
-from agentgrad.cli import main as cli
 from agentgrad.algorithms.apo_critic import APOError
 from agentgrad.algorithms.apo_text import between_markers, check_rewrite
+from agentgrad.cli import main as cli
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.types import ResourcesSnapshot
+from tests.fake_openai import FORMAT_RULE, REFUND_RULE, USELESS_RULE, FakeLLM, app, is_parcel_refund
 
 EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "examples" / "ticket_routing.py"
 

@@ -29,8 +29,8 @@ from agentgrad.engine.metrics import EngineCollector
 from agentgrad.engine.prefix_cache import PrefixCache
 from agentgrad.gateway import Backend, Gateway
 from agentgrad.gateway.admin import is_public
-from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import Guard
 from agentgrad.store import MemoryStore
 from agentgrad.store.server import create_app
 

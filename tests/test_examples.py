@@ -10,8 +10,8 @@ from types import ModuleType
 import pytest
 
 from agentgrad.rollout.gateway_env import GatewayEnvHook
-from agentgrad.semconv import is_llm_call, recorded_choices
 from agentgrad.rollout.runner import Runner
+from agentgrad.semconv import is_llm_call, recorded_choices
 from tests.conftest import Served
 
 EXAMPLES = Path(__file__).parent.parent / "examples"

@@ -21,9 +21,9 @@ import pytest
 import agentgrad as ag
 from agentgrad.adapters import llm_calls, to_trajectories
 from agentgrad.algorithms.baseline import Baseline
+from agentgrad.rollout.venvs import ROOT
 from agentgrad.semconv import is_llm_call
 from agentgrad.store import SqliteStore, Store
-from agentgrad.rollout.venvs import ROOT
 from examples.frameworks.run import FRAMEWORKS, run
 from examples.frameworks.tasks import EXAMPLE_QUESTION, EXAMPLE_RESULT, TASKS, calculate, make_tasks
 from tests.conftest import Served

@@ -16,8 +16,8 @@ from starlette.routing import Mount, Route
 
 from agentgrad.gateway import Backend, Gateway, parse_backend
 from agentgrad.rollout.gateway_env import GatewayEnvHook
-from agentgrad.semconv import is_llm_call, recorded_choices
 from agentgrad.rollout.runner import Runner
+from agentgrad.semconv import is_llm_call, recorded_choices
 from agentgrad.serving import ServerThread
 from agentgrad.store import MemoryStore
 from agentgrad.types import LLM, Span

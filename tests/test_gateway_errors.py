@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from agentgrad.gateway import Backend, Gateway
-from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import Guard
 from agentgrad.store import MemoryStore
 from agentgrad.types import Span
 from tests.conftest import UPSTREAM_KEY, Served, Upstream

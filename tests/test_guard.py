@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from agentgrad.gateway import Backend, Gateway
-from agentgrad.serving.guard import check_exposure, json_too_deep
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import check_exposure, json_too_deep
 from agentgrad.store import MemoryStore, SqliteStore
 from agentgrad.store.server import create_app
 from agentgrad.types import LLM

@@ -13,8 +13,8 @@ import pytest
 
 from agentgrad.rollout.gateway_env import GatewayEnvHook
 from agentgrad.rollout.instrument import instrument_openai, uninstrument_openai
-from agentgrad.semconv import is_llm_call
 from agentgrad.rollout.runner import Runner
+from agentgrad.semconv import is_llm_call
 from tests.conftest import Served
 
 

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests import process_agents
 import pytest
 
 import agentgrad as ag
@@ -22,6 +21,7 @@ from agentgrad.store import SqliteStore, Store
 from agentgrad.store.client import StoreClient
 from agentgrad.store.server import store_server
 from agentgrad.types import AttemptStatus, RolloutStatus, Span
+from tests import process_agents
 from tests.helpers import free_port, healthy, wait_until
 
 TESTS = Path(__file__).parent

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agentgrad.algorithms.grpo import GRPO
-from agentgrad.algorithms.sft import SFT
 from agentgrad.algorithms.rollback import RollbackGuard
+from agentgrad.algorithms.sft import SFT
 from agentgrad.tracking import TensorBoardTracker
 
 

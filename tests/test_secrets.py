@@ -130,9 +130,9 @@ def test_a_key_the_upstream_echoes_in_a_200_answer_reaches_neither_the_agent_nor
 def test_the_cli_redacts_every_log_line_and_console_message(
     capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from agentgrad.redact import RedactingConsole, redact_logs
-
     import io
+
+    from agentgrad.redact import RedactingConsole, redact_logs
 
     remember_secret("configured-secret-9876")
     redact_logs()

@@ -24,9 +24,8 @@ def test_server_thread_serves_on_a_free_port_and_stops() -> None:
 
 def test_a_taken_port_is_a_clear_error() -> None:
     app = Starlette(routes=[Route("/", hello)])
-    with ServerThread(app) as first:
-        with pytest.raises(RuntimeError, match="failed to start"):
-            ServerThread(app, port=first.port).start()
+    with ServerThread(app) as first, pytest.raises(RuntimeError, match="failed to start"):
+        ServerThread(app, port=first.port).start()
 
 
 
@@ -71,9 +70,8 @@ def test_answers_on_a_kept_alive_connection_arrive_whole() -> None:
     import socket
 
     app = Starlette(routes=[Route("/", hello)])
-    with ServerThread(app) as server:
-        with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            for _ in range(3):
-                sock.sendall(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-                answer = sock.recv(65536)
-                assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b'{"hello":"world"}')
+    with ServerThread(app) as server, socket.create_connection(("127.0.0.1", server.port)) as sock:
+        for _ in range(3):
+            sock.sendall(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b'{"hello":"world"}')

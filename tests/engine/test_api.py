@@ -14,9 +14,8 @@ import torch
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
-
+from agentgrad.serving.guard import Guard
 
 
 @pytest.fixture(scope="module")

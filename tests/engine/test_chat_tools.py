@@ -17,7 +17,6 @@ from agentgrad.engine.constraints import json_schema_grammar
 from agentgrad.engine.tools import calls_text, format_for
 
 
-
 @pytest.fixture(scope="module")
 def engine(tiny_engine: Engine) -> Engine:
     """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""

@@ -26,7 +26,6 @@ from agentgrad.engine.params import SamplingParams
 from agentgrad.engine.training import ScoredSequence, sequence_logprobs
 
 
-
 @pytest.fixture(scope="module")
 def engine(tiny_engine: Engine) -> Engine:
     """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""

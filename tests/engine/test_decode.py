@@ -18,8 +18,8 @@ from agentgrad.engine.attention import use_engine_attention
 from agentgrad.engine.decode import LeanDecoder
 from agentgrad.engine.kv_cache import new_cache
 from agentgrad.engine.prefix_cache import PrefixCache
-from agentgrad.engine.rows import Completion
 from agentgrad.engine.prepack import pack_linears, packing_available
+from agentgrad.engine.rows import Completion
 from tests.tiny_models import tiny_engine_of, tiny_network
 
 

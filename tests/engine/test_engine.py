@@ -12,7 +12,6 @@ import torch
 from agentgrad.engine import Engine, SamplingParams
 
 
-
 @pytest.fixture(scope="module")
 def engine(tiny_engine: Engine) -> Engine:
     return tiny_engine

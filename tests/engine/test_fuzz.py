@@ -19,7 +19,6 @@ from agentgrad.engine.server import create_engine_app
 from agentgrad.serving import ServerThread
 
 
-
 @pytest.fixture(scope="module")
 def engine(tiny_engine: Any) -> Any:
     """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""

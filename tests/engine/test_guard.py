@@ -12,10 +12,9 @@ import pytest
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import Guard
 from tests.test_guard import cross_site_attempts, raw_get
-
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ ids that are exactly what was sampled, and refusals in Anthropic's shape naming 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anthropic
@@ -11,7 +10,6 @@ import jsonschema
 import pytest
 
 from agentgrad.engine import Engine
-
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import pytest
 
 from agentgrad.engine import Engine
 from agentgrad.engine.server import create_engine_app
-from agentgrad.serving.guard import Guard
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import Guard
 from tests.prometheus import scrape, value
 
 

@@ -202,8 +202,8 @@ def test_prompts_arriving_together_that_hit_one_prefix_are_prefilled_in_one_forw
 ) -> None:
     """A GRPO step's rollouts all start with the system prompt an earlier rollout left in the cache: prefilled
     one by one they cost a forward each (a step's rollout phase took twice as long)."""
-    from agentgrad.engine.prefill import PREFIX_HIT_MIN_TOKENS
     from agentgrad.engine.kv_cache import common_prefix_length
+    from agentgrad.engine.prefill import PREFIX_HIT_MIN_TOKENS
 
     system = {
         "role": "system",
@@ -233,8 +233,8 @@ def test_short_hits_arriving_together_join_one_forward_instead_of_one_each(
 ) -> None:
     """Chats resubmitted together, each hitting only its own short earlier prompt, had a forward and a restack
     each (`PREFIX_HIT_ALONE_TOKENS`): 64 of them made 36 forwards and decoded 17 % slower round after round."""
-    from agentgrad.engine.prefill import PREFIX_HIT_ALONE_TOKENS, PREFIX_HIT_MIN_TOKENS
     from agentgrad.engine.kv_cache import common_prefix_length
+    from agentgrad.engine.prefill import PREFIX_HIT_ALONE_TOKENS, PREFIX_HIT_MIN_TOKENS
 
     questions = [
         "What is twelve plus thirty, in words?",

@@ -12,7 +12,6 @@ import pytest
 from agentgrad.engine import Engine
 
 
-
 @pytest.fixture(scope="module")
 def engine(tiny_engine: Engine) -> Engine:
     """Wiring, not what the model says: the tiny SmolLM2-family model (tests/tiny_models.py)."""

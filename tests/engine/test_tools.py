@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
-
 from types import SimpleNamespace
 
-from agentgrad.engine.tools import (CLOSE, HERMES, OPEN, PYTHONIC, call_grammar, call_text, calls_text, format_for, functions,
-                                     parse_reply, render_history, template_history)
+from agentgrad.engine.tools import (
+    CLOSE,
+    HERMES,
+    OPEN,
+    PYTHONIC,
+    call_grammar,
+    call_text,
+    calls_text,
+    format_for,
+    functions,
+    parse_reply,
+    render_history,
+    template_history,
+)
 
 CALC = {"type": "function", "function": {"name": "calculate", "description": "Evaluate arithmetic",
                                          "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},

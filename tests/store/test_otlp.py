@@ -16,10 +16,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
+from agentgrad.semconv import ATTEMPT_ID as ATTEMPT_ID_ATTR
+from agentgrad.semconv import ROLLOUT_ID as ROLLOUT_ID_ATTR
 from agentgrad.serving import ServerThread
 from agentgrad.store import SqliteStore
 from agentgrad.store.server import create_app
-from agentgrad.semconv import ATTEMPT_ID as ATTEMPT_ID_ATTR, ROLLOUT_ID as ROLLOUT_ID_ATTR
 
 
 @pytest.fixture

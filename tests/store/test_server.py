@@ -14,11 +14,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentgrad.serving import ServerThread
+from agentgrad.serving.guard import check_exposure
 from agentgrad.store import InvalidTransitionError, MemoryStore, NotFoundError, SqliteStore, StoreError
 from agentgrad.store.api import OPERATIONS
 from agentgrad.store.client import StoreClient, StoreUnreachable
 from agentgrad.store.http11 import ConnectionPool
-from agentgrad.serving.guard import check_exposure
 from agentgrad.store.server import create_app, store_server
 from agentgrad.types import Span
 from tests.helpers import free_port
