@@ -10,8 +10,7 @@ databases and the real-world ones, the execution accuracy, the share of episodes
 (an error or nothing returned), and the share of those that ended right (self-corrected).
 The agent's first turn must call `run_sql` unless `--sql-first-call auto` (the untrained 0.5B model
 almost never calls it by itself); after a failed query its next turn must run another, `RETRIES` times at
-most, sampled at `RETRY_TEMPERATURE` (in validation too, where the first query is greedy); other turns are
-the model's choice. Credit is per turn: each query the agent runs is paid its own
+most; other turns are the model's choice. Credit is per turn: each query the agent runs is paid its own
 execution match, so the query that fixed a failed one is what GRPO reinforces.
 
 The run folder (`.agentgrad/demo-sql-grpo/`) is the calculator demo's, plus `curve.csv`, `curve.md` and
@@ -47,10 +46,6 @@ about ±6 at 60); `--val-size 103` takes every real-world question."""
 RETRIES = 2
 """After a failed query the agent's next turn must run another, this many times at most: the untrained 0.5B
 model otherwise answers at once with the failed query (0 of 7 failed held-out episodes reran one)."""
-RETRY_TEMPERATURE = 1.0
-"""Those forced retries are sampled at this temperature, in validation too (seeded: `agent.RETRY_SEED`); the first
-query stays greedy there. Greedy, the warm-started model sent the failed query again word for word as its second
-query in 33 of 45 failed-first episodes and as its third in 41 of 42 (docs/frameworks.md)."""
 PROMPTS_PER_STEP = 4
 GROUP_SIZE = 4
 VAL_EVERY = 3
@@ -100,7 +95,7 @@ def task_lists(
     held-out databases and as many of the real-world ones, which no training task touches."""
     from examples.sql import recovery
 
-    agent = {"run_first": run_first, "retries": RETRIES, "retry_temperature": RETRY_TEMPERATURE}
+    agent = {"run_first": run_first, "retries": RETRIES}
     size = val_size if val_size is not None else VAL_SIZE
     train = [{**q, **agent} for q in db.load_questions("train")]
     if not 0.0 <= from_mistakes < 1.0:
