@@ -220,9 +220,9 @@ async def train(
         stats = await asyncio.to_thread(in_own_thread, warm)
         await algorithm.log_metrics(0, {f"warm_start/{k}": v for k, v in stats.items()})
         algorithm.console.print(
-            f"warm start: SFT on {int(stats['demonstrations'])} demonstrations ({int(stats['trained_tokens'])} trained tokens, "
-            f"{cfg.warm_start_epochs} epoch(s)), loss {stats['loss']:.3f}, {time.perf_counter() - began:.0f} s; "
-            f"serving v{policy.version}"
+            f"warm start: SFT on {int(stats['demonstrations'])} demonstrations "
+            f"({int(stats['trained_tokens'])} trained tokens, {cfg.warm_start_epochs} epoch(s)), "
+            f"loss {stats['loss']:.3f}, {time.perf_counter() - began:.0f} s; serving v{policy.version}"
         )
     initial = Evaluation(**state["initial"]) if state.get("initial") else validated  # the run's, not the resume's
     stop, failed_steps, run_began = False, 0, time.perf_counter()

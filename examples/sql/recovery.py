@@ -299,9 +299,9 @@ def failing_mistakes(tasks: list[dict[str, Any]],
 
 
 def demonstration_mix(tasks: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
-    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the two join kinds (`join_mistakes`) and
-    60 chats that start right (the gold query first), drawn by `seed`. The fixes alone made the first query fail more
-    often (docs/frameworks.md); the chats that start right keep it."""
+    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the two join kinds (`join_mistakes`)
+    and 60 chats that start right (the gold query first), drawn by `seed`. The fixes alone made the first query fail
+    more often (docs/frameworks.md); the chats that start right keep it."""
     rng = random.Random(seed)
     fixes, joins = failing_mistakes(tasks, mistakes), failing_mistakes(tasks, join_mistakes)
     right = rng.sample(tasks, min(MIX["right"], len(tasks)))
