@@ -448,8 +448,7 @@ def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that
     train_questions = db.load_questions("train")
     every = recovery.failing_mistakes(train_questions, recovery.mistakes)  # every failing mistake of the training set
     assert len(every) >= 100 and mistake in [sql for q, sql in every if q["question"] == trap["question"]]
-    for question, sql in every:  # each is a mistake of its own question, failing on its database
-        assert sql in recovery.mistakes(question["gold"]) and db.query_fails(question["db"], sql)
+    assert recovery.failing_mistakes([trap], lambda gold: [gold, mistake]) == [(trap, mistake)]  # the gold query runs
 
 
 def test_join_mistakes_write_the_join_after_where_or_leave_it_out_and_the_tool_says_what_to_fix() -> None:
@@ -476,6 +475,10 @@ def test_the_demonstration_mix_draws_each_kind_from_training_questions_only_and_
     joins = [any(sql in recovery.join_mistakes(q["gold"]) for q in train_questions) for sql in first_calls]
     assert (len(mix), sum(joins), sum(starts_right)) == (sum(recovery.MIX.values()), recovery.MIX["joins"],
                                                          recovery.MIX["right"])
+    for chat, sql, right_first in zip(mix, first_calls, starts_right):  # a fix of a mistake that fails, ending right
+        question = by_question[chat["messages"][1]["content"]]
+        assert right_first or db.query_fails(question["db"], sql)
+        assert chat["messages"][-1] == {"role": "assistant", "content": f"```sql\n{question['gold']}\n```"}
     right = mix[starts_right.index(True)]["messages"]
     assert [m["role"] for m in right] == ["system", "user", "assistant", "tool", "assistant"]
     assert all("weight" not in m for m in right)  # every turn of a chat that starts right is taught

@@ -248,8 +248,8 @@ def mistakes(gold: str) -> list[str]:
 def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
     """One of `mistakes(task["gold"])` or `join_mistakes` that fails on the task's database (an error or nothing
     returned), chosen by `rng`; None when none does."""
-    failing = [sql for sql in mistakes(task["gold"]) + join_mistakes(task["gold"]) if db.query_fails(task["db"], sql)]
-    return rng.choice(failing) if failing else None
+    failing = failing_mistakes([task], lambda gold: mistakes(gold) + join_mistakes(gold))
+    return rng.choice(failing)[1] if failing else None
 
 
 # ----------------------------------------------------------------------------- fixes shown before RL
