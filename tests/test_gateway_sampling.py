@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from agentgrad import semconv
@@ -21,9 +23,10 @@ async def call_in(served: Served, mode: str, **sampling: object) -> tuple[str, d
 
 
 async def test_training_calls_get_the_trainers_sampling_and_validation_is_greedy_whatever_the_agent_asks(
-    served: Served, upstream: Upstream
+    served: Served, upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     served.gateway.set_sampling(SamplingPlan(PLAN))
+    caplog.set_level(logging.WARNING, logger="agentgrad.gateway.sampling")
     _, train = await call_in(served, "train", temperature=0, max_tokens=500)
     sent = upstream.fake.requests[-1]
     assert (sent["temperature"], sent["top_p"], sent["max_tokens"]) == (1.0, 0.9, 48)
@@ -34,16 +37,27 @@ async def test_training_calls_get_the_trainers_sampling_and_validation_is_greedy
     _, val = await call_in(served, "val", temperature=0.7)
     assert upstream.fake.requests[-1]["temperature"] == 0.0 and val["gen_ai.request.temperature"] == 0.0
     assert val[semconv.AGENT_REQUEST_PARAMS["temperature"]] == 0.7
+    await call_in(served, "val", temperature=0.7)
+    await call_in(served, "val", temperature=0.0)  # what the plan sets: nothing replaced
+    said = [r.getMessage() for r in caplog.records]  # once per mode and setting the agent set otherwise
+    assert [m.split(",")[0] for m in said] == [
+        "the trainer's sampling sets temperature=1.0 on 'train' calls",
+        "the trainer's sampling sets max_tokens=48 on 'train' calls",
+        "the trainer's sampling sets temperature=0.0 on 'val' calls",
+    ]
+    assert "replacing the 0.7 the agent asked for" in said[-1] and "sampling='agent'" in said[-1]
 
 
 async def test_with_sampling_agent_the_agents_own_values_win_and_the_trainers_fill_the_rest(
-    served: Served, upstream: Upstream
+    served: Served, upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     served.gateway.set_sampling(SamplingPlan(PLAN, source="agent"))
+    caplog.set_level(logging.WARNING, logger="agentgrad.gateway.sampling")
     _, span = await call_in(served, "train", temperature=0)
     sent = upstream.fake.requests[-1]
     assert (sent["temperature"], sent["top_p"], sent["max_tokens"]) == (0, 0.9, 48)
     assert span[semconv.SAMPLING_SOURCE] == "agent" and span["gen_ai.request.temperature"] == 0
+    assert not caplog.records  # nothing the agent asked for was replaced
 
 
 async def test_without_a_plan_or_outside_a_rollout_the_request_is_relayed_as_it_is(served: Served, upstream: Upstream) -> None:

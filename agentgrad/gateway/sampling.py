@@ -107,6 +107,7 @@ class RolloutSampling:
         """Applied to every call made inside a rollout (`Gateway.set_sampling`); None: calls keep their own."""
         self._modes: dict[str, tuple[str | None, int | None]] = {}  # rollout id -> its mode and sampling seed
         self._calls: dict[str, int] = {}  # attempt id -> model calls so far: the next call's offset from the seed
+        self._overridden: set[tuple[str, str]] = set()  # (mode, setting) already said to override the agent's value
 
     async def apply(
         self, api: str, request: dict[str, Any], rollout_id: str, attempt_id: str | None
@@ -120,7 +121,27 @@ class RolloutSampling:
         settings = plan.by_mode.get(mode or "")
         if not settings:
             return None
-        return apply_sampling(api, request, settings, plan.source, self._call_seed(seed, attempt_id))
+        attributes = apply_sampling(api, request, settings, plan.source, self._call_seed(seed, attempt_id))
+        if plan.source == "trainer":
+            self._say_overridden(mode or "", settings, attributes)
+        return attributes
+
+    def _say_overridden(self, mode: str, settings: Mapping[str, float | int], attributes: Mapping[str, Any]) -> None:
+        """Warn, once per mode and setting, that the plan replaced a value the agent asked for: an agent that samples
+        some calls on purpose (a retry at a higher temperature) otherwise learns it only from the spans."""
+        for name, value in settings.items():
+            asked = attributes.get(sc.AGENT_REQUEST_PARAMS[name])
+            if asked is None or asked == value or (mode, name) in self._overridden:
+                continue
+            self._overridden.add((mode, name))
+            log.warning(
+                "the trainer's sampling sets %s=%s on %r calls, replacing the %s the agent asked for (further "
+                "replacements are not logged; the spans record both): sampling='agent' keeps the agent's values",
+                name,
+                value,
+                mode,
+                asked,
+            )
 
     async def _mode_of(self, rollout_id: str) -> tuple[str | None, int | None]:
         """The mode of a rollout (`train`, `val`, ...) and its sampling seed (`semconv.SAMPLING_SEED`), read from
