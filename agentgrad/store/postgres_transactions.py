@@ -115,22 +115,32 @@ class Transactions:
         if len(lanes.committers) < self.lanes:
             committer = loop.create_task(self._commit_waiting(lanes))
             lanes.committers.add(committer)
-            committer.add_done_callback(lanes.committers.discard)
+            committer.add_done_callback(lanes.committers.discard)  # one cancelled before it ever ran
         return await future
 
     async def _commit_waiting(self, lanes: _Lanes) -> None:
-        while lanes.waiting:
-            group: list[_Write] = []
-            while lanes.waiting and len(group) < GROUP_WRITES:
-                write = lanes.waiting.popleft()
-                if not write.future.done():  # its caller went away before it ran: it never does
-                    group.append(write)
-            try:
-                await self._commit(group)
-            except BaseException:  # this loop is closing
-                for write in group + list(lanes.waiting):
-                    write.future.cancel()
-                raise
+        """Commit the waiting writes, group after group, until none waits.
+
+        It stops counting as a committer in the very turn it finds none waiting. Left to its done callback, it
+        would count until the loop's next turn, after the writers it answered resume: a write made by one of them
+        then found every lane taken and waited until some later write started a committer (a client timed out at
+        60 s when none came, as at the end of a busy spell)."""
+        try:
+            while lanes.waiting:
+                group: list[_Write] = []
+                while lanes.waiting and len(group) < GROUP_WRITES:
+                    write = lanes.waiting.popleft()
+                    if not write.future.done():  # its caller went away before it ran: it never does
+                        group.append(write)
+                try:
+                    await self._commit(group)
+                except BaseException:  # this loop is closing
+                    for write in group + list(lanes.waiting):
+                        write.future.cancel()
+                    raise
+        finally:
+            if (me := asyncio.current_task()) is not None:
+                lanes.committers.discard(me)
 
     async def _commit(self, group: list[_Write]) -> None:
         """The writes of `group` in one transaction, each answered with its result; a write that fails is rolled

@@ -127,6 +127,24 @@ async def test_concurrent_writes_commit_together_and_one_that_fails_is_answered_
     await store.close()
 
 
+async def test_a_write_made_in_the_turn_the_last_committer_finishes_gets_a_committer_of_its_own() -> None:
+    """A task's next write, made as soon as its previous one is answered (before the loop has reaped the committer
+    that answered it), is committed: it is not left waiting for some later write to start a committer."""
+    store = PostgresStore(fresh_schema_url(write_lanes="1"), sweep_seconds=None)
+
+    async def one_after_another() -> None:
+        for n in range(3):
+            await store.enqueue_rollout({"n": n})
+
+    writes = asyncio.ensure_future(one_after_another())  # awaited through no other task: it resumes first
+    done, _ = await asyncio.wait([writes], timeout=10)  # the bound of a failure only: the writes take milliseconds
+    if not done:
+        writes.cancel()
+    assert done, "a write was left waiting with no committer to run it"
+    assert (await store.stats()).rollouts == {"queuing": 3}
+    await store.close()
+
+
 async def test_twin_writes_with_one_key_in_one_group_apply_once_and_both_get_the_first_answer() -> None:
     store = PostgresStore(fresh_schema_url(), sweep_seconds=None)
     others = [store.run_once(f"other-{n}", lambda: _answer(store)) for n in range(6)]
