@@ -67,7 +67,7 @@ def test_enqueues_claims_and_completions_retried_across_sigkills_are_applied_exa
         thread.start()
     try:
         for kill in range(KILLS):
-            wait_until(lambda: len(completed) >= (kill + 1) * ROLLOUTS // (KILLS + 1) or errors, "progress under load")
+            wait_until(lambda k=kill: len(completed) >= (k + 1) * ROLLOUTS // (KILLS + 1) or errors, "progress under load")
             os.kill(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
             server = serve(path, port)
