@@ -410,20 +410,6 @@ def test_an_episode_can_start_from_a_given_mistake_that_the_model_sees_answered_
     assert labels["sql.from_mistake"] and labels["sql.first_failed"] and labels["sql.matched"]
 
 
-def test_the_retries_a_failure_forces_are_sampled_at_the_retry_temperature_seeded_only_in_a_greedy_episode() -> None:
-    trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
-    mistake = trap["gold"].replace("IS NULL", "= NULL")
-    for temperature, retry_seed in ((0.0, agent.RETRY_SEED), (0.7, None)):
-        replies = [call(mistake, 1), call(mistake, 2), call(trap["gold"], 3), {"content": f"```sql\n{trap['gold']}\n```"}]
-        with served(replies) as (url, requests):
-            episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k", run_first=True,
-                                  retries=2, retry_temperature=1.0, temperature=temperature)
-        assert [failed for _, failed in episode.queries] == [True, True, False] and episode.answer == trap["gold"]
-        sent = [(r.get("temperature"), r.get("seed"), r.get("tool_choice")) for r in requests]
-        assert sent == [(temperature, None, "required"), (1.0, retry_seed, "required"), (1.0, retry_seed, "required"),
-                        (temperature, None, "auto")]
-
-
 def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that_mistake() -> None:
     trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
     mistake = trap["gold"].replace("IS NULL", "= NULL")

@@ -10,10 +10,8 @@ databases and the real-world ones, the execution accuracy, the share of episodes
 (an error or nothing returned), and the share of those that ended right (self-corrected).
 The agent's first turn must call `run_sql` unless `--sql-first-call auto` (the untrained 0.5B model
 almost never calls it by itself); after a failed query its next turn must run another, `RETRIES` times at
-most, sampled at `RETRY_TEMPERATURE` (in validation too, where the other turns are greedy); other turns are
-the model's choice. The trainer's sampling fills only what the agent leaves unset (`sampling="agent"`), so the
-retries keep their temperature. Credit is per turn: each query the agent runs is paid its own execution match,
-so the query that fixed a failed one is what GRPO reinforces.
+most; other turns are the model's choice. Credit is per turn: each query the agent runs is paid its own
+execution match, so the query that fixed a failed one is what GRPO reinforces.
 
 The run folder (`.agentgrad/demo-sql-grpo/`) is the calculator demo's, plus `curve.csv`, `curve.md` and
 `curve.png` (the PNG when matplotlib is installed: the `train` extra).
@@ -45,14 +43,9 @@ VAL_SIZE = 60
 ones), spread over their databases and kinds: 120 episodes a validation, three validations within the demo's
 time. The same questions before and after, so a change of ten points is more than chance (a single figure moves
 about ±6 at 60); `--val-size 103` takes every real-world question."""
-RETRIES = 3
+RETRIES = 2
 """After a failed query the agent's next turn must run another, this many times at most: the untrained 0.5B
 model otherwise answers at once with the failed query (0 of 7 failed held-out episodes reran one)."""
-RETRY_TEMPERATURE = 1.0
-"""Those forced retries are sampled at this temperature, in validation too (seeded: `agent.RETRY_SEED`); the first
-query stays greedy there. Greedy, the warm-started model sent the failed query again word for word as its second
-query in 33 of 45 failed-first episodes and as its third in 41 of 42 (docs/frameworks.md); the untrained model fixes
-13.5% of failed queries per sampled next turn (`benchmarks/sql_fix_probe.py`)."""
 PROMPTS_PER_STEP = 4
 GROUP_SIZE = 4
 VAL_EVERY = 3
@@ -102,7 +95,7 @@ def task_lists(
     held-out databases and as many of the real-world ones, which no training task touches."""
     from examples.sql import recovery
 
-    agent = {"run_first": run_first, "retries": RETRIES, "retry_temperature": RETRY_TEMPERATURE}
+    agent = {"run_first": run_first, "retries": RETRIES}
     size = val_size if val_size is not None else VAL_SIZE
     train = [{**q, **agent} for q in db.load_questions("train")]
     if not 0.0 <= from_mistakes < 1.0:
@@ -322,7 +315,6 @@ def main(args: argparse.Namespace) -> None:
             learning_rate=LEARNING_RATE,
             warm_start_learning_rate=WARM_START_LEARNING_RATE,
             warm_start_frozen_context=True,  # the chats' schemas and questions under no_grad: 25 min, not ~55
-            sampling="agent",  # the agent's retries keep RETRY_TEMPERATURE; its other calls send the plan's own values
             credit="per_turn",  # each call paid by the query it wrote (examples/sql/train.py): the fix, not the failure
             gamma=0.0,
             micro_batch_size=2,  # the run's peak RSS 15.1-16.2 GB with logits in chunks (engine/training.py); 4: untried

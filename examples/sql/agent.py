@@ -44,9 +44,6 @@ template asks for), the untrained Qwen2.5-Coder-0.5B never calls run_sql: it ans
 
 RECURSION_LIMIT = 12
 """LangGraph steps per question (a model turn and a tool turn are one step each): about five queries."""
-RETRY_SEED = 0
-"""The seed of a retry sampled at `retry_temperature` in a greedy episode: the same chat samples the same retry, so
-validation repeats. A sampled episode's retries stay unseeded: a GRPO group's samples of one chat must differ."""
 
 
 @dataclass
@@ -141,15 +138,13 @@ def tool_definitions() -> list[dict[str, Any]]:
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
           run_first: bool = False, retries: int = 0, first_query: str | None = None,
           on_query: Callable[[str, bool], None] | None = None, system_prompt: str | None = None,
-          retry_temperature: float | None = None, **settings: Any) -> Episode:
+          **settings: Any) -> Episode:
     """Answer `question` on `database`. `run_first`: the first turn must call run_sql (`tool_choice="required"`,
     by LangGraph's dynamic model selection); `retries`: after a failed query, the next turn must run another, up
     to that many times; other turns choose. `first_query`: the episode starts with this query already called and
     answered, as if the model had written it (a training episode that starts from a mistake to fix). `on_query(sql,
     failed)` is called as each query the model wrote has run. `system_prompt`: the system prompt, rendered (by
-    default `INSTRUCTIONS` with the database's schema). `retry_temperature`: the turns that `retries` forces are
-    sampled at this temperature (seeded by `RETRY_SEED` when `settings` are greedy): greedy, the 0.5B model reruns
-    the query that failed word for word."""
+    default `INSTRUCTIONS` with the database's schema)."""
     queries: list[tuple[str, bool]] = []
     with closing(db.connect_readonly(database)) as connection:
 
@@ -167,17 +162,15 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
             answer = tool_answer(connection, database, first_query, queries)
             messages += [AIMessage("", tool_calls=[call]), ToolMessage(answer, tool_call_id="call_first")]
         chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings)
-        retry_chat = chat
-        if retry_temperature is not None:
-            seed = RETRY_SEED if not settings.get("temperature") else settings.get("seed")
-            retry_chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key,
-                                    **{**settings, "temperature": retry_temperature, "seed": seed})
+
+        def must_run(state: dict[str, Any]) -> bool:
+            ran = sum(isinstance(message, ToolMessage) for message in state["messages"])
+            if not ran:
+                return run_first
+            return bool(queries) and queries[-1][1] and ran <= retries  # the last query failed, and retries are left
 
         def pick_model(state: dict[str, Any], runtime: Any) -> Any:
-            ran = sum(isinstance(message, ToolMessage) for message in state["messages"])
-            retry = bool(ran) and bool(queries) and queries[-1][1] and ran <= retries  # the last failed, retries left
-            forced = retry if ran else run_first
-            return (retry_chat if retry else chat).bind_tools([run_sql], tool_choice="required" if forced else "auto")
+            return chat.bind_tools([run_sql], tool_choice="required" if must_run(state) else "auto")
 
         agent = create_react_agent(pick_model if run_first or retries else chat, [run_sql],
                                    prompt=system_prompt or INSTRUCTIONS.format(schema=db.schema(database)))

@@ -45,7 +45,6 @@ def sql_rollout(task: dict[str, Any], llm: ag.LLM, prompt: ag.PromptTemplate | N
     episode = agent.solve(task["question"], task["db"], model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
                           run_first=bool(task.get("run_first")), retries=int(task.get("retries", 0)),
                           first_query=task.get("first_query"), on_query=pay_query,
-                          retry_temperature=task.get("retry_temperature"),
                           system_prompt=prompt.format(schema=db.schema(task["db"])) if prompt else None,
                           **llm.sampling_parameters)
     reward = db.execution_match(task["db"], episode.answer, task["gold"])
