@@ -439,19 +439,15 @@ def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that
 
 def test_join_mistakes_write_the_join_after_where_or_leave_it_out_and_the_tool_says_what_to_fix() -> None:
     gold = "SELECT c.title FROM books AS c JOIN authors AS p ON c.author_id = p.id WHERE p.name = 'Liam Patel'"
-    after, left_out, on_key = recovery.join_mistakes(gold)
+    after, left_out = recovery.join_mistakes(gold)
     assert after == "SELECT c.title FROM books AS c WHERE p.name = 'Liam Patel' JOIN authors AS p ON c.author_id = p.id"
     assert left_out == "SELECT title FROM books WHERE name = 'Liam Patel'"
-    assert on_key == "SELECT title FROM books WHERE author_id = 'Liam Patel'"
-    assert len(recovery.join_mistakes(gold.replace("= 'Liam Patel'", "LIKE 'Liam%'"))) == 2  # no literal compared
     assert recovery.join_mistakes("SELECT COUNT(*) FROM books WHERE year > 2000") == []
     assert recovery.join_mistakes(gold.replace(" WHERE", " JOIN loans AS l ON l.book_id = c.id WHERE")) == []
     with closing(db.connect_readonly("library")) as connection:
         assert "JOIN goes right after FROM" in agent.tool_answer(connection, "library", after, [])
         assert agent.tool_answer(connection, "library", left_out, []).startswith(
             "Error: no such column: name. The columns of the tables you used: books(")
-        assert agent.tool_answer(connection, "library", on_key, []).endswith(
-            "'Liam Patel' is stored in authors.name; to reach it, join authors ON books.author_id = authors.id")
 
 
 def test_the_demonstration_mix_draws_each_kind_from_training_questions_only_and_the_same_each_time() -> None:

@@ -220,7 +220,6 @@ _HAVING = re.compile(r"\s+GROUP BY (\S+) HAVING (.+)$", re.S)
 _QUALIFIED = re.compile(r"\b\w+\.(\w+)(\s*=)")
 _TWO_TABLES = re.compile(r"^SELECT (.+?) FROM (\w+(?: AS \w+)?) JOIN (\w+(?: AS \w+)?) ON (.+?) WHERE (.+)$", re.S)
 _QUALIFIER = re.compile(r"\b\w+\.(\w+)")
-_ONE_LITERAL = re.compile(r"\w+\.\w+ = ('(?:[^']|'')*')")
 MIX = {"fixes": 100, "joins": 80, "right": 60}
 """How many chats of each kind `demonstration_mix` draws."""
 
@@ -258,22 +257,15 @@ def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
 
 def join_mistakes(gold: str) -> list[str]:
     """For a two-table join `gold`, the first queries a model writes when it has not seen where a value is kept: the
-    JOIN written after the WHERE (a syntax error); the join left out, the other table's column compared as if the
-    first table held it (no such column); and, where `gold` compares one column with a literal, the join left out
-    and the literal compared with the first table's key (`author_id = 'Liam Patel'`: nothing returned, and the tool
-    names the join, `db.where_stored`). What `demonstration_mix` shows fixed."""
+    JOIN written after the WHERE (a syntax error), and the join left out, the other table's column compared as if the
+    first table held it (no such column). What `demonstration_mix` shows fixed."""
     match = _TWO_TABLES.match(gold)
     if match is None or gold.count(" JOIN ") != 1:
         return []
     select, first, second, on, where = match.groups()
     unqualified = functools.partial(_QUALIFIER.sub, r"\1")
-    table, alias = first.split()[0], first.split()[-1]
-    out = [f"SELECT {select} FROM {first} WHERE {where} JOIN {second} ON {on}",
-           f"SELECT {unqualified(select)} FROM {table} WHERE {unqualified(where)}"]
-    keys = [side.split(".")[1] for side in map(str.strip, on.split("=")) if side.startswith(f"{alias}.")]
-    if (literal := _ONE_LITERAL.fullmatch(where.strip())) and keys:
-        out.append(f"SELECT {unqualified(select)} FROM {table} WHERE {keys[0]} = {literal.group(1)}")
-    return out
+    return [f"SELECT {select} FROM {first} WHERE {where} JOIN {second} ON {on}",
+            f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
 
 
 def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
@@ -307,7 +299,7 @@ def failing_mistakes(tasks: list[dict[str, Any]],
 
 
 def demonstration_mix(tasks: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
-    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the three join kinds (`join_mistakes`)
+    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the two join kinds (`join_mistakes`)
     and 60 chats that start right (the gold query first), drawn by `seed`. The fixes alone made the first query fail
     more often (docs/frameworks.md); the chats that start right keep it."""
     rng = random.Random(seed)
