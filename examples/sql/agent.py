@@ -28,7 +28,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
-from examples.sql import db
+from examples.sql import db, hints
 
 INSTRUCTIONS = """You write SQLite queries that answer questions about this database:
 
@@ -100,9 +100,7 @@ def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: 
     except sqlite3.Error as exc:
         ran.append((query, True))
         text = f"Error: {exc}"
-        if "column" in str(exc) and (hint := db.column_hint(database, query)):
-            text += f". The columns of the tables you used: {hint}"
-        elif "syntax error" in str(exc) and (hint := db.syntax_hint(query)):
+        if hint := hints.error_hint(database, query, str(exc)):
             text += f". {hint}"
     else:
         ran.append((query, db.returned_nothing(rows)))
