@@ -5,7 +5,7 @@ model each training question's first mistake (`recovery.first_mistake`: a trap o
 gold query, or a join mistake) as its own call, answered by the tool in one of two ways, and samples its next
 turn with the rerun forced (`tool_choice="required"`, as the agent forces it):
 
-- `rows`: an empty result's rows alone (the tool before `db.value_hint`; errors answered as now);
+- `rows`: an empty result's rows alone (the tool before `hints.value_hint`; errors answered as now);
 - `hint`: the tool as it is (`agent.tool_answer`): the comparison to write where one stored value matches case
   aside, the values like the literal or a few of the column's, a comparison with NULL named.
 
@@ -39,7 +39,7 @@ TOOL = {"type": "function", "function": {
 
 
 def rows_only(name: str, sql: str) -> str:
-    """The tool's answer before `db.value_hint`: an empty result's rows alone (errors were answered as now)."""
+    """The tool's answer before `hints.value_hint`: an empty result's rows alone (errors were answered as now)."""
     with closing(db.connect_readonly(name)) as connection:
         try:
             return agent.format_rows(db.execute(connection, sql, db.time_limit(name)))

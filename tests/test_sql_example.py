@@ -19,7 +19,7 @@ from starlette.routing import Route
 import agentgrad as ag
 from agentgrad.algorithms.apo_text import check_rewrite
 from agentgrad.serving import ServerThread
-from examples.sql import agent, db, generate, recovery, train
+from examples.sql import agent, db, generate, hints, recovery, train
 
 
 @pytest.fixture(autouse=True)
@@ -325,21 +325,21 @@ def test_an_empty_result_s_answer_gives_the_stored_value_to_compare_with() -> No
 
 def test_an_empty_result_s_answer_names_a_null_comparison_and_some_values_when_none_is_like_the_literal() -> None:
     with closing(db.connect_readonly("library")) as connection:
-        hint = db.value_hint(connection, "library", "SELECT id FROM loans WHERE return_date = NULL")
+        hint = hints.value_hint(connection, "library", "SELECT id FROM loans WHERE return_date = NULL")
         assert "IS NULL" in hint
-        hint = db.value_hint(connection, "library", "SELECT COUNT(*) FROM loans AS l WHERE l.loan_date LIKE 'March 2023%'")
+        hint = hints.value_hint(connection, "library", "SELECT COUNT(*) FROM loans AS l WHERE l.loan_date LIKE 'March 2023%'")
         stored = [row[0] for row in connection.execute("SELECT DISTINCT loan_date FROM loans")]
-        assert db.value_hint(connection, "library", "SELECT 1") == ""
+        assert hints.value_hint(connection, "library", "SELECT 1") == ""
     assert "No loans.loan_date is like 'March 2023%'" in hint
     shown = hint.split("some of its values: ")[1].split(", ")
-    assert len(shown) == db.VALUES_SHOWN and all(value.strip("'") in stored for value in shown)
+    assert len(shown) == hints.VALUES_SHOWN and all(value.strip("'") in stored for value in shown)
 
 
 def test_a_literal_compared_with_the_wrong_column_is_named_where_it_is_stored_with_the_join() -> None:
     with closing(db.connect_readonly("airline")) as connection:
         city = connection.execute("SELECT city FROM airports ORDER BY city LIMIT 1").fetchone()[0]
-        hint = db.value_hint(connection, "airline", f"SELECT COUNT(*) FROM flights WHERE origin = '{city.upper()}'")
-        nowhere = db.value_hint(connection, "airline", "SELECT COUNT(*) FROM flights WHERE origin = 'Atlantis'")
+        hint = hints.value_hint(connection, "airline", f"SELECT COUNT(*) FROM flights WHERE origin = '{city.upper()}'")
+        nowhere = hints.value_hint(connection, "airline", "SELECT COUNT(*) FROM flights WHERE origin = 'Atlantis'")
     assert hint.startswith(f"No flights.origin is like '{city.upper()}'")
     # its case aside, never in flights.origin itself, and the key the two tables share found from their values
     assert hint.endswith(f"'{city.upper()}' is stored in airports.city; to reach it, join airports ON "

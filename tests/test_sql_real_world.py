@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentgrad.cli.sql_demo import task_lists
-from examples.sql import db, real_world
+from examples.sql import db, hints, real_world
 
 pytestmark = pytest.mark.slow  # the module builds three databases from CSV (~10 s): `make test-fast` leaves it out
 
@@ -102,16 +102,25 @@ def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size
 
 def test_a_name_split_over_columns_or_held_in_a_longer_value_is_named_where_it_is_stored() -> None:
     with closing(db.connect_readonly("lahman")) as connection:
-        hint = db.value_hint(connection, "lahman", "SELECT salary FROM Salaries WHERE playerID = 'Derek Jeter'")
+        hint = hints.value_hint(connection, "lahman", "SELECT salary FROM Salaries WHERE playerID = 'Derek Jeter'")
     assert "'Derek' is stored in People.nameFirst" in hint and "'Jeter' is stored in People.nameLast" in hint
     assert hint.endswith("join People ON Salaries.playerID = People.playerID")
     with closing(db.connect_readonly("nycflights13")) as connection:
-        hint = db.value_hint(connection, "nycflights13", "SELECT COUNT(*) FROM flights WHERE dest = 'Hartsfield Jackson Atlanta Intl'")
+        hint = hints.value_hint(connection, "nycflights13", "SELECT COUNT(*) FROM flights WHERE dest = 'Hartsfield Jackson Atlanta Intl'")
     # a key that misses some values still joins: nycflights13's airports lack four of the flights' destinations
     assert hint.endswith("is stored in airports.name; to reach it, join airports ON flights.dest = airports.faa")
     with closing(db.connect_readonly("nycflights13")) as connection:
-        hint = db.value_hint(connection, "nycflights13", "SELECT COUNT(*) FROM flights WHERE carrier = 'Delta Air Lines'")
+        hint = hints.value_hint(connection, "nycflights13", "SELECT COUNT(*) FROM flights WHERE carrier = 'Delta Air Lines'")
     assert "Values containing 'Delta Air Lines' are stored in airlines.name" in hint
+
+
+def test_a_column_of_another_table_is_joined_by_a_same_named_key_of_that_table_where_none_is_declared() -> None:
+    hint = hints.error_hint("lahman", "SELECT nameFirst FROM Batting WHERE HR > 60", "no such column: nameFirst")
+    assert hint.endswith("nameFirst is a column of People, which the query does not use: to reach it, join People ON "
+                         "Batting.playerID = People.playerID")
+    # flights and planes share `year` too, but a plane's year is not a key of planes: the tail number is
+    hint = hints.error_hint("nycflights13", "SELECT manufacturer FROM flights AS f", "no such column: manufacturer")
+    assert hint.endswith("join planes ON f.tailnum = planes.tailnum")
 
 
 def test_a_missing_package_is_named_with_the_command_that_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:

