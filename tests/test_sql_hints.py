@@ -48,6 +48,12 @@ def test_a_column_of_a_table_the_query_does_not_join_is_given_the_join_by_its_fo
     assert rows("library", fixed)
 
 
+def test_no_join_is_offered_where_no_declared_key_links_the_tables() -> None:
+    # teachers' names are unique, but a database that declares its keys is joined by them alone
+    said = answer("school", "SELECT hired_year FROM students WHERE name = 'x'")
+    assert said.endswith("The columns of the tables you used: students(id, name, grade_level, city, email)")
+
+
 def test_a_table_s_own_id_asked_as_table_id_is_its_key() -> None:
     said = answer("shop", "SELECT c.order_id FROM orders AS c JOIN customers AS p ON c.customer_id = p.id")
     assert said.endswith("c is orders, which has no column order_id; its own key is id: use c.id")

@@ -108,9 +108,9 @@ def syntax(sql: str) -> str:
 
 
 def join_to(name: str, refs: list[tuple[str, str]], table: str) -> str:
-    """`table ON a.x = table.y`: how a table of the query reaches `table`, by a declared foreign key either way, else
-    by a column of the same name that is a key of `table` (the real-world databases declare none; planes.year is
-    not the flights' year); "" where neither does."""
+    """`table ON a.x = table.y`: how a table of the query reaches `table` by a foreign key either way, as the database
+    declares them; in a database that declares none (the real-world ones), by a column of the same name that is a
+    key of `table` (planes.year is not a flight's year; the tail number is a plane's key); "" where none does."""
     links, columns = foreign_keys(name), db.columns(name)
     for own, written in refs:
         for (source, key), (target, target_key) in links.items():
@@ -118,7 +118,7 @@ def join_to(name: str, refs: list[tuple[str, str]], table: str) -> str:
                 return f"{table} ON {written}.{key} = {table}.{target_key}"
             if source == table and target == own:
                 return f"{table} ON {written}.{target_key} = {table}.{key}"
-        for column in columns[own]:
+        for column in [] if links else columns[own]:
             if column.lower() != "id" and _has(columns[table], column) and _is_key(name, table, _spelled(columns[table], column)):
                 return f"{table} ON {written}.{column} = {table}.{_spelled(columns[table], column)}"
     return ""
