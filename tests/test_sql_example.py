@@ -437,17 +437,22 @@ def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that
     assert recovery.failing_mistakes([trap], lambda gold: [gold, mistake]) == [(trap, mistake)]  # the gold query runs
 
 
-def test_join_mistakes_write_the_join_after_where_or_leave_it_out_and_the_tool_says_what_to_fix() -> None:
+def test_join_mistakes_write_the_join_after_where_leave_it_out_or_swap_an_alias_and_the_tool_says_what_to_fix() -> None:
     gold = "SELECT c.title FROM books AS c JOIN authors AS p ON c.author_id = p.id WHERE p.name = 'Liam Patel'"
-    after, left_out = recovery.join_mistakes(gold)
+    after, left_out, swapped = recovery.join_mistakes(gold)
     assert after == "SELECT c.title FROM books AS c WHERE p.name = 'Liam Patel' JOIN authors AS p ON c.author_id = p.id"
     assert left_out == "SELECT title FROM books WHERE name = 'Liam Patel'"
+    assert swapped == gold.replace("SELECT c.title", "SELECT p.title")
+    counted = recovery.join_mistakes(gold.replace("SELECT c.title", "SELECT COUNT(*)"))[-1]
+    assert counted.endswith("WHERE c.name = 'Liam Patel'")  # nothing qualified to select: the compared column swapped
     assert recovery.join_mistakes("SELECT COUNT(*) FROM books WHERE year > 2000") == []
     assert recovery.join_mistakes(gold.replace(" WHERE", " JOIN loans AS l ON l.book_id = c.id WHERE")) == []
     with closing(db.connect_readonly("library")) as connection:
         assert "JOIN goes right after FROM" in agent.tool_answer(connection, "library", after, [])
         assert agent.tool_answer(connection, "library", left_out, []).startswith(
             "Error: no such column: name. The columns of the tables you used: books(")
+        assert agent.tool_answer(connection, "library", swapped, []).endswith(
+            "title is a column of books, which the query names c: use c.title")
 
 
 def test_the_demonstration_mix_draws_each_kind_from_training_questions_only_and_the_same_each_time() -> None:

@@ -260,7 +260,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sql-warm-start",
         action="store_true",
         help="sql: before the first GRPO step, fine-tune (SFT) on 240 demonstrations: fixes of mistakes that fail "
-        "(the tool's answer, then the gold query), of the two join mistakes, and chats that start right "
+        "(the tool's answer, then the gold query), of the three join mistakes, and chats that start right "
         "(examples/sql/recovery.py; ~25 min more on 2 CPU cores)",
     )
     parser.add_argument(

@@ -220,6 +220,7 @@ _HAVING = re.compile(r"\s+GROUP BY (\S+) HAVING (.+)$", re.S)
 _QUALIFIED = re.compile(r"\b\w+\.(\w+)(\s*=)")
 _TWO_TABLES = re.compile(r"^SELECT (.+?) FROM (\w+(?: AS \w+)?) JOIN (\w+(?: AS \w+)?) ON (.+?) WHERE (.+)$", re.S)
 _QUALIFIER = re.compile(r"\b\w+\.(\w+)")
+_QUALIFIED_BY = re.compile(r"\b(\w+)\.(\w+)")
 MIX = {"fixes": 100, "joins": 80, "right": 60}
 """How many chats of each kind `demonstration_mix` draws."""
 
@@ -257,15 +258,22 @@ def first_mistake(task: dict[str, Any], rng: random.Random) -> str | None:
 
 def join_mistakes(gold: str) -> list[str]:
     """For a two-table join `gold`, the first queries a model writes when it has not seen where a value is kept: the
-    JOIN written after the WHERE (a syntax error), and the join left out, the other table's column compared as if the
-    first table held it (no such column). What `demonstration_mix` shows fixed."""
+    JOIN written after the WHERE (a syntax error); the join left out, the other table's column compared as if the
+    first table held it (no such column); a column taken from the other table's alias (`p.title` for `c.title`: no
+    such column; the 0.5B model's most frequent error in its own first queries). What `demonstration_mix` shows
+    fixed."""
     match = _TWO_TABLES.match(gold)
     if match is None or gold.count(" JOIN ") != 1:
         return []
     select, first, second, on, where = match.groups()
     unqualified = functools.partial(_QUALIFIER.sub, r"\1")
-    return [f"SELECT {select} FROM {first} WHERE {where} JOIN {second} ON {on}",
-            f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
+    out = [f"SELECT {select} FROM {first} WHERE {where} JOIN {second} ON {on}",
+           f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
+    aliases = [table.split()[-1] for table in (first, second)]
+    if (column := _QUALIFIED_BY.search(select) or _QUALIFIED_BY.search(where)) and column.group(1) in aliases:
+        other = aliases[1 - aliases.index(column.group(1))]
+        out.append(gold.replace(column.group(0), f"{other}.{column.group(2)}", 1))
+    return out
 
 
 def demonstration(task: dict[str, Any], mistake: str | None) -> dict[str, Any]:
@@ -299,7 +307,7 @@ def failing_mistakes(tasks: list[dict[str, Any]],
 
 
 def demonstration_mix(tasks: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
-    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the two join kinds (`join_mistakes`)
+    """The warm start's chats: 100 fixes of the five kinds (`mistakes`), 80 of the three join kinds (`join_mistakes`)
     and 60 chats that start right (the gold query first), drawn by `seed`. The fixes alone made the first query fail
     more often (docs/frameworks.md); the chats that start right keep it."""
     rng = random.Random(seed)
