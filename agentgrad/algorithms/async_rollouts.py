@@ -104,13 +104,17 @@ class RolloutPipeline:
         start: int,
         resources_id: str,
         queued: Mapping[str, Mapping[str, list[Any]]] | None = None,
+        drawn: int | None = None,
     ) -> RolloutPipeline:
         """The pipeline of a run at `cfg`'s settings resumed after step `start` (0: a new run): the synchronous
-        loop when `cfg.max_staleness` is None, else `max_staleness` steps queued ahead."""
+        loop when `cfg.max_staleness` is None, else `max_staleness` steps queued ahead. `drawn`: the tasks the
+        run had taken (its checkpoint's; dynamic sampling takes more than `prompts_per_step` a step)."""
+        queued_tasks = len(queued or {}) * cfg.prompts_per_step  # taken again below, by the constructor
+        skip = drawn - queued_tasks if drawn is not None else start * cfg.prompts_per_step
         return cls(
             algorithm,
             train_data,
-            TaskSampler(len(train_data), cfg.seed, skip=start * cfg.prompts_per_step),
+            TaskSampler(len(train_data), cfg.seed, skip=skip),
             prompts_per_step=cfg.prompts_per_step,
             group_size=cfg.group_size,
             lookahead=cfg.max_staleness or 0,
@@ -157,16 +161,28 @@ class RolloutPipeline:
             str(step): {"ids": list(q["ids"]), "tasks": list(q["tasks"])} for step, q in sorted(self.queued.items())
         }
 
+    async def draw_more(self, collected: StepRollouts) -> StepRollouts:
+        """Dynamic sampling (synchronous runs): `prompts_per_step` more tasks' groups for `collected`'s step, queued
+        now on the current weights and waited for, after the step's own (group indices and seeds go on from them)."""
+        first = len(collected.rollouts)
+        ids = await self._enqueue(collected.step, self.sampler.take(self.prompts_per_step), first)
+        rollouts = await self.algorithm.gather(ids, mode="train")
+        groups = [(first + i) // self.group_size for i in range(len(rollouts))]
+        return StepRollouts(collected.step, collected.rollouts + rollouts, collected.groups + groups)
+
     async def _queue(self, step: int, task_indices: list[int]) -> None:
+        self.queued[step] = {"ids": await self._enqueue(step, task_indices), "tasks": task_indices}
+
+    async def _enqueue(self, step: int, task_indices: list[int], first: int = 0) -> list[str]:
+        """Queue `group_size` rollouts of each task for `step`, the `first`-th of the step's rollouts onwards."""
         requests = [self.train_data[i] for i in task_indices for _ in range(self.group_size)]
-        ids = await self.algorithm.enqueue(
+        return await self.algorithm.enqueue(
             requests,
             mode="train",
             resources_id=self.resources_id,
             config=self.config,
-            metadata=[self._metadata(step, i) for i in range(len(requests))],
+            metadata=[self._metadata(step, first + i) for i in range(len(requests))],
         )
-        self.queued[step] = {"ids": ids, "tasks": task_indices}
 
     def _metadata(self, step: int, index: int) -> dict[str, Any]:
         """The metadata of the `index`-th rollout queued for `step`: its step and group, and its sampling seed."""

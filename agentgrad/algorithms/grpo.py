@@ -21,7 +21,7 @@ from rich.console import Console
 from agentgrad.adapters import final_answer, to_trajectories
 from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Result
-from agentgrad.algorithms.credit import CreditRule, Member, credit_rule, unpaid_reward
+from agentgrad.algorithms.credit import CreditRule, Member, credit_rule, unpaid_reward, useful_groups
 from agentgrad.algorithms.demonstrations import Demonstration
 from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.grpo_update import grpo_update, sharded_grpo_step
@@ -64,6 +64,11 @@ class GRPO(TrainsWeights):
         **overrides: Any,
     ) -> None:
         super().__init__(config, local_engine=local_engine, model=model, demonstrations=demonstrations, **overrides)
+        if group_reward is not None and self.config.dynamic_sampling:
+            raise ValueError(
+                "dynamic_sampling reads the agents' rewards to tell which groups differ, before group_reward scores "
+                "them: use one or the other"
+            )
         self.group_reward = group_reward
 
     def batches(self) -> GroupBatches:
@@ -138,8 +143,21 @@ class GroupBatches:
             batch.data, kept = self.credit.pairs(members, cfg.agent_match)
             batch.size = len(batch.data)
         batch.metrics["train/groups_used"] = kept
-        batch.summary = f"groups {kept}/{cfg.prompts_per_step}"
+        drawn = len(set(groups))
+        batch.summary = f"groups {kept}/{cfg.prompts_per_step}" + (
+            f" of {drawn} drawn" if drawn > cfg.prompts_per_step else ""
+        )
         return batch
+
+    def wants_more(self, step: StepRollouts) -> bool:
+        """Dynamic sampling (DAPO): whether the step should draw `prompts_per_step` more tasks, fewer than that many
+        of its groups having rewards that differ (the others' advantages are all 0) and a draw being left."""
+        cfg = self.cfg
+        draws = len(step.rollouts) // (cfg.prompts_per_step * cfg.group_size)
+        if draws > cfg.dynamic_sampling:
+            return False
+        ok = [(r.reward or 0.0, g) for r, g in zip(*step.trained) if r.status is RolloutStatus.SUCCEEDED]
+        return len(useful_groups([r for r, _ in ok], [g for _, g in ok], skip_uniform=True)) < cfg.prompts_per_step
 
     def note_identical(self, members: Sequence[Member]) -> None:
         """Say so (once) when every group's rollouts sampled the same tokens `IDENTICAL_STEPS` steps in a row: then

@@ -21,6 +21,7 @@ class GRPOConfig(LoopConfig):
     # ---- advantages (algorithms/credit.py)
     normalize_std: bool = True  # divide advantages by the group's reward std (GRPO); False: mean-centred (Dr. GRPO)
     skip_uniform_groups: bool = True  # a group whose rewards are all equal carries no signal
+    dynamic_sampling: int = 0  # DAPO: up to this many more draws of prompts_per_step tasks while fewer groups differ
     credit: Credit = "final"  # "final": the final reward's advantage for every call; "per_turn": docs/algorithms.md
     gamma: float = 1.0  # per_turn: discount of later turns' rewards in each call's return-to-go
     # ---- the loss: clipped surrogate, token mean over the step (DAPO's token-level aggregation)
@@ -39,6 +40,15 @@ class GRPOConfig(LoopConfig):
         for name in ("updates_per_step", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.dynamic_sampling < 0:
+            raise ValueError(
+                f"dynamic_sampling is a number of extra draws a step may make (>= 0), got {self.dynamic_sampling}"
+            )
+        if self.dynamic_sampling and self.max_staleness is not None:
+            raise ValueError(
+                "dynamic_sampling draws a step's extra groups on the weights that step trains: synchronous training "
+                f"only (max_staleness None), got max_staleness={self.max_staleness}"
+            )
         if self.credit not in ("final", "per_turn") or not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"credit is 'final' or 'per_turn' and 0 <= gamma <= 1, got {self.credit!r}, {self.gamma}")
         if self.roles:

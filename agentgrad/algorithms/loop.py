@@ -64,6 +64,10 @@ class BatchBuilder(Protocol):
 
     async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch: ...
 
+    def wants_more(self, step: StepRollouts) -> bool:
+        """Whether the step should draw more tasks' groups before its batch is built (GRPO's dynamic sampling)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RoundOutcome:
@@ -210,7 +214,7 @@ async def train(
     start, history, state = checkpoints.resume(update, algorithm)
     await rounds.start(algorithm, state.get("rounds"))  # resumed: the resources it had at the checkpoint
     train_id, val_id = await publish_policy(algorithm, cfg, policy, rounds.labels())
-    pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"))
+    pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"), state.get("drawn"))
     validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
     guard = RollbackGuard.of(cfg, checkpoints.directory)
     validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
@@ -231,6 +235,8 @@ async def train(
             began = time.perf_counter()
             # ---- collect: the step's rollouts (asynchronous: queued ahead, running meanwhile)
             collected = await pipeline.collect(step, policy.version)
+            while builder.wants_more(collected):  # dynamic sampling: more groups, on the same weights
+                collected = await pipeline.draw_more(collected)
             rollout_seconds = time.perf_counter() - began
             failed_steps = 0 if any(_ok(r) for r in collected.rollouts) else failed_steps + 1
             check_failed_steps(algorithm, cfg, step, failed_steps)
@@ -270,6 +276,7 @@ async def train(
                     "history": history,
                     "config": asdict(cfg),
                     "queued": pipeline.state(),
+                    "drawn": pipeline.sampler.drawn,
                     "initial": asdict(initial) if initial is not None else None,
                     "rounds": rounds.state(),
                 }
@@ -351,6 +358,7 @@ def step_metrics(
         "train/reward_std": statistics.pstdev(rewards) if rewards else 0.0,
         "train/accuracy": sum(r >= cfg.success_threshold for r in rewards) / max(len(rewards), 1),
         "train/failed_rollouts": sum(not _ok(r) for r in rollouts),
+        "train/groups_sampled": len(set(collected.groups)),  # prompts_per_step, or more under dynamic sampling
         "train/no_reward": count_no_reward(rollouts),
         "train/response_length": batch.generated_tokens / max(batch.sequences, 1),
         **batch.metrics,

@@ -17,12 +17,14 @@ def rollout_seed(seed: int, step: int, index: int) -> int:
 
 
 class TaskSampler:
-    """Tasks in a fresh random order each epoch, reproducible from the seed; `skip` resumes a run."""
+    """Tasks in a fresh random order each epoch, reproducible from the seed; `skip` resumes a run (`drawn` counts the
+    tasks taken, skipped ones included: what a checkpoint records)."""
 
     def __init__(self, n: int, seed: int, skip: int = 0) -> None:
         self.n = n
         self.rng = random.Random(seed)
         self.order: list[int] = []
+        self.drawn = 0
         self.take(skip)
 
     def take(self, count: int) -> list[int]:
@@ -32,4 +34,5 @@ class TaskSampler:
                 self.order = list(range(self.n))
                 self.rng.shuffle(self.order)
             taken.append(self.order.pop())
+        self.drawn += count
         return taken

@@ -76,6 +76,9 @@ class KeptBatches:
 
     cfg: SFTConfig
 
+    def wants_more(self, step: StepRollouts) -> bool:
+        return False  # each step keeps what its `prompts_per_step` tasks earned
+
     async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch:
         cfg = self.cfg
         succeeded = [r for r in step.trained[0] if r.status is RolloutStatus.SUCCEEDED]

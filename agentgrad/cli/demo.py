@@ -309,6 +309,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompts-per-step", type=int, help="tasks sampled per step (default: GRPO 8, 4 for sql; SFT 64)"
     )
     parser.add_argument("--group-size", type=int, help="rollouts per task (default: GRPO 8, 4 for sql; SFT 4)")
+    parser.add_argument(
+        "--dynamic-sampling",
+        type=int,
+        default=0,
+        metavar="N",
+        help="GRPO: a step with fewer than --prompts-per-step groups whose rewards differ draws as many tasks again, "
+        "up to N more times (DAPO's dynamic sampling; default: 0, off)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--lora-rank",
@@ -382,9 +390,14 @@ def main(args: argparse.Namespace) -> None:
 
         # micro-batches of 8: the update's memory is the activations of one micro-batch (see README)
         settings.setdefault("val_every", 10 if args.task == "plain" else steps)
-        algorithm = GRPO(local_engine=engine, micro_batch_size=8, **settings)
+        algorithm = GRPO(local_engine=engine, micro_batch_size=8, dynamic_sampling=args.dynamic_sampling, **settings)
     else:
         from agentgrad.algorithms.sft import SFT
+
+        if args.dynamic_sampling:
+            raise SystemExit(
+                "--dynamic-sampling is GRPO's (groups whose rewards differ): SFT keeps what each step earned"
+            )
 
         algorithm = SFT(local_engine=engine, **settings)
     if args.strategy == "ray":

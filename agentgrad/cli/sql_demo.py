@@ -310,6 +310,7 @@ def main(args: argparse.Namespace) -> None:
             val_every=args.val_every or VAL_EVERY,
             prompts_per_step=args.prompts_per_step or PROMPTS_PER_STEP,
             group_size=args.group_size or GROUP_SIZE,
+            dynamic_sampling=args.dynamic_sampling,
             max_tokens=MAX_TOKENS,
             rollout_timeout=ROLLOUT_TIMEOUT,
             learning_rate=LEARNING_RATE,
