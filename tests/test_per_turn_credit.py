@@ -206,6 +206,35 @@ async def test_grpo_trains_each_call_of_a_merged_trajectory_with_its_own_turn_ad
     assert b1 == pytest.approx(-1.0, abs=1e-5) and b2 == pytest.approx(1.0, abs=1e-5)
 
 
+async def test_a_group_that_ends_alike_is_trained_when_its_calls_earned_differently() -> None:
+    query, fix, answer = ([1, 2], [20]), ([1, 2, 20, 90], [21]), ([5], [30])
+    # both end right (final reward 1.0); the first ran a failing query before its fix; the last two, identical
+    attempts = [
+        [("call", *query), ("reward", 0.0), ("call", *fix), ("reward", 1.0), ("call", *answer), ("reward", 1.0)],
+        [("call", query[0], [21]), ("reward", 1.0), ("call", *answer), ("reward", 1.0)],
+        [("call", query[0], [21]), ("reward", 1.0), ("call", *answer), ("reward", 1.0)],
+        [("call", query[0], [21]), ("reward", 1.0), ("call", *answer), ("reward", 1.0)],
+    ]
+    store = MemoryStore()
+    rollouts = await store.enqueue_rollouts([{"input": {"i": i}} for i in range(len(attempts))])
+    finished = []
+    for rollout, events in zip(rollouts, attempts):
+        attempted = await store.dequeue_rollout("runner-0")
+        assert attempted is not None
+        await store.add_spans([
+            span(rollout, attempted.attempt.attempt_id, t, "chat", call_attributes(e[1], e[2]))  # type: ignore[misc]
+            if e[0] == "call"
+            else span(rollout, attempted.attempt.attempt_id, t, "agentgrad.reward", {"agentgrad.reward": e[1]})
+            for t, e in enumerate(events)
+        ])
+        finished.append(rollout.model_copy(update={"status": RolloutStatus.SUCCEEDED, "reward": 1.0}))
+    per_turn = await grpo_batch(GRPOConfig(credit="per_turn", gamma=0.0), store, finished, [0, 0, 1, 1])
+    assert per_turn.metrics["train/groups_used"] == 1  # group 0; group 1's calls earned the same, turn by turn
+    fixed = next(a for t, a in per_turn.data if t.token_ids == [1, 2, 20, 90, 21])  # the query and its fix, merged
+    assert fixed[0] == -1.0 and fixed[-1] == 0.0  # the failing query against the other's right one at turn 0
+    assert (await grpo_batch(GRPOConfig(), store, finished, [0, 0, 1, 1])).metrics["train/groups_used"] == 0
+
+
 # ----------------------------------------------------------------------------- a two-turn task, credit known by construction
 
 

@@ -81,13 +81,20 @@ class PerTurnCredit:
     skip_uniform: bool = True
 
     def pairs(self, members: Sequence[Member], agent_match: str | None) -> tuple[Pairs, int]:
-        useful = useful_groups([m.reward for m in members], [m.group for m in members], self.skip_uniform)
-        pairs: Pairs = [
-            pair
-            for group in useful
-            for pair in per_turn_pairs([m for m in members if m.group == group], self.gamma, agent_match)
-        ]
-        return pairs, len(useful)
+        by_group: dict[Hashable, list[Member]] = {}
+        for member in members:
+            by_group.setdefault(member.group, []).append(member)
+        pairs: Pairs = []
+        kept = 0
+        for group in by_group.values():
+            returns = [returns_to_go(paid_turns(m, agent_match), self.gamma) for m in group]
+            # uniform: every member's calls earned the same returns, turn by turn (same final reward is not enough:
+            # a member that failed a query and fixed it ends like one that wrote it right at once)
+            if len(group) < 2 or (self.skip_uniform and all(r == returns[0] for r in returns)):
+                continue
+            kept += 1
+            pairs += per_turn_pairs(group, returns, agent_match)
+        return pairs, kept
 
 
 def credit_rule(credit: Credit, *, gamma: float, normalize_std: bool, skip_uniform: bool) -> CreditRule:
@@ -199,22 +206,22 @@ def token_advantages(trajectory: Trajectory, call_advantage: dict[str, float]) -
     return per_token
 
 
-def per_turn_pairs(
-    members: Sequence[Member], gamma: float, agent_match: str | None
-) -> list[tuple[Trajectory, list[float]]]:
-    """One task group's (trajectory, per-token advantages) under per-turn credit.
+def paid_turns(member: Member, agent_match: str | None) -> list[float]:
+    """Per model call of `member`, the rewards emitted after it (`turn_rewards`), its `unpaid` reward (its final
+    reward when no span pays it: a judge's, or one set outside the spans) added at its last call, so the emitted
+    rewards stay as intermediate ones."""
+    rewards = turn_rewards(member.spans, agent_match)
+    if rewards:
+        rewards[-1] += member.unpaid
+    return rewards
 
-    Each call is paid the rewards emitted after it (`turn_rewards`); a member's `unpaid` reward (its final reward
-    when no span pays it: a judge's, or one set outside the spans) is added at its last call, so the emitted
-    rewards stay as intermediate ones.
-    """
-    group_returns, ids = [], []
-    for member in members:
-        rewards = turn_rewards(member.spans, agent_match)
-        if rewards:
-            rewards[-1] += member.unpaid
-        group_returns.append(returns_to_go(rewards, gamma))
-        ids.append([c.span.span_id for c in llm_calls(member.spans, agent_match)])
+
+def per_turn_pairs(
+    members: Sequence[Member], group_returns: Sequence[Sequence[float]], agent_match: str | None
+) -> list[tuple[Trajectory, list[float]]]:
+    """One task group's (trajectory, per-token advantages) under per-turn credit, from each member's returns-to-go
+    (`returns_to_go` of its `paid_turns`)."""
+    ids = [[c.span.span_id for c in llm_calls(member.spans, agent_match)] for member in members]
     advantages = leave_one_out_advantages(group_returns)
     pairs = []
     for member, span_ids, row in zip(members, ids, advantages):
