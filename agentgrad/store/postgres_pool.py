@@ -57,8 +57,14 @@ CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,  # the server is starting or stopping
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    # The server's last words (FATAL: terminating connection, at a shutdown) read while the connection sat idle
+    # between two statements: the driver's protocol is stuck until the socket closes, and the next statement fails
+    # with "cannot switch to state 12; another operation (2) is in progress".
+    asyncpg.InternalClientError,
 )
 """What a call sees when the database goes away or is not there yet: retried within `RETRY_SECONDS`."""
+INTERRUPTED: tuple[type[BaseException], ...] = (*CONNECTION_LOST, asyncpg.InterfaceError, asyncio.CancelledError)
+"""What a call may leave a connection broken by, or with an operation still under way: it is closed, never reused."""
 CONFLICTS: tuple[type[BaseException], ...] = (
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
@@ -175,13 +181,18 @@ class Pools:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A connection of this loop's pool, for the duration of the block; 503 when all are busy too long."""
+        """A connection of this loop's pool, for the duration of the block; 503 when all are busy too long. One that
+        the block left by an `INTERRUPTED` error is closed, not pooled: the next call would find it broken, or busy."""
         pool = self._pool()
         conn = await pool.acquire()
+        reusable = True
         try:
             yield conn
+        except INTERRUPTED:
+            reusable = False
+            raise
         finally:
-            pool.release(conn)
+            pool.release(conn, reusable)
 
     async def close(self) -> None:
         """Close this loop's connections, and forget those of other loops (closed with them)."""
@@ -250,8 +261,8 @@ class _Pool:
             self._slots.release()
             raise
 
-    def release(self, conn: asyncpg.Connection) -> None:
-        if conn.is_closed() or conn.is_in_transaction():  # a call cut short mid-transaction: never reuse it
+    def release(self, conn: asyncpg.Connection, reusable: bool = True) -> None:
+        if not reusable or conn.is_closed() or conn.is_in_transaction():  # a call cut short: never reuse it
             conn.terminate()
         else:
             self._idle.append(conn)

@@ -58,6 +58,15 @@ class _Undo(Exception):
         self.status, self.body = status, body
 
 
+class _Cut(Exception):
+    """The connection closed under a transaction's work, whatever the work made of that (a store call inside
+    `run_once` answers it as a 500): nothing was committed, and the transaction runs again whole."""
+
+
+RUN_AGAIN: tuple[type[BaseException], ...] = (*CONNECTION_LOST, _Cut)
+"""A transaction's failures that run it again whole, within `retry_seconds`."""
+
+
 class _Failed(Exception):
     """The write at `index` of a group raised, or its key was answered already: the group is rolled back."""
 
@@ -231,9 +240,12 @@ class Transactions:
                     await tx.start()
                     try:
                         result = await work(conn)
-                    except BaseException:
-                        if not conn.is_closed():
-                            await tx.rollback()
+                    except Exception as exc:  # (one cancelled is not rolled back: the pool closes its connection)
+                        if conn.is_closed():
+                            if isinstance(exc, CONNECTION_LOST):
+                                raise
+                            raise _Cut(f"the connection closed under the transaction ({exc!r})") from exc
+                        await tx.rollback()
                         raise
                     committing = True
                     await tx.commit()
@@ -244,7 +256,7 @@ class Transactions:
                         f"a transaction kept losing to others for {self.retry_seconds:g} s: {exc}"
                     ) from exc
                 log.debug("a transaction lost to another one (%s); running it again", exc)
-            except CONNECTION_LOST as exc:
+            except RUN_AGAIN as exc:
                 if committing:
                     raise StoreUnavailable(
                         f"the connection to {address.shown} was lost while committing ({exc}): the change may or "

@@ -16,6 +16,7 @@ from agentgrad.cli.main import main
 from agentgrad.serving import ServerThread
 from agentgrad.store import StoreError, open_store
 from agentgrad.store.client import StoreClient
+from agentgrad.store.http_errors import exception_answer
 from agentgrad.store.postgres import PostgresStore
 from agentgrad.store.postgres_schema import LOCK_KEYS, MIGRATIONS, VERSION
 from agentgrad.store.server import create_app
@@ -154,6 +155,58 @@ async def test_twin_writes_with_one_key_in_one_group_apply_once_and_both_get_the
     assert len({body for _, body in answers}) == 7
     assert (await store.stats()).rollouts == {"queuing": 7}
     await store.close()
+
+
+async def test_a_keyed_write_whose_connection_is_cut_mid_transaction_runs_again_whole_and_applies_once() -> None:
+    """The database ends a write's connection between two of its statements, as a restart does. The store call inside
+    answers that as a 500 (the driver read the server's last words while idle, or found the socket gone); the store
+    runs the transaction again on a fresh connection instead of answering it, and the write applies once."""
+    url = fresh_schema_url()
+    store = PostgresStore(url, sweep_seconds=None)
+    killer = await connect_to_schema(url)
+    backends: list[int] = []
+
+    async def cut_once() -> tuple[int, bytes]:
+        try:
+            rollout = await store.enqueue_rollout({"n": len(backends)})
+            backends.append(await store._transactions.read(lambda db: db.fetchval("SELECT pg_backend_pid()")))
+            if len(backends) == 1:  # returns once the backend has exited
+                assert await killer.fetchval("SELECT pg_terminate_backend($1, 10000)", backends[0])
+            await store.get_rollout(rollout.rollout_id)
+        except Exception as exc:
+            return exception_answer(exc)
+        return 200, rollout.rollout_id.encode()
+
+    status, body = await store.run_once("k", cut_once)
+    assert status == 200 and len(backends) == 2 and backends[0] != backends[1]
+    assert [rollout.rollout_id for rollout in await store.query_rollouts()] == [body.decode()]
+    await killer.close()
+    await store.close()
+
+
+async def test_a_connection_whose_call_was_cancelled_mid_statement_is_closed_not_pooled_again() -> None:
+    url = fresh_schema_url(pool_size="1")
+    store = PostgresStore(url, sweep_seconds=None)
+
+    async def backend() -> int:
+        return int(await store._transactions.read(lambda db: db.fetchval("SELECT pg_backend_pid()")))
+
+    before = await backend()
+    sleeping = asyncio.ensure_future(store._transactions.read(lambda db: db.execute("SELECT pg_sleep(60)")))
+    await asyncio.to_thread(wait_until, lambda: asyncio.run(_sleeping(url)), "the statement to be running")
+    sleeping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sleeping
+    assert await backend() != before  # the pool's one connection is a new one
+    await store.close()
+
+
+async def _sleeping(url: str) -> bool:
+    conn = await connect_to_schema(url)
+    try:
+        return bool(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"))
+    finally:
+        await conn.close()
 
 
 async def test_a_wait_on_one_store_wakes_when_another_store_of_the_database_finishes_the_rollout(
