@@ -9,7 +9,8 @@ agree through its locks and announcements alone:
 - a change to a rollout, its attempts or its spans first locks the rollout's row (several: in id order, so
   two transactions never wait on each other in a cycle); the row counts the rollout's span sequence ids;
 - the timeout sweep runs under an advisory lock: one server at a time;
-- a write with an idempotency key (`run_once`) locks the key, and commits its answer with its change;
+- a write with an idempotency key (`run_once`) commits its answer with its change, and a retry of one answered
+  already gets that answer without running again (`postgres_transactions`);
 - a rollout that finishes is announced by the database on commit (`FINISHED_CHANNEL`): waits on every server
   listen for it, and look again on their own only once a second.
 A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with

@@ -9,6 +9,11 @@ BEGIN, COMMIT and the answer were three of a write's four or five round trips, a
 are what a write costs (docs/scaling.md). A write of a group that fails rolls the group back: the others commit
 together again, and it runs on its own, for its own answer.
 
+A group's keyed writes are looked up first, in one statement: a retry of a write answered already (its answer lost
+to a cut connection, say) gets that answer and does not run again. Run again, a claim would take another waiting
+rollout `FOR UPDATE SKIP LOCKED` and hold it until its stored answer was found and it rolled back, and another
+worker's claim meanwhile skipped that rollout and found the queue empty.
+
 A call that cannot reach the database retries for `retry_seconds` (a restart, a failover), then fails with
 `StoreUnavailable` (HTTP 503).
 """
@@ -176,12 +181,21 @@ class Transactions:
 
     async def _each(self, conn: asyncpg.Connection, group: list[_Write]) -> list[Any]:
         """Runs the writes of `group` one after another on `conn`, then stores the answers of those with a key in
-        one statement. A write that raises, or whose key is answered already, fails the group (`_Failed`), unless
-        it is alone: then it raises its own error, or `_Undo`."""
+        one statement; a write whose key was answered before the group began gets that answer and does not run. A
+        write that raises, or whose key was answered meanwhile (by a twin), fails the group (`_Failed`), unless it
+        is alone: then it raises its own error, or `_Undo`."""
+        keys = [write.key for write in group if write.key is not None]
+        answered: dict[str, Answer] = {}
+        if keys:
+            rows = await conn.fetch("SELECT key, status, body FROM replies WHERE key = ANY($1::text[])", keys)
+            answered = {row[0]: (row[1], bytes(row[2])) for row in rows}
         joined = _JOINED.set(conn)  # what a write calls inside joins the group's transaction
-        results = []
+        results: list[Any] = []
         try:
             for index, write in enumerate(group):
+                if write.key in answered:
+                    results.append(answered[write.key])
+                    continue
                 try:
                     results.append(await write.work(conn))
                 except CONNECTION_LOST:
@@ -192,7 +206,11 @@ class Transactions:
                     raise _Failed(index) from exc
         finally:
             _JOINED.reset(joined)
-        keyed = [(index, write.key, results[index]) for index, write in enumerate(group) if write.key is not None]
+        keyed = [
+            (index, write.key, results[index])
+            for index, write in enumerate(group)
+            if write.key is not None and write.key not in answered
+        ]
         seen: set[str] = set()
         for index, key, _ in keyed:
             if key in seen:  # a twin in this very group: it runs again alone, and finds the first one's answer

@@ -157,6 +157,43 @@ async def test_twin_writes_with_one_key_in_one_group_apply_once_and_both_get_the
     await store.close()
 
 
+async def _claim(store: PostgresStore) -> tuple[int, bytes]:
+    claimed = await store.dequeue_rollout(worker_id="w")
+    return 200, b"null" if claimed is None else claimed.rollout_id.encode()
+
+
+async def test_a_claim_retried_after_its_answer_was_lost_gets_it_back_and_holds_no_other_workers_rollout() -> None:
+    """A claim that committed but whose answer was lost (its connection cut while committing, at a restart) comes
+    again with its key. It gets its first answer without claiming again: run again until its stored answer turned
+    up, it would hold another waiting rollout `FOR UPDATE`, and that worker's own claim would skip it and find the
+    queue empty (the restart test's `assert claimed is not None`, failing now and then)."""
+    url = fresh_schema_url()
+    store, other = (PostgresStore(url, sweep_seconds=None) for _ in range(2))
+    mine = await store.enqueue_rollout({"n": 0})
+    first = await store.run_once("dequeue_rollout:k", lambda: _claim(store))
+    assert first == (200, mine.rollout_id.encode())
+    theirs = await other.enqueue_rollout({"n": 1})
+    ran, release = asyncio.Event(), asyncio.Event()
+
+    async def claim_and_stay_open() -> tuple[int, bytes]:  # were it run again: its transaction stays open
+        answer = await _claim(store)
+        ran.set()
+        await release.wait()
+        return answer
+
+    retry = asyncio.ensure_future(store.run_once("dequeue_rollout:k", claim_and_stay_open))
+    ran_again = asyncio.ensure_future(ran.wait())
+    await asyncio.wait([retry, ran_again], return_when=asyncio.FIRST_COMPLETED)
+    their_claim = await other.dequeue_rollout(worker_id="them")
+    release.set()
+    assert await retry == first
+    ran_again.cancel()
+    assert their_claim is not None and their_claim.rollout_id == theirs.rollout_id
+    assert not ran.is_set(), "the retry claimed again"
+    for each in (store, other):
+        await each.close()
+
+
 async def test_a_keyed_write_whose_connection_is_cut_mid_transaction_runs_again_whole_and_applies_once() -> None:
     """The database ends a write's connection between two of its statements, as a restart does. The store call inside
     answers that as a 500 (the driver read the server's last words while idle, or found the socket gone); the store
