@@ -1,10 +1,11 @@
 """The training loop, written once: every algorithm that trains weights (GRPO, SFT) runs `train`.
 
 Each step: collect the step's rollouts (each sampled task `group_size` times; queued `max_staleness` steps ahead
-when asynchronous; more tasks drawn while the batch builder wants them: GRPO's dynamic sampling), read their spans in one query, turn them into a batch (the algorithm's `BatchBuilder`), update
-the policy (its `Update`: local, sharded or per role), log; validate on schedule, roll back on a regression,
-checkpoint, and stop after `max_failed_steps` steps in which every rollout failed. A run with a checkpoint in its
-`checkpoint_dir` resumes after it. An algorithm supplies only the two objects that differ; modes (roles,
+when asynchronous; more tasks drawn while the batch builder wants them: GRPO's dynamic sampling), read their spans
+in one query, turn them into a batch (the algorithm's `BatchBuilder`), update the policy (its `Update`: local,
+sharded or per role), log; validate on schedule, roll back on a regression, checkpoint, and stop after
+`max_failed_steps` steps in which every rollout failed. A run with a checkpoint in its `checkpoint_dir` resumes
+after it. An algorithm supplies only the two objects that differ; modes (roles,
 per-turn credit, sharding, judges) live inside them, so this file tests none. Validation, checkpoints and the
 progress line are their own modules (`validation.py`, `checkpoints.py`, `progress.py`).
 """
