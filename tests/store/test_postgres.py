@@ -230,20 +230,12 @@ async def test_a_connection_whose_call_was_cancelled_mid_statement_is_closed_not
 
     before = await backend()
     sleeping = asyncio.ensure_future(store._transactions.read(lambda db: db.execute("SELECT pg_sleep(60)")))
-    await asyncio.to_thread(wait_until, lambda: asyncio.run(_sleeping(url)), "the statement to be running")
+    await asyncio.to_thread(wait_until, lambda: asyncio.run(_backends(url, "query LIKE 'SELECT pg_sleep%'")) > 0, "the statement to be running")
     sleeping.cancel()
     with pytest.raises(asyncio.CancelledError):
         await sleeping
     assert await backend() != before  # the pool's one connection is a new one
     await store.close()
-
-
-async def _sleeping(url: str) -> bool:
-    conn = await connect_to_schema(url)
-    try:
-        return bool(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"))
-    finally:
-        await conn.close()
 
 
 async def test_a_wait_on_one_store_wakes_when_another_store_of_the_database_finishes_the_rollout(
@@ -334,12 +326,17 @@ def test_an_exhausted_pool_answers_503_naming_the_limit_and_serves_again_once_a_
     asyncio.run(store.close())
 
 
-async def _waiting_on_locks(url: str) -> int:
+async def _backends(url: str, where: str) -> int:
+    """How many of the database's backends match `where` (a condition on pg_stat_activity), seen from another one."""
     conn = await connect_to_schema(url)
     try:
-        return int(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
+        return int(await conn.fetchval(f"SELECT count(*) FROM pg_stat_activity WHERE {where}"))
     finally:
         await conn.close()
+
+
+async def _waiting_on_locks(url: str) -> int:
+    return await _backends(url, "wait_event_type = 'Lock'")
 
 
 @pytest.mark.slow
