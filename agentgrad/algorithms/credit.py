@@ -88,9 +88,10 @@ class PerTurnCredit:
         kept = 0
         for group in by_group.values():
             returns = [returns_to_go(paid_turns(m, agent_match), self.gamma) for m in group]
-            # uniform: every member's calls earned the same returns, turn by turn (same final reward is not enough:
-            # a member that failed a query and fixed it ends like one that wrote it right at once)
-            if len(group) < 2 or (self.skip_uniform and all(r == returns[0] for r in returns)):
+            # uniform: every call's advantage is 0 (same final reward is not enough: a member that failed a query
+            # and fixed it ends like one that wrote it right at once)
+            flat = not any(a for row in leave_one_out_advantages(returns) for a in row)
+            if len(group) < 2 or (self.skip_uniform and flat):
                 continue
             kept += 1
             pairs += per_turn_pairs(group, returns, agent_match)
