@@ -34,9 +34,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.model]
 NAME = "smollm2-135m"
 RANK = VLLM_LORA_RANK  # the session server is started for it
 TEMPERATURE = 0.7
-ADAPTER_LOGPROB_TOLERANCE = 0.15
+ADAPTER_LOGPROB_TOLERANCE = 0.5
 """Mean |vLLM - trainer| per sampled token under the same adapter. vLLM serves bf16 (adapters included) where the CPU
-has native bf16, the trainer fp32: 0.013-0.074 measured with these random adapters (1.6-3.5 under another one)."""
+has native bf16, the trainer fp32: 0.013-0.157 measured with these random adapters (0.157 in CI, a sampled answer with
+unlikely tokens), 1.6-3.5 under another one; 0.5 sits between."""
 ADAPTER_GAP_RATIO = 4.0
 """Under any other adapter (or the base) the trainer's logprobs are at least this many times further from vLLM's."""
 PROMPTS = ("Write one sentence about the sea.", "Name a colour.")
