@@ -104,6 +104,8 @@ def test_settings_are_checked() -> None:
         SFT(clip_eps=0.1)
     with pytest.raises(ValueError, match="group_size must be at least 2"):
         GRPO(group_size=1)
+    with pytest.raises(ValueError, match="learning_rate must be > 0, got 0"):  # `agentgrad demo --learning-rate 0`
+        SFT(learning_rate=0)
     with pytest.raises(ValueError, match="vllm_transport must be auto, file, lora or nccl, got 'x'"):
         GRPO(vllm_transport="x")
 

@@ -151,8 +151,9 @@ class LoopConfig(RunConfig):
         if self.val_every < 0:
             raise ValueError("val_every must be >= 0 (0: before the first step and after the last only)")
         check_time_budget(self.time_budget_s)
-        if not self.warm_start_learning_rate > 0:
-            raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate}")
+        for name in ("learning_rate", "warm_start_learning_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.train_processes < 1:
             raise ValueError(f"train_processes must be at least 1, got {self.train_processes}")
         if self.train_processes > 1 and self.policy.lora_rank > 0:

@@ -317,6 +317,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GRPO: a step with fewer than --prompts-per-step groups whose rewards differ draws as many tasks again, "
         "up to N more times (DAPO's dynamic sampling; default: 0, off)",
     )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        metavar="LR",
+        help="the update's learning rate (default: the algorithm's, 1e-5; for sql 2e-5, the warm start's apart)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--lora-rank",
@@ -382,7 +388,11 @@ def main(args: argparse.Namespace) -> None:
         "seed": args.seed,
         "train_processes": args.train_processes,
         "policy": policy,
-        **{name: value for name in ("prompts_per_step", "group_size", "val_every") if (value := getattr(args, name))},
+        **{
+            name: value
+            for name in ("prompts_per_step", "group_size", "val_every", "learning_rate")
+            if (value := getattr(args, name)) is not None
+        },
     }
     algorithm: TrainsWeights
     if args.algorithm == "grpo":

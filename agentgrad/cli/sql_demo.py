@@ -313,7 +313,7 @@ def main(args: argparse.Namespace) -> None:
             dynamic_sampling=args.dynamic_sampling,
             max_tokens=MAX_TOKENS,
             rollout_timeout=ROLLOUT_TIMEOUT,
-            learning_rate=LEARNING_RATE,
+            learning_rate=LEARNING_RATE if args.learning_rate is None else args.learning_rate,
             warm_start_learning_rate=WARM_START_LEARNING_RATE,
             warm_start_frozen_context=True,  # the chats' schemas and questions under no_grad: 25 min, not ~55
             credit="per_turn",  # each call paid by the query it wrote (examples/sql/train.py): the fix, not the failure
