@@ -219,7 +219,6 @@ _MONTH_PATTERN = re.compile(r"LIKE '(\d{4}-\d{2})-%'")
 _HAVING = re.compile(r"\s+GROUP BY (\S+) HAVING (.+)$", re.S)
 _QUALIFIED = re.compile(r"\b\w+\.(\w+)(\s*=)")
 _TWO_TABLES = re.compile(r"^SELECT (.+?) FROM (\w+(?: AS \w+)?) JOIN (\w+(?: AS \w+)?) ON (.+?) WHERE (.+)$", re.S)
-_QUALIFIER = re.compile(r"\b\w+\.(\w+)")
 _QUALIFIED_BY = re.compile(r"\b(\w+)\.(\w+)")
 MIX = {"fixes": 100, "joins": 80, "right": 60}
 """How many chats of each kind `demonstration_mix` draws."""
@@ -266,7 +265,7 @@ def join_mistakes(gold: str) -> list[str]:
     if match is None or gold.count(" JOIN ") != 1:
         return []
     select, first, second, on, where = match.groups()
-    unqualified = functools.partial(_QUALIFIER.sub, r"\1")
+    unqualified = functools.partial(_QUALIFIED_BY.sub, r"\2")
     out = [f"SELECT {select} FROM {first} WHERE {where} JOIN {second} ON {on}",
            f"SELECT {unqualified(select)} FROM {first.split()[0]} WHERE {unqualified(where)}"]
     aliases = [table.split()[-1] for table in (first, second)]
