@@ -1,5 +1,5 @@
-"""GRPO's dynamic sampling (DAPO): a step short of groups whose rewards differ draws more tasks, on the same weights,
-up to its cap; a resumed run draws on where the checkpointed one stopped."""
+"""GRPO's dynamic sampling (DAPO): a step whose batch trains too few groups draws more tasks, on the same weights, up
+to its cap; the groups are counted by the credit rule; a resumed run draws on where the checkpointed one stopped."""
 
 from __future__ import annotations
 
@@ -64,6 +64,40 @@ def test_a_step_draws_more_tasks_until_a_group_differs_or_its_draws_run_out(
     assert figures["train/groups_sampled"] == drawn
     assert figures["train/groups_used"] == int(trained)
     assert (fresh_tiny_engine.version > version) == trained  # no group differed: nothing to update
+
+
+def paid_per_turn() -> Any:
+    """Two calls an episode, every episode ending right (1.0); the varied task's first calls are paid 0 then 1."""
+    attempts = itertools.count()
+    lock = threading.Lock()
+
+    @ag.rollout
+    def agent(task: dict[str, Any], llm: ag.LLM) -> float:
+        client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+        messages = [{"role": "user", "content": task["question"]}]
+        client.chat.completions.create(model=llm.model, messages=messages)  # type: ignore[arg-type]
+        if task["question"] != TASKS[VARIED]["question"]:
+            ag.emit_reward(1.0)  # what the first call earned
+        else:
+            with lock:
+                ag.emit_reward(float(next(attempts) % 2))
+        client.chat.completions.create(model=llm.model, messages=messages)  # type: ignore[arg-type]
+        return 1.0
+
+    return agent
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("credit", "drawn", "trained"), [("per_turn", 3, True), ("final", 5, False)])
+def test_a_group_ending_alike_whose_calls_earned_differently_stops_the_draws_under_per_turn_credit(
+    fresh_tiny_engine: Any, credit: str, drawn: int, trained: bool
+) -> None:
+    store = ag.MemoryStore()
+    config = GRPOConfig(steps=1, dynamic_sampling=4, credit=credit, gamma=0.0, **SMALL)  # type: ignore[arg-type]
+    result = ag.Trainer(GRPO(config, local_engine=fresh_tiny_engine), store=store).fit(paid_per_turn(), TASKS)
+
+    assert result.history[0]["train/groups_sampled"] == drawn  # the credit rule's count: per turn, the third task
+    assert result.history[0]["train/groups_used"] == int(trained)
 
 
 @pytest.mark.model

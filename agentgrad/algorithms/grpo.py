@@ -12,7 +12,7 @@ adapter per role). The hyper-parameters are `GRPOConfig` (grpo_config.py).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -21,7 +21,7 @@ from rich.console import Console
 from agentgrad.adapters import final_answer, to_trajectories
 from agentgrad.algorithms.async_rollouts import StepRollouts
 from agentgrad.algorithms.base import Result
-from agentgrad.algorithms.credit import CreditRule, Member, credit_rule, unpaid_reward, useful_groups
+from agentgrad.algorithms.credit import CreditRule, Member, credit_rule, unpaid_reward
 from agentgrad.algorithms.demonstrations import Demonstration
 from agentgrad.algorithms.grpo_config import GRPOConfig
 from agentgrad.algorithms.grpo_update import grpo_update, sharded_grpo_step
@@ -95,7 +95,8 @@ class GroupBatches:
     cfg: GRPOConfig
     console: Console
     group_reward: GroupReward | None = None
-    identical_steps: int = 0
+    alike: dict[int, bool] = field(default_factory=dict)  # by step: every group's rollouts sampled the same tokens
+    said_alike: bool = False
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -122,7 +123,7 @@ class GroupBatches:
             )
             for r, g in succeeded
         ]
-        self.note_identical(members)
+        self.note_identical(step.step, members)
         sampled = [t for m in members for t in m.trajectories]
         batch = Batch(
             data=[],
@@ -149,26 +150,26 @@ class GroupBatches:
         )
         return batch
 
-    def wants_more(self, step: StepRollouts) -> bool:
-        """Dynamic sampling (DAPO): whether the step should draw `prompts_per_step` more tasks, fewer than that many
-        of its groups having rewards that differ (the others' advantages are all 0) and a draw being left."""
+    def wants_more(self, step: StepRollouts, batch: Batch) -> bool:
+        """Dynamic sampling (DAPO): whether the step should draw `prompts_per_step` more tasks, its batch training
+        fewer groups than that (the others' advantages all 0, by the credit rule's count) and a draw being left."""
         cfg = self.cfg
         draws = len(step.rollouts) // (cfg.prompts_per_step * cfg.group_size)
-        if draws > cfg.dynamic_sampling:
-            return False
-        ok = [(r.reward or 0.0, g) for r, g in zip(*step.trained) if r.status is RolloutStatus.SUCCEEDED]
-        return len(useful_groups([r for r, _ in ok], [g for _, g in ok], skip_uniform=True)) < cfg.prompts_per_step
+        return draws <= cfg.dynamic_sampling and batch.metrics["train/groups_used"] < cfg.prompts_per_step
 
-    def note_identical(self, members: Sequence[Member]) -> None:
+    def note_identical(self, step: int, members: Sequence[Member]) -> None:
         """Say so (once) when every group's rollouts sampled the same tokens `IDENTICAL_STEPS` steps in a row: then
-        GRPO has nothing to compare."""
+        GRPO has nothing to compare. A step's batch built again after a dynamic-sampling draw counts once."""
         samples: dict[Any, set[tuple[tuple[int, ...], ...]]] = {}
         for m in members:
             samples.setdefault(m.group, set()).add(tuple(tuple(t.token_ids) for t in m.trajectories))
         compared = [g for g in samples if sum(m.group == g for m in members) > 1]
-        alike = bool(compared) and all(len(samples[g]) == 1 for g in compared)
-        self.identical_steps = self.identical_steps + 1 if alike else 0
-        if self.identical_steps == IDENTICAL_STEPS:
+        self.alike[step] = bool(compared) and all(len(samples[g]) == 1 for g in compared)
+        in_a_row = 0
+        while self.alike.get(step - in_a_row):
+            in_a_row += 1
+        if in_a_row >= IDENTICAL_STEPS and not self.said_alike:
+            self.said_alike = True
             self.console.print(
                 f"for {IDENTICAL_STEPS} steps in a row every group's rollouts sampled the same tokens, so GRPO "
                 "has nothing to compare: the calls run greedily (an agent pinning temperature=0 under "

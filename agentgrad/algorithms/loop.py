@@ -65,8 +65,9 @@ class BatchBuilder(Protocol):
 
     async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch: ...
 
-    def wants_more(self, step: StepRollouts) -> bool:
-        """Whether the step should draw more tasks' groups before its batch is built (GRPO's dynamic sampling)."""
+    def wants_more(self, step: StepRollouts, batch: Batch) -> bool:
+        """Whether the step should draw more tasks' groups, given the batch its rollouts so far make (GRPO's dynamic
+        sampling); the batch is then built again from all of them."""
         ...
 
 
@@ -236,14 +237,17 @@ async def train(
             began = time.perf_counter()
             # ---- collect: the step's rollouts (asynchronous: queued ahead, running meanwhile)
             collected = await pipeline.collect(step, policy.version)
-            while builder.wants_more(collected):  # dynamic sampling: more groups, on the same weights
-                collected = await pipeline.draw_more(collected)
-            rollout_seconds = time.perf_counter() - began
-            failed_steps = 0 if any(_ok(r) for r in collected.rollouts) else failed_steps + 1
-            check_failed_steps(algorithm, cfg, step, failed_steps)
             # ---- adapt: spans -> the algorithm's batch
             spans = await read_spans(algorithm, [r for r in collected.trained[0] if _ok(r)])
             batch = await builder.build(collected, spans)
+            while builder.wants_more(collected, batch):  # dynamic sampling: more groups, on the same weights
+                drawn = len(collected.rollouts)
+                collected = await pipeline.draw_more(collected)
+                spans |= await read_spans(algorithm, [r for r in collected.rollouts[drawn:] if _ok(r)])
+                batch = await builder.build(collected, spans)
+            rollout_seconds = time.perf_counter() - began  # the rollouts and the batch built from them
+            failed_steps = 0 if any(_ok(r) for r in collected.rollouts) else failed_steps + 1
+            check_failed_steps(algorithm, cfg, step, failed_steps)
             # ---- optimize: the update on the batch, then the new weights serve
             update_began = time.perf_counter()
             stats = await asyncio.to_thread(in_own_thread, update.step, batch.data) if batch.size else {}

@@ -76,7 +76,7 @@ class KeptBatches:
 
     cfg: SFTConfig
 
-    def wants_more(self, step: StepRollouts) -> bool:
+    def wants_more(self, step: StepRollouts, batch: Batch) -> bool:
         return False  # each step keeps what its `prompts_per_step` tasks earned
 
     async def build(self, step: StepRollouts, spans: Mapping[str, list[Span]]) -> Batch:
