@@ -25,18 +25,24 @@ ORDER = TaskSampler(len(TASKS), SEED).take(len(TASKS))
 SMALL = {"prompts_per_step": 1, "group_size": 2, "max_tokens": 4, "val_every": 0, "seed": SEED}
 
 
-def rewarding() -> Any:
+def rewarding(per_turn: bool = False) -> Any:
+    """An agent whose rollouts earn 1.0 but the varied task's, which earn 0 then 1; `per_turn`: that is what their
+    first call earns (emitted), and a second call ends every episode right (1.0)."""
     attempts = itertools.count()
     lock = threading.Lock()
 
     @ag.rollout
     def agent(task: dict[str, Any], llm: ag.LLM) -> float:
         client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
-        client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["question"]}])
-        if task["question"] != TASKS[VARIED]["question"]:
-            return 1.0
+        messages: Any = [{"role": "user", "content": task["question"]}]
+        client.chat.completions.create(model=llm.model, messages=messages)
         with lock:
-            return float(next(attempts) % 2)
+            earned = float(next(attempts) % 2) if task["question"] == TASKS[VARIED]["question"] else 1.0
+        if not per_turn:
+            return earned
+        ag.emit_reward(earned)
+        client.chat.completions.create(model=llm.model, messages=messages)
+        return 1.0
 
     return agent
 
@@ -66,27 +72,6 @@ def test_a_step_draws_more_tasks_until_a_group_differs_or_its_draws_run_out(
     assert (fresh_tiny_engine.version > version) == trained  # no group differed: nothing to update
 
 
-def paid_per_turn() -> Any:
-    """Two calls an episode, every episode ending right (1.0); the varied task's first calls are paid 0 then 1."""
-    attempts = itertools.count()
-    lock = threading.Lock()
-
-    @ag.rollout
-    def agent(task: dict[str, Any], llm: ag.LLM) -> float:
-        client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
-        messages = [{"role": "user", "content": task["question"]}]
-        client.chat.completions.create(model=llm.model, messages=messages)  # type: ignore[arg-type]
-        if task["question"] != TASKS[VARIED]["question"]:
-            ag.emit_reward(1.0)  # what the first call earned
-        else:
-            with lock:
-                ag.emit_reward(float(next(attempts) % 2))
-        client.chat.completions.create(model=llm.model, messages=messages)  # type: ignore[arg-type]
-        return 1.0
-
-    return agent
-
-
 @pytest.mark.model
 @pytest.mark.parametrize(("credit", "drawn", "trained"), [("per_turn", 3, True), ("final", 5, False)])
 def test_a_group_ending_alike_whose_calls_earned_differently_stops_the_draws_under_per_turn_credit(
@@ -94,7 +79,7 @@ def test_a_group_ending_alike_whose_calls_earned_differently_stops_the_draws_und
 ) -> None:
     store = ag.MemoryStore()
     config = GRPOConfig(steps=1, dynamic_sampling=4, credit=credit, gamma=0.0, **SMALL)  # type: ignore[arg-type]
-    result = ag.Trainer(GRPO(config, local_engine=fresh_tiny_engine), store=store).fit(paid_per_turn(), TASKS)
+    result = ag.Trainer(GRPO(config, local_engine=fresh_tiny_engine), store=store).fit(rewarding(per_turn=True), TASKS)
 
     assert result.history[0]["train/groups_sampled"] == drawn  # the credit rule's count: per turn, the third task
     assert result.history[0]["train/groups_used"] == int(trained)
