@@ -63,6 +63,7 @@ async def test_the_openai_agent_shares_one_client_across_concurrent_rollouts(
         await Runner(example.echo_agent, served.store, concurrency=8, max_rollouts=8).run()
     finally:
         uninstrument_openai()
+        await example.client.close()  # the module's client: closed in this test's loop, not left to a later one's
     await served.gateway.flush()
     for rollout in rollouts:
         assert (await served.store.get_rollout(rollout.rollout_id)).reward == 1.0

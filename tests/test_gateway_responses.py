@@ -151,9 +151,11 @@ async def test_the_openai_agents_sdk_on_its_defaults_runs_a_tool_agent_through_t
         """Add two integers."""
         return a + b
 
-    model = agents.OpenAIResponsesModel("policy", openai.AsyncOpenAI(base_url=route, api_key="sk-agent", max_retries=0))
-    agent = agents.Agent(name="adder", instructions="Use the tool.", tools=[add], model=model)
-    result = await agents.Runner.run(agent, "What is 12 plus 30?", max_turns=3)
+    # closed here: a client left to the garbage collector schedules its close on whatever loop then runs (a later test's)
+    async with openai.AsyncOpenAI(base_url=route, api_key="sk-agent", max_retries=0) as client:
+        agent = agents.Agent(name="adder", instructions="Use the tool.", tools=[add],
+                             model=agents.OpenAIResponsesModel("policy", client))
+        result = await agents.Runner.run(agent, "What is 12 plus 30?", max_turns=3)
     assert result.final_output == "Answer: 42"
 
     asked, answered = await llm_spans(served.store, served.gateway, rollout.rollout_id)

@@ -89,6 +89,7 @@ async def test_instrumented_async_rollouts_sharing_one_client_route_by_context(s
         return float(all(rewards))
 
     await Runner(agent, served.store, concurrency=8, max_rollouts=16).run()
+    await shared.close()  # in this test's loop, not a later test's (where the garbage collector would close it)
     await assert_each_rollout_has_its_call(served, rollouts, expected=2)
     spans = await served.store.query_spans(rollouts[0].rollout_id)
     (root,) = [s for s in spans if s.name == "agentgrad.rollout"]

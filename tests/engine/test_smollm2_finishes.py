@@ -46,6 +46,7 @@ def test_the_openai_agents_sdk_runs_a_tool_agent_on_its_defaults(engine: Engine,
         streamed = agents.Runner.run_streamed(agent, ASK, max_turns=3)
         async for _ in streamed.stream_events():
             pass
+        await client.close()  # in its own loop: left to the garbage collector, it would close in a later test's
         return plain, streamed
 
     plain, streamed = asyncio.run(run())
