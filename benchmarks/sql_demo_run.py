@@ -47,6 +47,8 @@ def main() -> None:
     print(f"wall {minutes:.1f} min (goal <= {GOAL_MINUTES:.0f}), peak RSS {rss_gb:.1f} GB (goal <= {GOAL_RSS_GB:.0f}); "
           f"load average before {load_before[0]:.1f} / {load_before[1]:.1f} / {load_before[2]:.1f}, "
           f"after {load_after[0]:.1f} / {load_after[1]:.1f} / {load_after[2]:.1f}")
+    if done.returncode != 0:  # a curve.csv there is an earlier run's: not this command's result
+        raise SystemExit(f"the demo exited with {done.returncode}: no figures")
     curve = run_dir / "curve.csv"
     if not curve.exists():
         raise SystemExit(f"no {curve}: the demo did not finish")
