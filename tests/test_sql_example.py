@@ -410,6 +410,24 @@ def test_an_episode_can_start_from_a_given_mistake_that_the_model_sees_answered_
     assert labels["sql.from_mistake"] and labels["sql.first_failed"] and labels["sql.matched"]
 
 
+def test_an_episode_can_start_from_a_mistake_rerun_unchanged_and_the_model_must_change_it() -> None:
+    trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
+    mistake = trap["gold"].replace("IS NULL", "= NULL")
+    reported: list[tuple[str, bool]] = []
+    with served([call(trap["gold"], 1), {"content": f"```sql\n{trap['gold']}\n```"}]) as (url, requests):
+        episode = agent.solve(trap["question"], "library", model="m", base_url=url, api_key="k", run_first=True,
+                              retries=2, first_query=mistake, first_query_runs=2,
+                              on_query=lambda sql, failed: reported.append((sql, failed)))
+    _, _, first, first_answer, again, again_answer = requests[0]["messages"]
+    assert [json.loads(m["tool_calls"][0]["function"]["arguments"])["query"] for m in (first, again)] == [mistake] * 2
+    assert first["tool_calls"][0]["id"] != again["tool_calls"][0]["id"]
+    assert "same query before" not in first_answer["content"]
+    assert again_answer["content"].endswith("You ran this same query before: change it")
+    assert requests[0]["tool_choice"] == "required"  # two given runs, retries 2: the model's turn must run another
+    assert episode.queries == [(mistake, True), (mistake, True), (trap["gold"], False)] and episode.recovered
+    assert reported == [(trap["gold"], False)]  # only the model's own query is paid
+
+
 def test_a_recovery_demonstration_is_the_chat_the_agent_sends_when_it_fixes_that_mistake() -> None:
     trap = next(q for q in QUESTIONS if q["kind"] == "null" and q["db"] == "library")
     mistake = trap["gold"].replace("IS NULL", "= NULL")

@@ -86,9 +86,12 @@ def test_the_makefile_installs_the_packages_the_databases_come_from() -> None:
     assert set(re.findall(r"\S+==\S+", line)) == {source.requirement for source in real_world.SOURCES.values()}
 
 
-@pytest.mark.parametrize(("val_size", "from_mistakes"), [(None, 0.0), (3, 0.25)])
-def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size: int | None, from_mistakes: float) -> None:
-    train, val = task_lists(db, run_first=True, val_size=val_size, from_mistakes=from_mistakes)
+@pytest.mark.parametrize(("val_size", "from_mistakes", "rerun_mistakes"), [(None, 0.0, 0.0), (3, 0.25, 0.5)])
+def test_no_held_out_or_real_world_question_ever_enters_a_training_task(
+    val_size: int | None, from_mistakes: float, rerun_mistakes: float
+) -> None:
+    train, val = task_lists(db, run_first=True, val_size=val_size, from_mistakes=from_mistakes,
+                            rerun_mistakes=rerun_mistakes)
     held_out_dbs = set(db.real_world_names()) | {q["db"] for q in db.load_questions("held_out")}
     assert not {q["db"] for q in train} & held_out_dbs
     assert not {q["question"] for q in train} & {q["question"] for q in db.load_questions("real_world")}
@@ -98,6 +101,8 @@ def test_no_held_out_or_real_world_question_ever_enters_a_training_task(val_size
     given = [q for q in train if "first_query" in q]
     assert len(given) == round(len(train) * from_mistakes) and not any("first_query" in q for q in val)
     assert all(db.query_fails(q["db"], q["first_query"]) for q in given)
+    assert sum(q.get("first_query_runs", 1) == 2 for q in given) == round(len(given) * rerun_mistakes)
+    assert not any("first_query_runs" in q for q in train if "first_query" not in q)
 
 
 def test_a_name_split_over_columns_or_held_in_a_longer_value_is_named_where_it_is_stored() -> None:

@@ -257,6 +257,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run, with the tool's answer), added to the training questions (default: 0)",
     )
     parser.add_argument(
+        "--sql-rerun-mistakes",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="sql: the share of those episodes whose mistake already ran twice, rerun unchanged with the tool's "
+        "'You ran this same query before: change it' (the greedy model's commonest failure), so what is trained "
+        "is changing the query after that (default: 0)",
+    )
+    parser.add_argument(
         "--sql-warm-start",
         action="store_true",
         help="sql: before the first GRPO step, fine-tune (SFT) on 240 demonstrations: fixes of mistakes that fail "

@@ -88,11 +88,12 @@ def spread(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def task_lists(
-    db: ModuleType, run_first: bool, val_size: int | None, from_mistakes: float = 0.0
+    db: ModuleType, run_first: bool, val_size: int | None, from_mistakes: float = 0.0, rerun_mistakes: float = 0.0
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(training tasks, validation tasks): training on the `train` split alone, `from_mistakes` of it episodes that
-    start from a mistake to fix (`recovery.first_mistake`); validation on `val_size` questions of the project's
-    held-out databases and as many of the real-world ones, which no training task touches."""
+    start from a mistake to fix (`recovery.first_mistake`), `rerun_mistakes` of those with the mistake run twice
+    (rerun unchanged, as the greedy model does); validation on `val_size` questions of the project's held-out
+    databases and as many of the real-world ones, which no training task touches."""
     from examples.sql import recovery
 
     agent = {"run_first": run_first, "retries": RETRIES}
@@ -100,10 +101,15 @@ def task_lists(
     train = [{**q, **agent} for q in db.load_questions("train")]
     if not 0.0 <= from_mistakes < 1.0:
         raise ValueError(f"the share of training episodes that start from a mistake is in [0, 1), got {from_mistakes}")
+    if not 0.0 <= rerun_mistakes <= 1.0:
+        raise ValueError(f"the share of the mistakes that were rerun is in [0, 1], got {rerun_mistakes}")
     rng = random.Random(0)
     wanted = round(len(train) * from_mistakes / (1.0 - from_mistakes))
     seeded = [{**q, "first_query": sql} for q in train if (sql := recovery.first_mistake(q, rng)) is not None]
-    train += rng.sample(seeded, min(wanted, len(seeded)))
+    given = rng.sample(seeded, min(wanted, len(seeded)))
+    train += [
+        {**q, "first_query_runs": 2} if i < round(len(given) * rerun_mistakes) else q for i, q in enumerate(given)
+    ]
     val = [{**q, **agent} for split in ("held_out", "real_world") for q in spread(db.load_questions(split), size)]
     return train, val
 
@@ -284,9 +290,11 @@ def main(args: argparse.Namespace) -> None:
     from examples.sql import recovery
 
     try:
-        train, val = task_lists(db, args.sql_first_call == "required", args.val_size, args.sql_from_mistakes)
+        train, val = task_lists(
+            db, args.sql_first_call == "required", args.val_size, args.sql_from_mistakes, args.sql_rerun_mistakes
+        )
     except ValueError as exc:
-        raise SystemExit(f"--sql-from-mistakes: {exc}") from None
+        raise SystemExit(f"--sql-from-mistakes, --sql-rerun-mistakes: {exc}") from None
     try:  # before the model loads: a missing package says how to install it
         for name in db.real_world_names():
             db.database_path(name)

@@ -134,13 +134,14 @@ def tool_definitions() -> list[dict[str, Any]]:
 
 
 def solve(question: str, database: str, *, model: str, base_url: str | None = None, api_key: str | None = None,
-          run_first: bool = False, retries: int = 0, first_query: str | None = None,
+          run_first: bool = False, retries: int = 0, first_query: str | None = None, first_query_runs: int = 1,
           on_query: Callable[[str, bool], None] | None = None, system_prompt: str | None = None,
           **settings: Any) -> Episode:
     """Answer `question` on `database`. `run_first`: the first turn must call run_sql (`tool_choice="required"`,
     by LangGraph's dynamic model selection); `retries`: after a failed query, the next turn must run another, up
     to that many times; other turns choose. `first_query`: the episode starts with this query already called and
-    answered, as if the model had written it (a training episode that starts from a mistake to fix). `on_query(sql,
+    answered, as if the model had written it (a training episode that starts from a mistake to fix), run
+    `first_query_runs` times (2: the model reran it unchanged and the tool said so). `on_query(sql,
     failed)` is called as each query the model wrote has run. `system_prompt`: the system prompt, rendered (by
     default `INSTRUCTIONS` with the database's schema)."""
     queries: list[tuple[str, bool]] = []
@@ -155,10 +156,11 @@ def solve(question: str, database: str, *, model: str, base_url: str | None = No
         run_sql = sql_tool(run)
 
         messages: list[Any] = [HumanMessage(question)]
-        if first_query is not None:
-            call = {"name": "run_sql", "args": {"query": first_query}, "id": "call_first", "type": "tool_call"}
+        for run_number in range(first_query_runs if first_query is not None else 0):
+            call_id = "call_first" + (f"_{run_number + 1}" if run_number else "")
+            call = {"name": "run_sql", "args": {"query": first_query}, "id": call_id, "type": "tool_call"}
             answer = tool_answer(connection, database, first_query, queries)
-            messages += [AIMessage("", tool_calls=[call]), ToolMessage(answer, tool_call_id="call_first")]
+            messages += [AIMessage("", tool_calls=[call]), ToolMessage(answer, tool_call_id=call_id)]
         chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, **settings)
 
         def must_run(state: dict[str, Any]) -> bool:
