@@ -70,6 +70,10 @@ def test_three_grpo_steps_write_metrics_and_a_checkpoint_and_resume_from_it(tmp_
     assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
     assert resumed.initial == result.initial  # the run's evaluation before step 1, not the one at the resume point
     assert len(asyncio.run(store.query_rollouts(mode="train"))) == first_run_rollouts + 2 * 4
+    # step 3's validation was saved with its checkpoint: logged for the resumed run, not run again (a curve by step
+    # would count its rollouts twice)
+    assert asyncio.run(metric_steps("val/accuracy")) == [0, 3, 3, 4]
+    assert len(asyncio.run(store.query_rollouts(mode="val"))) == 3 * len(val)
     # pruning keeps the latest and spares the best validated: step-3 (a tie stays earlier) unless step 4 beat it
     best = resumed.best_checkpoint
     assert best is not None and best.path in (str(checkpoints / "step-3"), str(checkpoints / "step-4"))

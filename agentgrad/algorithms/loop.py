@@ -219,7 +219,10 @@ async def train(
     pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"), state.get("drawn"))
     validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
     guard = RollbackGuard.of(cfg, checkpoints.directory)
-    validated = await validation.run(start, guard, update, announce=True)  # resumed: the rollback guard's baseline
+    if state.get("validated") is not None:  # resumed at a step validated before it was saved
+        validated = await validation.restore(start, Evaluation(**state["validated"]), guard, update)
+    else:  # the run's start, or a resume from a step saved unvalidated: the rollback guard's baseline
+        validated = await validation.run(start, guard, update, announce=True)
     await algorithm.log_metrics(start, {"train/model_version": policy.version})  # what it ran (LoRA starts at v1)
     if warm is not None and start == 0:  # a resumed run's checkpoint holds the warm-started weights
         began = time.perf_counter()
@@ -283,6 +286,7 @@ async def train(
                     "queued": pipeline.state(),
                     "drawn": pipeline.sampler.drawn,
                     "initial": asdict(initial) if initial is not None else None,
+                    "validated": asdict(validated) if score is not None and validated is not None else None,
                     "rounds": rounds.state(),
                 }
                 await checkpoints.save(algorithm, update, step, score, state)

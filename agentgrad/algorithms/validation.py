@@ -39,9 +39,28 @@ class Validation:
             config=self.cfg.rollout_config(),
             metadata=[{"step": step}] * len(self.tasks),
         )
-        result = self.final = Evaluation.of(rollouts, self.cfg.success_threshold)
-        if self.best is None or result.success_rate > self.best.success_rate:
-            self.best = result
+        result = Evaluation.of(rollouts, self.cfg.success_threshold)
+        if announce:
+            self.algorithm.console.print(
+                f"validation before step {step}: accuracy {result.success_rate:.3f} "
+                f"reward {result.reward_mean:.3f} ({result.n} tasks)"
+            )
+        await self.record(step, result, guard, update)
+        return result
+
+    async def restore(self, step: int, result: Evaluation, guard: RollbackGuard | None, update: Update) -> Evaluation:
+        """A resumed run's validation at its checkpoint's `step`, as the checkpoint saved it: not run again, so its
+        rollouts are not in the store twice (a curve by step would count them twice) and no time goes to it."""
+        self.algorithm.console.print(
+            f"validation at step {step}, saved with its checkpoint: accuracy {result.success_rate:.3f} "
+            f"reward {result.reward_mean:.3f} ({result.n} tasks)"
+        )
+        await self.record(step, result, guard, update)
+        return result
+
+    async def record(self, step: int, result: Evaluation, guard: RollbackGuard | None, update: Update) -> None:
+        """Log `result` (this run's metrics: a resumed run's too), keep it as the last (and maybe the best) and hand
+        it to the rollback guard."""
         await self.algorithm.log_metrics(
             step,
             {
@@ -50,11 +69,8 @@ class Validation:
                 "val/no_reward": result.no_reward,
             },
         )
-        if announce:
-            self.algorithm.console.print(
-                f"validation before step {step}: accuracy {result.success_rate:.3f} "
-                f"reward {result.reward_mean:.3f} ({result.n} tasks)"
-            )
+        self.final = result
+        if self.best is None or result.success_rate > self.best.success_rate:
+            self.best = result
         if guard is not None:
             self.stop = await guard.after_validation(self.algorithm, step, result.success_rate, update)
-        return result
