@@ -219,6 +219,7 @@ async def train(
     pipeline = RolloutPipeline.of(algorithm, cfg, train_data, start, train_id, state.get("queued"), state.get("drawn"))
     validation = Validation(algorithm, cfg, val_data[: cfg.val_size], val_id)
     guard = RollbackGuard.of(cfg, checkpoints.directory)
+    validated: Evaluation | None
     if state.get("validated") is not None:  # resumed at a step validated before it was saved
         validated = await validation.restore(start, Evaluation(**state["validated"]), guard, update)
     else:  # the run's start, or a resume from a step saved unvalidated: the rollback guard's baseline
