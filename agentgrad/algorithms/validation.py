@@ -40,27 +40,24 @@ class Validation:
             metadata=[{"step": step}] * len(self.tasks),
         )
         result = Evaluation.of(rollouts, self.cfg.success_threshold)
-        if announce:
-            self.algorithm.console.print(
-                f"validation before step {step}: accuracy {result.success_rate:.3f} "
-                f"reward {result.reward_mean:.3f} ({result.n} tasks)"
-            )
-        await self.record(step, result, guard, update)
+        await self.record(step, result, guard, update, f"validation before step {step}" if announce else None)
         return result
 
     async def restore(self, step: int, result: Evaluation, guard: RollbackGuard | None, update: Update) -> Evaluation:
         """A resumed run's validation at its checkpoint's `step`, as the checkpoint saved it: not run again, so its
         rollouts are not in the store twice (a curve by step would count them twice) and no time goes to it."""
-        self.algorithm.console.print(
-            f"validation at step {step}, saved with its checkpoint: accuracy {result.success_rate:.3f} "
-            f"reward {result.reward_mean:.3f} ({result.n} tasks)"
-        )
-        await self.record(step, result, guard, update)
+        await self.record(step, result, guard, update, f"validation at step {step}, saved with its checkpoint")
         return result
 
-    async def record(self, step: int, result: Evaluation, guard: RollbackGuard | None, update: Update) -> None:
-        """Log `result` (this run's metrics: a resumed run's too), keep it as the last (and maybe the best) and hand
-        it to the rollback guard."""
+    async def record(
+        self, step: int, result: Evaluation, guard: RollbackGuard | None, update: Update, said: str | None = None
+    ) -> None:
+        """Log `result` (this run's metrics: a resumed run's too; printed after `said` when given), keep it as the
+        last (and maybe the best) and hand it to the rollback guard."""
+        if said is not None:
+            self.algorithm.console.print(
+                f"{said}: accuracy {result.success_rate:.3f} reward {result.reward_mean:.3f} ({result.n} tasks)"
+            )
         await self.algorithm.log_metrics(
             step,
             {

@@ -107,9 +107,8 @@ def task_lists(
     wanted = round(len(train) * from_mistakes / (1.0 - from_mistakes))
     seeded = [{**q, "first_query": sql} for q in train if (sql := recovery.first_mistake(q, rng)) is not None]
     given = rng.sample(seeded, min(wanted, len(seeded)))
-    train += [
-        {**q, "first_query_runs": 2} if i < round(len(given) * rerun_mistakes) else q for i, q in enumerate(given)
-    ]
+    reruns = round(len(given) * rerun_mistakes)
+    train += [{**q, "first_query_runs": 2} for q in given[:reruns]] + given[reruns:]
     val = [{**q, **agent} for split in ("held_out", "real_world") for q in spread(db.load_questions(split), size)]
     return train, val
 

@@ -7,8 +7,8 @@ one is what gets reinforced, not the failure before it. Each episode is annotate
 first query failed (an error or nothing returned), whether a later one ran, and whether the final answer matched.
 With a `PromptTemplate` resource named `prompt` (a `{schema}` slot, as `agent.INSTRUCTIONS`), that is the system
 prompt, so APO can rewrite it (`benchmarks/joint_vs_alone.py --agent sql`). A training task may carry a
-`first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if the model had run it (
-`first_query_runs` times: 2, rerun unchanged), so that what is trained is the turn that fixes it.
+`first_query`: a mistake (`recovery.first_mistake`) the episode starts from, as if the model had run it
+(`first_query_runs` times: 2, rerun unchanged), so that what is trained is the turn that fixes it.
 
     python -m examples.sql.train --model qwen2.5-coder-0.5b --limit 16   # held-out accuracy, untrained
 """
